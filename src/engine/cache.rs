@@ -1,0 +1,250 @@
+//! Per-layer KV cache, shaped like mlx-lm's `KVCache`: keys and values live in buffers
+//! `[B, kv_heads, capacity, head_dim]` grown `STEP` positions at a time; each forward writes
+//! its new positions with a slice update and reads back the first `offset` positions.
+//!
+//! MLX arrays are values: a slice update makes a new array (done in place only when nothing
+//! else holds the buffer). So `clone()` is a cheap, independent copy: updating one clone
+//! never changes another, which is what a prefix store wants.
+
+use mlx_rs::error::{Exception, Result};
+use mlx_rs::ops::indexing::{TryIndexMutOp, TryIndexOp};
+use mlx_rs::ops::{broadcast_to, concatenate, zeros_dtype};
+use mlx_rs::Array;
+
+/// Positions a buffer grows by.
+pub const STEP: i32 = 256;
+
+#[derive(Clone, Default)]
+pub struct KvCache {
+    /// `[B, kv_heads, capacity, head_dim]`; positions past `offset` are stale.
+    keys: Option<Array>,
+    values: Option<Array>,
+    offset: usize,
+}
+
+impl KvCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Positions held (the next token's position).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Positions the buffers can hold before they grow.
+    pub fn capacity(&self) -> usize {
+        self.keys.as_ref().map_or(0, |k| k.dim(2) as usize)
+    }
+
+    /// Batch size of the buffers, `None` while empty.
+    pub fn batch_size(&self) -> Option<i32> {
+        self.keys.as_ref().map(|k| k.dim(0))
+    }
+
+    /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) at `offset` and returns all
+    /// keys and values so far, `[B, kv_heads, offset + L, head_dim]`.
+    pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+        if keys.ndim() != 4 || keys.shape() != values.shape() {
+            return Err(Exception::custom(format!(
+                "kv cache: keys {:?} and values {:?} must be the same [B, heads, L, head_dim]",
+                keys.shape(),
+                values.shape()
+            )));
+        }
+        if let Some(buf) = &self.keys {
+            let (have, got) = (buf.shape(), keys.shape());
+            if (have[0], have[1], have[3]) != (got[0], got[1], got[3]) {
+                return Err(Exception::custom(format!(
+                    "kv cache holds [B, heads, _, head_dim] = {have:?}, got {got:?}"
+                )));
+            }
+        }
+        let prev = self.offset as i32;
+        let len = keys.dim(2);
+        if prev + len > self.capacity() as i32 {
+            let grow = (len + STEP - 1) / STEP * STEP;
+            self.keys = Some(grown(self.keys.take(), keys, prev, grow)?);
+            self.values = Some(grown(self.values.take(), values, prev, grow)?);
+        }
+        let end = prev + len;
+        let (k_buf, v_buf) = self.buffers_mut();
+        k_buf.try_index_mut((.., .., prev..end, ..), keys)?;
+        v_buf.try_index_mut((.., .., prev..end, ..), values)?;
+        self.offset = end as usize;
+        self.fetch()
+    }
+
+    /// Drops the last `n` positions (at most `offset`); returns how many were dropped.
+    pub fn trim(&mut self, n: usize) -> usize {
+        let n = n.min(self.offset);
+        self.offset -= n;
+        n
+    }
+
+    /// Keeps at most the first `len` positions.
+    pub fn truncate_to(&mut self, len: usize) {
+        self.offset = self.offset.min(len);
+    }
+
+    /// Bytes held by the buffers (whole capacity, like mlx-lm).
+    pub fn nbytes(&self) -> usize {
+        self.arrays().map(Array::nbytes).sum()
+    }
+
+    /// The buffers, to evaluate after a prefill chunk.
+    pub fn arrays(&self) -> impl Iterator<Item = &Array> {
+        self.keys.iter().chain(self.values.iter())
+    }
+
+    /// The valid keys and values, `[B, kv_heads, offset, head_dim]`; `None` while empty.
+    pub fn state(&self) -> Option<(Array, Array)> {
+        if self.offset == 0 {
+            return None;
+        }
+        self.fetch().ok()
+    }
+
+    /// A cache of batch `n` whose every row is this (batch-1) cache: candidates share one
+    /// prefill of the prompt. The rows become real copies on the first update.
+    pub fn repeat(&self, n: i32) -> Result<KvCache> {
+        let rep = |a: &Option<Array>| -> Result<Option<Array>> {
+            let Some(a) = a else { return Ok(None) };
+            if a.dim(0) != 1 {
+                return Err(Exception::custom(format!(
+                    "kv cache repeat: batch must be 1, is {}",
+                    a.dim(0)
+                )));
+            }
+            let mut shape = a.shape().to_vec();
+            shape[0] = n;
+            broadcast_to(a, &shape).map(Some)
+        };
+        Ok(KvCache {
+            keys: rep(&self.keys)?,
+            values: rep(&self.values)?,
+            offset: self.offset,
+        })
+    }
+
+    fn fetch(&self) -> Result<(Array, Array)> {
+        let end = self.offset as i32;
+        match (&self.keys, &self.values) {
+            (Some(k), Some(v)) => Ok((
+                k.try_index((.., .., ..end, ..))?,
+                v.try_index((.., .., ..end, ..))?,
+            )),
+            _ => Err(Exception::custom("kv cache is empty")),
+        }
+    }
+
+    fn buffers_mut(&mut self) -> (&mut Array, &mut Array) {
+        match (&mut self.keys, &mut self.values) {
+            (Some(k), Some(v)) => (k, v),
+            _ => unreachable!("buffers exist after growing"),
+        }
+    }
+}
+
+/// `buf` (valid up to `prev`) with `grow` more positions, in the dtype of `new`.
+fn grown(buf: Option<Array>, new: &Array, prev: i32, grow: i32) -> Result<Array> {
+    let mut shape = new.shape().to_vec();
+    shape[2] = grow;
+    let extra = zeros_dtype(&shape, new.dtype())?;
+    match buf {
+        None => Ok(extra),
+        Some(buf) => {
+            // Stale positions past `prev` (after a trim) are dropped rather than carried.
+            let kept = if buf.dim(2) == prev {
+                buf
+            } else {
+                buf.try_index((.., .., ..prev, ..))?
+            };
+            concatenate(&[kept, extra], 2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(b: i32, l: i32, start: f32) -> Array {
+        let n = (b * 2 * l * 4) as usize;
+        let v: Vec<f32> = (0..n).map(|i| start + i as f32).collect();
+        Array::from_slice(&v, &[b, 2, l, 4])
+    }
+
+    #[test]
+    fn nbytes_grows_in_steps() {
+        let mut c = KvCache::new();
+        assert_eq!((c.nbytes(), c.capacity()), (0, 0));
+        let per_step = 2 * (2 * STEP as usize * 4 * 4); // k and v, f32
+        c.update_and_fetch(&kv(1, 1, 0.0), &kv(1, 1, 0.0)).unwrap();
+        assert_eq!(c.nbytes(), per_step);
+        c.update_and_fetch(&kv(1, 255, 0.0), &kv(1, 255, 0.0))
+            .unwrap();
+        assert_eq!((c.offset(), c.nbytes()), (256, per_step));
+        c.update_and_fetch(&kv(1, 1, 0.0), &kv(1, 1, 0.0)).unwrap();
+        assert_eq!((c.offset(), c.nbytes()), (257, 2 * per_step));
+        // A chunk larger than a step grows by whole steps at once.
+        c.update_and_fetch(&kv(1, 600, 0.0), &kv(1, 600, 0.0))
+            .unwrap();
+        assert_eq!((c.offset(), c.capacity()), (857, 257 + 768));
+    }
+
+    #[test]
+    fn fetch_returns_everything_written_in_order() {
+        let mut c = KvCache::new();
+        let (a, b) = (kv(2, 3, 0.0), kv(2, 2, 1000.0));
+        c.update_and_fetch(&a, &a).unwrap();
+        let (k, v) = c.update_and_fetch(&b, &b).unwrap();
+        let want = concatenate(&[&a, &b], 2).unwrap();
+        assert_eq!(k.shape(), &[2, 2, 5, 4]);
+        assert!(k.eq_values(&want).unwrap());
+        assert!(v.eq_values(&want).unwrap());
+    }
+
+    #[test]
+    fn trim_returns_what_it_trimmed_and_overwrites() {
+        let mut c = KvCache::new();
+        let a = kv(1, 5, 0.0);
+        c.update_and_fetch(&a, &a).unwrap();
+        assert_eq!(c.trim(2), 2);
+        assert_eq!(c.offset(), 3);
+        assert_eq!(c.trim(10), 3);
+        assert_eq!(c.offset(), 0);
+        assert!(c.state().is_none());
+        c.update_and_fetch(&a, &a).unwrap();
+        c.truncate_to(4);
+        assert_eq!(c.offset(), 4);
+        c.truncate_to(9);
+        assert_eq!(c.offset(), 4);
+        let b = kv(1, 1, 500.0);
+        let (k, _) = c.update_and_fetch(&b, &b).unwrap();
+        let want = concatenate(&[&a.try_index((.., .., ..4, ..)).unwrap(), &b], 2).unwrap();
+        assert!(k.eq_values(&want).unwrap());
+    }
+
+    #[test]
+    fn clones_and_repeats_are_independent() {
+        let mut c = KvCache::new();
+        let a = kv(1, 3, 0.0);
+        c.update_and_fetch(&a, &a).unwrap();
+        let snapshot = c.clone();
+        let mut wide = c.repeat(3).unwrap();
+        assert_eq!((wide.batch_size(), wide.offset()), (Some(3), 3));
+        let (k, _) = wide
+            .update_and_fetch(&kv(3, 1, 100.0), &kv(3, 1, 100.0))
+            .unwrap();
+        assert_eq!(k.shape(), &[3, 2, 4, 4]);
+        let b = kv(1, 1, 7.0);
+        c.update_and_fetch(&b, &b).unwrap();
+        let (k0, _) = snapshot.state().unwrap();
+        assert!(k0.eq_values(&a).unwrap());
+        assert_eq!(c.offset(), 4);
+        assert!(c.repeat(2).unwrap().repeat(2).is_err());
+        // A batch mismatch is an error, not a crash.
+        assert!(c.update_and_fetch(&kv(2, 1, 0.0), &kv(2, 1, 0.0)).is_err());
+    }
+}

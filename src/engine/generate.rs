@@ -1,0 +1,507 @@
+//! The generation loop: prefill the prompt tail, then decode `n` candidates step by step.
+//!
+//! Contract with the caller (the prefix store):
+//! - `caches` (one per layer, batch 1) may already hold a prefix of the prompt; `prompt_ids`
+//!   are the ids *after* it, and exactly those are prefilled. At least one id must be given,
+//!   because the logits of the last prompt position are not cached (when the whole prompt
+//!   is cached, trim the caches by one and pass the last id).
+//! - The `n` candidates share that one prefill: the batch-1 caches are repeated to batch `n`
+//!   for decoding, so the caller's caches keep batch 1.
+//! - On return the caches hold a prefix of `cached prompt ++ prompt_ids ++ candidates[0]`:
+//!   for `n == 1` the prompt and the generated tokens whose keys and values were computed
+//!   (usually all but the last), for `n > 1` the prompt only. `caches[0].offset()` says how
+//!   long that prefix is.
+//!
+//! Decoding overlaps work as mlx-lm's `generate_step` does: with a greedy sampler the next
+//! token stays on the device, so step `i + 1` is built and queued (`async_eval`) before
+//! token `i` is read back; one evaluation per token.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mlx_rs::error::Exception;
+use mlx_rs::transforms::{async_eval, eval};
+use mlx_rs::{Array, Dtype};
+
+use super::cache::KvCache;
+use super::models::{Model, ModelError};
+use super::sample::{host_slice, Sampler, SamplingParams};
+
+/// Longest piece of prompt run in one forward, bounding activation memory.
+pub const PREFILL_CHUNK: usize = 512;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateRequest {
+    /// Most tokens per candidate; 0 only prefills (warms the caches).
+    pub max_tokens: usize,
+    /// Number of candidates (at least 1).
+    pub n: usize,
+    pub sampling: SamplingParams,
+    /// Tokens that end a candidate; they are not part of its output.
+    pub stop_token_ids: Vec<u32>,
+}
+
+/// What the token callback wants next for its candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    /// Finish this candidate, keeping the token just passed.
+    Stop,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The callback returned [`Control::Stop`].
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// `cancel` was set.
+    Cancelled,
+    /// A stop token was generated.
+    StopToken,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOutput {
+    pub candidates: Vec<Vec<u32>>,
+    pub finish_reasons: Vec<FinishReason>,
+    /// Prompt positions run through the model (once, whatever `n`).
+    pub prefill_tokens: usize,
+    /// From the call to the prompt's logits being computed.
+    pub prefill_time: Duration,
+    /// From the first token on the host to the end.
+    pub decode_time: Duration,
+    /// From the call to the first token on the host.
+    pub first_token_time: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error("no prompt ids to prefill (leave at least the last prompt id uncached)")]
+    EmptyPrompt,
+    #[error("n must be at least 1")]
+    NoCandidates,
+    #[error("caches must have batch 1, one has {0}")]
+    CacheBatch(i32),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("mlx: {0}")]
+    Mlx(#[from] Exception),
+}
+
+/// Runs `prompt_ids` after what `caches` hold and generates `req.n` candidates, calling
+/// `on_token(candidate, token)` for each token as soon as it is known. `cancel` is checked
+/// between prefill chunks and between decode steps. See the module docs for the cache contract.
+pub fn generate(
+    model: &Model,
+    caches: &mut [KvCache],
+    prompt_ids: &[u32],
+    req: &GenerateRequest,
+    cancel: &AtomicBool,
+    mut on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<GenerateOutput, GenerateError> {
+    let start = Instant::now();
+    let n = req.n;
+    if n == 0 {
+        return Err(GenerateError::NoCandidates);
+    }
+    if prompt_ids.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    if let Some(b) = caches
+        .iter()
+        .find_map(|c| c.batch_size().filter(|&b| b != 1))
+    {
+        return Err(GenerateError::CacheBatch(b));
+    }
+    let base = caches.first().map_or(0, KvCache::offset);
+    let mut out = GenerateOutput {
+        candidates: vec![vec![]; n],
+        finish_reasons: vec![FinishReason::Length; n],
+        prefill_tokens: prompt_ids.len(),
+        prefill_time: Duration::ZERO,
+        decode_time: Duration::ZERO,
+        first_token_time: Duration::ZERO,
+    };
+    let Some(logits) = prefill(model, caches, prompt_ids, cancel)? else {
+        out.finish_reasons = vec![FinishReason::Cancelled; n];
+        return Ok(out);
+    };
+    out.prefill_time = start.elapsed();
+    if req.max_tokens == 0 {
+        return Ok(out);
+    }
+
+    let mut sampler = Sampler::new(req.sampling.clone());
+    let overlap = sampler.params().is_greedy();
+    let mut forked;
+    let dc: &mut [KvCache] = if n > 1 {
+        forked = caches
+            .iter()
+            .map(|c| c.repeat(n as i32))
+            .collect::<Result<Vec<_>, _>>()?;
+        &mut forked
+    } else {
+        caches
+    };
+    let logits = if n > 1 {
+        mlx_rs::ops::broadcast_to(&logits, &[n as i32, logits.dim(1)])?
+    } else {
+        logits
+    };
+    let stop: HashSet<u32> = req.stop_token_ids.iter().copied().collect();
+    let mut finished = vec![false; n];
+    // Generated tokens whose keys and values are in the caches.
+    let mut fed = 0;
+    let mut y = sampler.sample(&logits)?;
+    let mut decode_start = None;
+    // Tokens read back so far (per row).
+    let mut step = 0;
+    loop {
+        let steps_left = step + 1 < req.max_tokens;
+        // Queue the next step on the still-lazy token before reading it back.
+        let mut next = None;
+        if overlap && steps_left && !cancel.load(Ordering::Relaxed) {
+            next = Some(decode_step(model, dc, &y, &mut sampler)?);
+            fed += 1;
+        }
+        let tokens = host_slice::<u32>(&y)?.to_vec();
+        step += 1;
+        if decode_start.is_none() {
+            out.first_token_time = start.elapsed();
+            decode_start = Some(Instant::now());
+        }
+        for (i, &t) in tokens.iter().enumerate() {
+            if finished[i] {
+                continue;
+            }
+            let reason = if stop.contains(&t) {
+                Some(FinishReason::StopToken)
+            } else {
+                out.candidates[i].push(t);
+                match on_token(i, t) {
+                    Control::Stop => Some(FinishReason::Stop),
+                    Control::Continue if out.candidates[i].len() >= req.max_tokens => {
+                        Some(FinishReason::Length)
+                    }
+                    Control::Continue => None,
+                }
+            };
+            if let Some(r) = reason {
+                out.finish_reasons[i] = r;
+                finished[i] = true;
+            }
+        }
+        if finished.iter().all(|&f| f) {
+            break;
+        }
+        if cancel.load(Ordering::Relaxed) {
+            for (i, f) in finished.iter().enumerate() {
+                if !f {
+                    out.finish_reasons[i] = FinishReason::Cancelled;
+                }
+            }
+            break;
+        }
+        y = match next {
+            Some(next) => next,
+            None => {
+                fed += 1;
+                decode_step(model, dc, &y, &mut sampler)?
+            }
+        };
+    }
+    out.decode_time = decode_start.map_or(Duration::ZERO, |t| t.elapsed());
+    if n == 1 {
+        // Keep only a prefix of prompt ++ candidate: drop a fed stop token or a step
+        // queued past the end.
+        let keep = base + prompt_ids.len() + fed.min(out.candidates[0].len());
+        caches.iter_mut().for_each(|c| c.truncate_to(keep));
+    }
+    Ok(out)
+}
+
+/// Runs `ids` (batch 1) through the model in chunks of [`PREFILL_CHUNK`], appending to
+/// `caches`; returns the last position's logits (`[1, vocab]`, evaluated), or `None` when
+/// `cancel` was set between chunks (the caches then hold the chunks already run).
+pub fn prefill(
+    model: &Model,
+    caches: &mut [KvCache],
+    ids: &[u32],
+    cancel: &AtomicBool,
+) -> Result<Option<Array>, GenerateError> {
+    if ids.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    let mut chunks = ids.chunks(PREFILL_CHUNK).peekable();
+    while let Some(chunk) = chunks.next() {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let tokens = Array::from_slice(chunk, &[1, chunk.len() as i32]);
+        let logits = model.forward(&tokens, caches)?;
+        if chunks.peek().is_none() {
+            eval([&logits])?;
+            return Ok(Some(logits));
+        }
+        eval(caches.iter().flat_map(KvCache::arrays))?;
+    }
+    unreachable!("ids is not empty")
+}
+
+/// Feeds `y` (`[B]` tokens, maybe still lazy) and returns the next tokens, queued for
+/// evaluation.
+fn decode_step(
+    model: &Model,
+    caches: &mut [KvCache],
+    y: &Array,
+    sampler: &mut Sampler,
+) -> Result<Array, GenerateError> {
+    let tokens = y.reshape(&[y.dim(0), 1])?.as_dtype(Dtype::Uint32)?;
+    let logits = model.forward(&tokens, caches)?;
+    let next = sampler.sample(&logits)?;
+    async_eval([&next])?;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::models::test_util::tiny_model;
+    use crate::engine::models::Arch;
+
+    const PROMPT: [u32; 9] = [5, 9, 13, 2, 88, 41, 7, 60, 33];
+
+    fn req(max_tokens: usize, n: usize) -> GenerateRequest {
+        GenerateRequest {
+            max_tokens,
+            n,
+            sampling: SamplingParams::default(),
+            stop_token_ids: vec![],
+        }
+    }
+
+    fn run(
+        model: &Model,
+        r: &GenerateRequest,
+        on_token: impl FnMut(usize, u32) -> Control,
+    ) -> (GenerateOutput, Vec<KvCache>) {
+        let mut caches = model.new_caches();
+        let out = generate(
+            model,
+            &mut caches,
+            &PROMPT,
+            r,
+            &AtomicBool::new(false),
+            on_token,
+        )
+        .unwrap();
+        (out, caches)
+    }
+
+    /// Greedy decode by hand: forward the whole sequence each step, no cache reuse.
+    fn greedy_reference(model: &Model, steps: usize) -> Vec<u32> {
+        let mut seq = PROMPT.to_vec();
+        for _ in 0..steps {
+            let t = Array::from_slice(&seq, &[1, seq.len() as i32]);
+            let logits = model.forward(&t, &mut model.new_caches()).unwrap();
+            let id = mlx_rs::ops::indexing::argmax_axis(&logits, -1, false).unwrap();
+            seq.push(id.item_exact::<u32>());
+        }
+        seq.split_off(PROMPT.len())
+    }
+
+    #[test]
+    fn stops_at_max_tokens_with_greedy_tokens() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            let model = tiny_model(arch, 21);
+            let mut seen = vec![];
+            let (out, caches) = run(&model, &req(6, 1), |i, t| {
+                seen.push((i, t));
+                Control::Continue
+            });
+            assert_eq!(out.candidates[0], greedy_reference(&model, 6));
+            assert_eq!(out.finish_reasons, vec![FinishReason::Length]);
+            assert_eq!(seen.len(), 6);
+            assert_eq!(out.prefill_tokens, PROMPT.len());
+            // The caches hold the prompt and the fed tokens, a prefix of prompt ++ output.
+            assert_eq!(caches[0].offset(), PROMPT.len() + 5);
+        }
+    }
+
+    #[test]
+    fn stops_at_a_stop_token_without_emitting_it() {
+        let model = tiny_model(Arch::Qwen2, 22);
+        let free = run(&model, &req(8, 1), |_, _| Control::Continue)
+            .0
+            .candidates[0]
+            .clone();
+        let mut r = req(8, 1);
+        r.stop_token_ids = vec![free[3]];
+        let first = free.iter().position(|&t| t == free[3]).unwrap();
+        let (out, caches) = run(&model, &r, |_, _| Control::Continue);
+        assert_eq!(out.candidates[0], free[..first]);
+        assert_eq!(out.finish_reasons, vec![FinishReason::StopToken]);
+        assert_eq!(caches[0].offset(), PROMPT.len() + first);
+    }
+
+    #[test]
+    fn stops_when_the_callback_says_stop() {
+        let model = tiny_model(Arch::Qwen3, 23);
+        let (out, _) = run(&model, &req(10, 1), |_, _| Control::Stop);
+        assert_eq!(out.candidates[0].len(), 1);
+        assert_eq!(out.finish_reasons, vec![FinishReason::Stop]);
+    }
+
+    #[test]
+    fn cancel_from_the_callback_after_three_tokens() {
+        let model = tiny_model(Arch::Qwen2, 24);
+        for sampling in [
+            SamplingParams::default(),
+            SamplingParams {
+                temperature: 0.8,
+                seed: Some(1),
+                ..SamplingParams::default()
+            },
+        ] {
+            let cancel = AtomicBool::new(false);
+            let mut caches = model.new_caches();
+            let mut r = req(20, 1);
+            r.sampling = sampling;
+            let mut count = 0;
+            let out = generate(&model, &mut caches, &PROMPT, &r, &cancel, |_, _| {
+                count += 1;
+                if count == 3 {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+                Control::Continue
+            })
+            .unwrap();
+            assert_eq!(out.candidates[0].len(), 3);
+            assert_eq!(out.finish_reasons, vec![FinishReason::Cancelled]);
+            assert!(caches[0].offset() <= PROMPT.len() + 3);
+        }
+        // Cancelled before anything ran: no tokens, caches untouched.
+        let mut caches = model.new_caches();
+        let out = generate(
+            &model,
+            &mut caches,
+            &PROMPT,
+            &req(5, 2),
+            &AtomicBool::new(true),
+            |_, _| Control::Continue,
+        )
+        .unwrap();
+        assert_eq!(out.candidates, vec![Vec::<u32>::new(); 2]);
+        assert_eq!(out.finish_reasons, vec![FinishReason::Cancelled; 2]);
+        assert_eq!(caches[0].offset(), 0);
+    }
+
+    #[test]
+    fn greedy_candidates_equal_a_single_one_and_share_the_prefill() {
+        let model = tiny_model(Arch::Qwen3, 25);
+        let (one, _) = run(&model, &req(7, 1), |_, _| Control::Continue);
+        let mut calls = vec![0; 3];
+        let (three, caches) = run(&model, &req(7, 3), |i, _| {
+            calls[i] += 1;
+            Control::Continue
+        });
+        assert_eq!(three.candidates, vec![one.candidates[0].clone(); 3]);
+        assert_eq!(calls, vec![7; 3]);
+        assert_eq!(three.prefill_tokens, PROMPT.len());
+        // The caller's caches are still batch 1 and hold the prompt once.
+        assert_eq!(caches[0].batch_size(), Some(1));
+        assert_eq!(caches[0].offset(), PROMPT.len());
+    }
+
+    #[test]
+    fn sampled_candidates_are_seeded_and_differ() {
+        let model = tiny_model(Arch::Qwen2, 26);
+        let mut r = req(12, 3);
+        r.sampling = SamplingParams {
+            temperature: 1.5,
+            top_p: 1.0,
+            top_k: 0,
+            seed: Some(99),
+        };
+        let (a, _) = run(&model, &r, |_, _| Control::Continue);
+        let (b, _) = run(&model, &r, |_, _| Control::Continue);
+        assert_eq!(a.candidates, b.candidates);
+        assert!(a.candidates.iter().all(|c| c.len() == 12));
+        assert!(a.candidates[0] != a.candidates[1] || a.candidates[1] != a.candidates[2]);
+    }
+
+    #[test]
+    fn continues_from_a_cached_prefix_and_chunks_long_prompts() {
+        let model = tiny_model(Arch::Qwen2, 27);
+        let (whole, _) = run(&model, &req(5, 1), |_, _| Control::Continue);
+        // Prefix of 4 already cached: prefill only the rest.
+        let mut caches = model.new_caches();
+        let cancel = AtomicBool::new(false);
+        prefill(&model, &mut caches, &PROMPT[..4], &cancel).unwrap();
+        let out = generate(
+            &model,
+            &mut caches,
+            &PROMPT[4..],
+            &req(5, 1),
+            &cancel,
+            |_, _| Control::Continue,
+        )
+        .unwrap();
+        assert_eq!(out.candidates, whole.candidates);
+        assert_eq!(out.prefill_tokens, PROMPT.len() - 4);
+        // A prompt longer than one chunk gives the same logits as one forward.
+        let long: Vec<u32> = (0..PREFILL_CHUNK as u32 + 40).map(|i| i * 7 % 97).collect();
+        let mut chunked = model.new_caches();
+        let a = prefill(&model, &mut chunked, &long, &cancel)
+            .unwrap()
+            .unwrap();
+        let t = Array::from_slice(&long, &[1, long.len() as i32]);
+        let b = model.forward(&t, &mut model.new_caches()).unwrap();
+        assert!(crate::engine::models::test_util::max_abs_diff(&a, &b) <= 1e-4);
+        assert_eq!(chunked[0].offset(), long.len());
+    }
+
+    #[test]
+    fn bad_requests_are_errors() {
+        let model = tiny_model(Arch::Qwen2, 28);
+        let mut caches = model.new_caches();
+        let cancel = AtomicBool::new(false);
+        let go = |caches: &mut [KvCache], ids: &[u32], r: &GenerateRequest| {
+            generate(&model, caches, ids, r, &cancel, |_, _| Control::Continue)
+        };
+        assert!(matches!(
+            go(&mut caches, &[], &req(3, 1)),
+            Err(GenerateError::EmptyPrompt)
+        ));
+        assert!(matches!(
+            go(&mut caches, &PROMPT, &req(3, 0)),
+            Err(GenerateError::NoCandidates)
+        ));
+        let out = go(&mut caches, &PROMPT, &req(0, 1)).unwrap();
+        assert_eq!(out.candidates, vec![Vec::<u32>::new()]);
+        assert_eq!(caches[0].offset(), PROMPT.len());
+        let mut wide: Vec<KvCache> = caches.iter().map(|c| c.repeat(2).unwrap()).collect();
+        assert!(matches!(
+            go(&mut wide, &[1], &req(3, 1)),
+            Err(GenerateError::CacheBatch(2))
+        ));
+    }
+
+    #[test]
+    #[allow(clippy::print_stdout)]
+    fn decode_speed_of_the_tiny_model() {
+        let model = tiny_model(Arch::Qwen2, 29);
+        let (out, _) = run(&model, &req(64, 1), |_, _| Control::Continue);
+        let per_token = out.decode_time.as_secs_f64() * 1e3 / 63.0;
+        println!(
+            "tiny qwen2: prefill {} tokens {:.2} ms, first token {:.2} ms, decode {:.3} ms/token",
+            out.prefill_tokens,
+            out.prefill_time.as_secs_f64() * 1e3,
+            out.first_token_time.as_secs_f64() * 1e3,
+            per_token
+        );
+        assert_eq!(out.candidates[0].len(), 64);
+    }
+}

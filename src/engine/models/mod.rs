@@ -1,0 +1,1219 @@
+//! Decoder-only transformers of the Qwen family, written as plain functions over MLX arrays.
+//!
+//! One [`Model`] serves both architectures: they share the embedding, the decoder block
+//! (pre-norm attention + SwiGLU MLP, each with a residual), the final norm and the LM head,
+//! and differ only inside attention. [`qwen2`] adds a bias to q/k/v; [`qwen3`] has no bias but
+//! RMS-normalizes every query and key head and takes `head_dim` from its config. The block
+//! dispatches on [`Attention`], an enum of the two.
+//!
+//! Weights come in as a map with HF / mlx-community names (`model.layers.{i}.self_attn.q_proj.weight`,
+//! …). A linear layer (and the embedding) is either dense (`.weight` `[out, in]`, any float
+//! dtype) or MLX affine-quantized (`.weight` uint32 packed, `.scales`, `.biases`); bits and
+//! group size are read from the shapes per tensor, so mixed-bit checkpoints load. At load
+//! time q/k/v become one matrix and gate/up another (one matmul each instead of three and
+//! two), because decode on a GPU is bound by the number of kernels per token.
+
+pub mod qwen2;
+pub mod qwen3;
+
+use std::collections::HashMap;
+
+use mlx_rs::error::Exception;
+use mlx_rs::fast;
+use mlx_rs::ops::indexing::TryIndexOp;
+use mlx_rs::ops::{self, quantized_matmul};
+use mlx_rs::transforms::eval;
+use mlx_rs::{Array, Dtype};
+
+use crate::engine::cache::KvCache;
+
+/// Which attention variant a checkpoint uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Qwen2 / Qwen2.5 / Qwen2.5-Coder: bias on q, k and v.
+    Qwen2,
+    /// Qwen3 dense: no q/k/v bias, per-head RMSNorm on queries and keys.
+    Qwen3,
+}
+
+/// Hyper-parameters of a model, filled by the loader from GGUF metadata or `config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub hidden_size: i32,
+    pub intermediate_size: i32,
+    pub num_hidden_layers: i32,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: i32,
+    /// Qwen2: `hidden_size / num_attention_heads`; Qwen3 states it explicitly.
+    pub head_dim: i32,
+    pub vocab_size: i32,
+    pub rope_theta: f32,
+    pub rms_norm_eps: f32,
+    /// Without an `lm_head.weight`, the LM head is the embedding matrix.
+    pub tie_word_embeddings: bool,
+}
+
+impl ModelConfig {
+    fn validate(&self) -> Result<(), ModelError> {
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+        ];
+        if let Some((name, v)) = positive.iter().find(|(_, v)| *v <= 0) {
+            return Err(ModelError::Config(format!(
+                "{name} must be positive, is {v}"
+            )));
+        }
+        if self.num_attention_heads % self.num_key_value_heads != 0 {
+            return Err(ModelError::Config(format!(
+                "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                self.num_attention_heads, self.num_key_value_heads
+            )));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(ModelError::Config(format!(
+                "head_dim ({}) must be even for RoPE",
+                self.head_dim
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Format of one MLX affine-quantized matrix: `group_size` consecutive inputs share a scale
+/// and a bias; each weight takes `bits` bits of a packed uint32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantSpec {
+    pub group_size: i32,
+    pub bits: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("missing tensor `{0}`")]
+    MissingTensor(String),
+    #[error("tensor `{name}`: expected shape {expected:?}, found {found:?}")]
+    ShapeMismatch {
+        name: String,
+        expected: Vec<i32>,
+        found: Vec<i32>,
+    },
+    #[error("tensor `{name}`: {reason}")]
+    BadTensor { name: String, reason: String },
+    #[error("invalid model config: {0}")]
+    Config(String),
+    #[error("invalid input: {0}")]
+    Input(String),
+    #[error("mlx: {0}")]
+    Mlx(#[from] Exception),
+}
+
+type Result<T, E = ModelError> = std::result::Result<T, E>;
+
+/// A Qwen2 or Qwen3 decoder with its weights.
+pub struct Model {
+    cfg: ModelConfig,
+    embed_tokens: Linear,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// `None`: tied, the head is `embed_tokens`.
+    lm_head: Option<Linear>,
+}
+
+impl Model {
+    /// Builds the model from a weight map (HF names), consuming it. `group_size` is the
+    /// checkpoint's quantization group size (ignored for dense tensors; a tensor whose scales
+    /// only fit another group size uses that one). Unknown extra tensors are ignored.
+    /// `lm_head.weight` is used when present, even with tied embeddings (GGUF files carry a
+    /// separately quantized `output.weight`); otherwise tied embeddings are required.
+    /// All weights are evaluated before returning, so a lazily loaded map is read here.
+    pub fn from_weights(
+        cfg: ModelConfig,
+        weights: HashMap<String, Array>,
+        group_size: i32,
+    ) -> Result<Model> {
+        cfg.validate()?;
+        let mut w = Weights {
+            map: weights,
+            group_size,
+        };
+        let (hidden, vocab) = (cfg.hidden_size, cfg.vocab_size);
+        let embed_tokens = w.linear("model.embed_tokens", vocab, hidden, false)?;
+        eval(embed_tokens.arrays())?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers as usize);
+        for i in 0..cfg.num_hidden_layers {
+            let layer = DecoderLayer::load(&cfg, &mut w, &format!("model.layers.{i}"))?;
+            eval(layer.arrays())?;
+            layers.push(layer);
+        }
+        let norm = w.rms_norm("model.norm.weight", hidden, cfg.rms_norm_eps)?;
+        let lm_head = if w.map.contains_key("lm_head.weight") || !cfg.tie_word_embeddings {
+            Some(w.linear("lm_head", vocab, hidden, false)?)
+        } else {
+            None
+        };
+        let mut rest = vec![&norm.weight];
+        rest.extend(lm_head.iter().flat_map(Linear::arrays));
+        eval(rest)?;
+        Ok(Model {
+            cfg,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// One empty KV cache per layer.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        (0..self.layers.len()).map(|_| KvCache::new()).collect()
+    }
+
+    /// Bytes held by the weights.
+    pub fn nbytes(&self) -> usize {
+        let mut arrays = self.embed_tokens.arrays();
+        arrays.extend(self.layers.iter().flat_map(DecoderLayer::arrays));
+        arrays.push(&self.norm.weight);
+        arrays.extend(self.lm_head.iter().flat_map(Linear::arrays));
+        arrays.iter().map(|a| a.nbytes()).sum()
+    }
+
+    /// Runs `tokens` (`[B, L]`, int32 or uint32) after what `caches` hold, appends their keys
+    /// and values to the caches, and returns the logits of the last position, `[B, vocab]` f32.
+    /// The result is lazy: nothing is computed until it (or a cache) is evaluated.
+    pub fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        let h = self.hidden_states(tokens, caches)?;
+        let (b, l) = (h.dim(0), h.dim(1));
+        let last = h.try_index((.., l - 1.., ..))?;
+        let logits = self.head(&self.norm.forward(&last)?)?;
+        Ok(logits
+            .reshape(&[b, self.cfg.vocab_size])?
+            .as_dtype(Dtype::Float32)?)
+    }
+
+    /// Like [`Model::forward`] but returns the logits of every position, `[B, L, vocab]` f32.
+    pub fn forward_all(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        let h = self.hidden_states(tokens, caches)?;
+        let logits = self.head(&self.norm.forward(&h)?)?;
+        Ok(logits.as_dtype(Dtype::Float32)?)
+    }
+
+    /// Embedding and decoder blocks, before the final norm: `[B, L, hidden]`.
+    fn hidden_states(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        if tokens.ndim() != 2 || tokens.dim(1) == 0 {
+            return Err(ModelError::Input(format!(
+                "tokens must be [batch, length>0], got {:?}",
+                tokens.shape()
+            )));
+        }
+        if !matches!(tokens.dtype(), Dtype::Int32 | Dtype::Uint32) {
+            return Err(ModelError::Input(format!(
+                "tokens must be int32 or uint32, got {:?}",
+                tokens.dtype()
+            )));
+        }
+        if caches.len() != self.layers.len() {
+            return Err(ModelError::Input(format!(
+                "{} caches for {} layers",
+                caches.len(),
+                self.layers.len()
+            )));
+        }
+        let mut h = self.embed_tokens.lookup(tokens)?;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            h = layer.forward(&h, cache)?;
+        }
+        Ok(h)
+    }
+
+    fn head(&self, h: &Array) -> Result<Array> {
+        self.lm_head
+            .as_ref()
+            .unwrap_or(&self.embed_tokens)
+            .forward(h)
+    }
+}
+
+/// Pre-norm residual block: `x + attn(norm(x))`, then `h + mlp(norm(h))`.
+struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
+        let (hidden, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        let attn_prefix = format!("{prefix}.self_attn");
+        Ok(DecoderLayer {
+            input_layernorm: w.rms_norm(
+                &format!("{prefix}.input_layernorm.weight"),
+                hidden,
+                eps,
+            )?,
+            self_attn: match cfg.arch {
+                Arch::Qwen2 => Attention::Qwen2(qwen2::Attention::load(cfg, w, &attn_prefix)?),
+                Arch::Qwen3 => Attention::Qwen3(qwen3::Attention::load(cfg, w, &attn_prefix)?),
+            },
+            post_attention_layernorm: w.rms_norm(
+                &format!("{prefix}.post_attention_layernorm.weight"),
+                hidden,
+                eps,
+            )?,
+            mlp: Mlp::load(cfg, w, &format!("{prefix}.mlp"))?,
+        })
+    }
+
+    fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        let normed = self.input_layernorm.forward(x)?;
+        let attn = match &self.self_attn {
+            Attention::Qwen2(a) => a.forward(&normed, cache)?,
+            Attention::Qwen3(a) => a.forward(&normed, cache)?,
+        };
+        let h = x.add(&attn)?;
+        let mlp = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&h)?)?;
+        Ok(h.add(&mlp)?)
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut v = vec![
+            &self.input_layernorm.weight,
+            &self.post_attention_layernorm.weight,
+        ];
+        v.extend(match &self.self_attn {
+            Attention::Qwen2(a) => a.arrays(),
+            Attention::Qwen3(a) => a.arrays(),
+        });
+        v.extend(self.mlp.gate_up.arrays());
+        v.extend(self.mlp.down_proj.arrays());
+        v
+    }
+}
+
+/// The one place where the two architectures differ.
+enum Attention {
+    Qwen2(qwen2::Attention),
+    Qwen3(qwen3::Attention),
+}
+
+/// What both attention variants do once q, k and v (`[B, L, heads, head_dim]`) are known:
+/// RoPE at the cache offset, append k/v to the cache, attend, merge the heads.
+struct AttentionCore {
+    n_heads: i32,
+    n_kv_heads: i32,
+    head_dim: i32,
+    rope_theta: f32,
+}
+
+impl AttentionCore {
+    fn new(cfg: &ModelConfig) -> Self {
+        AttentionCore {
+            n_heads: cfg.num_attention_heads,
+            n_kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            rope_theta: cfg.rope_theta,
+        }
+    }
+
+    /// Output rows of the q, k and v projections.
+    fn qkv_rows(&self) -> [i32; 3] {
+        let kv = self.n_kv_heads * self.head_dim;
+        [self.n_heads * self.head_dim, kv, kv]
+    }
+
+    /// Splits the fused projection `[B, L, (H + 2 KV) * D]` into q `[B, L, H, D]`, k and v
+    /// `[B, L, KV, D]`.
+    fn split_heads(&self, qkv: &[Array]) -> Result<[Array; 3]> {
+        let heads = [self.n_heads, self.n_kv_heads, self.n_kv_heads];
+        let mut out = qkv.iter().zip(heads).map(|(a, h)| {
+            let (b, l) = (a.dim(0), a.dim(1));
+            a.reshape(&[b, l, h, self.head_dim])
+        });
+        let mut next = || {
+            out.next()
+                .expect("three projections")
+                .map_err(ModelError::from)
+        };
+        Ok([next()?, next()?, next()?])
+    }
+
+    /// q `[B, L, H, D]`, k and v `[B, L, KV, D]` → `[B, L, H * D]`.
+    fn attend(&self, q: &Array, k: &Array, v: &Array, cache: &mut KvCache) -> Result<Array> {
+        let (b, l) = (q.dim(0), q.dim(1));
+        let offset = cache.offset() as i32;
+        let to_heads = |a: &Array| a.transpose_axes(&[0, 2, 1, 3]);
+        // NEOX rotation (halves, not interleaved pairs), as llama.cpp runs qwen2/qwen3.
+        let rope =
+            |a: &Array| fast::rope(a, self.head_dim, false, self.rope_theta, 1.0, offset, None);
+        let q = rope(&to_heads(q)?)?;
+        let k = rope(&to_heads(k)?)?;
+        let (keys, values) = cache.update_and_fetch(&k, &to_heads(v)?)?;
+        let scale = 1.0 / (self.head_dim as f32).sqrt();
+        // MLX's causal mask is aligned to the bottom right (query i sees keys up to
+        // offset + i), so a chunk after a cached prefix needs no explicit mask; GQA is native.
+        let mask = (l > 1).then_some(fast::ScaledDotProductAttentionMask::Causal);
+        let out = fast::scaled_dot_product_attention(q, keys, values, scale, mask, None)?;
+        Ok(out
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[b, l, self.n_heads * self.head_dim])?)
+    }
+}
+
+/// SwiGLU: `down(silu(gate(x)) * up(x))`, gate and up in one matmul.
+struct Mlp {
+    gate_up: FusedLinear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
+        let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
+        let gate = w.linear(&format!("{prefix}.gate_proj"), inter, hidden, false)?;
+        let up = w.linear(&format!("{prefix}.up_proj"), inter, hidden, false)?;
+        Ok(Mlp {
+            gate_up: FusedLinear::new(vec![gate, up])?,
+            down_proj: w.linear(&format!("{prefix}.down_proj"), hidden, inter, false)?,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array> {
+        let [gate, up]: [Array; 2] = self
+            .gate_up
+            .forward(x)?
+            .try_into()
+            .map_err(|_| ModelError::Input("gate/up split".into()))?;
+        let act = gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?;
+        self.down_proj.forward(&act)
+    }
+}
+
+pub(crate) struct RmsNorm {
+    weight: Array,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// Normalizes over the last axis.
+    fn forward(&self, x: &Array) -> Result<Array> {
+        Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
+    }
+}
+
+/// `y = x Wᵀ (+ b)` with `W` `[out, in]` dense or MLX affine-quantized. Also the embedding
+/// table (`[vocab, hidden]`, looked up by row) and a tied LM head.
+pub(crate) enum Linear {
+    Dense {
+        weight: Array,
+        bias: Option<Array>,
+    },
+    Quantized {
+        weight: Array,
+        scales: Array,
+        biases: Array,
+        bias: Option<Array>,
+        spec: QuantSpec,
+    },
+}
+
+impl Linear {
+    fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            Linear::Dense { weight, bias } => Ok(match bias {
+                Some(b) => ops::addmm(b, x, weight.transpose()?, None, None)?,
+                None => x.matmul(weight.transpose()?)?,
+            }),
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                bias,
+                spec,
+            } => {
+                let y =
+                    quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?;
+                Ok(match bias {
+                    Some(b) => y.add(b)?,
+                    None => y,
+                })
+            }
+        }
+    }
+
+    /// Rows `ids` of the matrix (the embedding lookup), dequantized: `ids.shape + [in]`.
+    fn lookup(&self, ids: &Array) -> Result<Array> {
+        match self {
+            Linear::Dense { weight, .. } => Ok(weight.take_axis(ids, 0)?),
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                spec,
+                ..
+            } => Ok(ops::dequantize(
+                weight.take_axis(ids, 0)?,
+                scales.take_axis(ids, 0)?,
+                &biases.take_axis(ids, 0)?,
+                spec.group_size,
+                spec.bits,
+            )?),
+        }
+    }
+
+    fn out_features(&self) -> i32 {
+        match self {
+            Linear::Dense { weight, .. } | Linear::Quantized { weight, .. } => weight.dim(0),
+        }
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let (mut v, bias) = match self {
+            Linear::Dense { weight, bias } => (vec![weight], bias),
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                bias,
+                ..
+            } => (vec![weight, scales, biases], bias),
+        };
+        v.extend(bias);
+        v
+    }
+
+    /// Stacks the output rows of same-format layers into one layer, or `None` when their
+    /// formats (dense dtype, quantization, bias presence) differ.
+    fn concat_rows(parts: &[Linear]) -> Result<Option<Linear>> {
+        let cat = |arrays: Vec<&Array>| ops::concatenate(&arrays, 0);
+        let biases: Option<Vec<&Array>> = parts.iter().map(Linear::bias).collect();
+        if biases.is_none() && parts.iter().any(|p| p.bias().is_some()) {
+            return Ok(None);
+        }
+        let bias = biases.map(cat).transpose()?;
+        match &parts[0] {
+            Linear::Dense { weight, .. } => {
+                let mut ws = vec![];
+                for p in parts {
+                    match p {
+                        Linear::Dense { weight: w, .. } if w.dtype() == weight.dtype() => {
+                            ws.push(w)
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                Ok(Some(Linear::Dense {
+                    weight: cat(ws)?,
+                    bias,
+                }))
+            }
+            Linear::Quantized { spec, .. } => {
+                let (mut ws, mut ss, mut bs) = (vec![], vec![], vec![]);
+                for p in parts {
+                    match p {
+                        Linear::Quantized {
+                            weight,
+                            scales,
+                            biases,
+                            spec: s,
+                            ..
+                        } if s == spec => {
+                            ws.push(weight);
+                            ss.push(scales);
+                            bs.push(biases);
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                Ok(Some(Linear::Quantized {
+                    weight: cat(ws)?,
+                    scales: cat(ss)?,
+                    biases: cat(bs)?,
+                    bias,
+                    spec: *spec,
+                }))
+            }
+        }
+    }
+
+    fn bias(&self) -> Option<&Array> {
+        match self {
+            Linear::Dense { bias, .. } | Linear::Quantized { bias, .. } => bias.as_ref(),
+        }
+    }
+}
+
+/// Linear maps of the same input (q/k/v, gate/up): one matmul over their stacked rows, split
+/// after. Layers that cannot be stacked (different bits) stay separate.
+pub(crate) struct FusedLinear {
+    parts: Vec<Linear>,
+    /// Where the fused output splits; empty when `parts` are separate.
+    splits: Vec<i32>,
+}
+
+impl FusedLinear {
+    fn new(parts: Vec<Linear>) -> Result<Self> {
+        let Some(fused) = Linear::concat_rows(&parts)? else {
+            return Ok(FusedLinear {
+                parts,
+                splits: vec![],
+            });
+        };
+        eval(fused.arrays())?;
+        let splits = parts[..parts.len() - 1]
+            .iter()
+            .scan(0, |end, p| {
+                *end += p.out_features();
+                Some(*end)
+            })
+            .collect();
+        Ok(FusedLinear {
+            parts: vec![fused],
+            splits,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Vec<Array>> {
+        if let [fused] = &self.parts[..] {
+            if !self.splits.is_empty() {
+                return Ok(ops::split_at_indices(fused.forward(x)?, &self.splits, -1)?);
+            }
+        }
+        self.parts.iter().map(|p| p.forward(x)).collect()
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        self.parts.iter().flat_map(Linear::arrays).collect()
+    }
+}
+
+/// The weight map being consumed, with shape checks that name the tensor.
+struct Weights {
+    map: HashMap<String, Array>,
+    group_size: i32,
+}
+
+impl Weights {
+    fn take(&mut self, name: &str) -> Result<Array> {
+        self.map
+            .remove(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+
+    fn take_shaped(&mut self, name: &str, shape: &[i32]) -> Result<Array> {
+        let a = self.take(name)?;
+        check_shape(name, &a, shape)?;
+        if !a.dtype().is_float() {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: format!("expected a float dtype, found {:?}", a.dtype()),
+            });
+        }
+        Ok(a)
+    }
+
+    fn rms_norm(&mut self, name: &str, dim: i32, eps: f32) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: self.take_shaped(name, &[dim])?,
+            eps,
+        })
+    }
+
+    /// `{prefix}.weight` `[out, in]` (+ `.scales`/`.biases` when quantized, + `.bias` `[out]`).
+    fn linear(&mut self, prefix: &str, out: i32, inp: i32, bias: bool) -> Result<Linear> {
+        let bias = if bias {
+            Some(self.take_shaped(&format!("{prefix}.bias"), &[out])?)
+        } else {
+            None
+        };
+        let name = format!("{prefix}.weight");
+        if !self.map.contains_key(&format!("{prefix}.scales")) {
+            let weight = self.take_shaped(&name, &[out, inp])?;
+            return Ok(Linear::Dense { weight, bias });
+        }
+        let weight = self.take(&name)?;
+        let scales_name = format!("{prefix}.scales");
+        let scales = self.take(&scales_name)?;
+        let biases_name = format!("{prefix}.biases");
+        let biases = self.take(&biases_name)?;
+        if weight.dtype() != Dtype::Uint32 || weight.ndim() != 2 || weight.dim(0) != out {
+            return Err(ModelError::BadTensor {
+                name,
+                reason: format!(
+                    "quantized weight must be uint32 [{out}, packed], found {:?} {:?}",
+                    weight.dtype(),
+                    weight.shape()
+                ),
+            });
+        }
+        let groups = if scales.ndim() == 2 { scales.dim(1) } else { 0 };
+        let group_size = if groups * self.group_size == inp {
+            self.group_size
+        } else if groups > 0 && inp % groups == 0 && [32, 64, 128].contains(&(inp / groups)) {
+            inp / groups
+        } else {
+            groups.max(0) // fails the shape check below
+        };
+        let expected_groups = inp / group_size.max(1);
+        check_shape(&scales_name, &scales, &[out, expected_groups])?;
+        check_shape(&biases_name, &biases, &[out, expected_groups])?;
+        let packed = weight.dim(1);
+        let bits = packed * 32 / inp;
+        if packed * 32 % inp != 0 || ![2, 3, 4, 5, 6, 8].contains(&bits) {
+            return Err(ModelError::BadTensor {
+                name,
+                reason: format!(
+                    "{packed} packed uint32 columns do not hold {inp} inputs at 2/3/4/5/6/8 bits"
+                ),
+            });
+        }
+        Ok(Linear::Quantized {
+            weight,
+            scales,
+            biases,
+            bias,
+            spec: QuantSpec { group_size, bits },
+        })
+    }
+}
+
+fn check_shape(name: &str, a: &Array, expected: &[i32]) -> Result<()> {
+    if a.shape() != expected {
+        return Err(ModelError::ShapeMismatch {
+            name: name.to_string(),
+            expected: expected.to_vec(),
+            found: a.shape().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Tiny random models and an independent f32 forward pass to check them against.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// Host copy of a weight: data and shape.
+    pub type HostWeights = HashMap<String, (Vec<f32>, Vec<i32>)>;
+
+    pub fn tiny_config(arch: Arch) -> ModelConfig {
+        ModelConfig {
+            arch,
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            // Qwen3 states head_dim; make it differ from hidden / heads to prove it is used.
+            head_dim: if arch == Arch::Qwen3 { 32 } else { 16 },
+            vocab_size: 97,
+            rope_theta: 10000.0,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings: arch == Arch::Qwen2,
+        }
+    }
+
+    /// Random weights with HF names, on the host.
+    pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HostWeights {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut w = HostWeights::new();
+        let mut put = |name: String, shape: Vec<i32>, scale: f32, center: f32| {
+            let n = shape.iter().product::<i32>() as usize;
+            let data = (0..n)
+                .map(|_| center + scale * rng.gen_range(-1.0f32..1.0))
+                .collect();
+            w.insert(name, (data, shape));
+        };
+        let (h, i, v, d) = (
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.vocab_size,
+            cfg.head_dim,
+        );
+        let (qd, kvd) = (cfg.num_attention_heads * d, cfg.num_key_value_heads * d);
+        let lin = |fan_in: i32| 1.7 / (fan_in as f32).sqrt();
+        put("model.embed_tokens.weight".into(), vec![v, h], 1.0, 0.0);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            for (n, rows, cols) in [
+                ("self_attn.q_proj", qd, h),
+                ("self_attn.k_proj", kvd, h),
+                ("self_attn.v_proj", kvd, h),
+                ("self_attn.o_proj", h, qd),
+                ("mlp.gate_proj", i, h),
+                ("mlp.up_proj", i, h),
+                ("mlp.down_proj", h, i),
+            ] {
+                put(format!("{p}.{n}.weight"), vec![rows, cols], lin(cols), 0.0);
+            }
+            if cfg.arch == Arch::Qwen2 {
+                for (n, rows) in [("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)] {
+                    put(format!("{p}.self_attn.{n}.bias"), vec![rows], 0.3, 0.0);
+                }
+            } else {
+                for n in ["q_norm", "k_norm"] {
+                    put(format!("{p}.self_attn.{n}.weight"), vec![d], 0.2, 1.0);
+                }
+            }
+            for n in ["input_layernorm", "post_attention_layernorm"] {
+                put(format!("{p}.{n}.weight"), vec![h], 0.2, 1.0);
+            }
+        }
+        put("model.norm.weight".into(), vec![h], 0.2, 1.0);
+        if !cfg.tie_word_embeddings {
+            put("lm_head.weight".into(), vec![v, h], lin(h), 0.0);
+        }
+        w
+    }
+
+    pub fn to_device(w: &HostWeights) -> HashMap<String, Array> {
+        w.iter()
+            .map(|(k, (data, shape))| (k.clone(), Array::from_slice(data, shape)))
+            .collect()
+    }
+
+    pub fn tiny_model(arch: Arch, seed: u64) -> Model {
+        let cfg = tiny_config(arch);
+        let w = random_weights(&cfg, seed);
+        Model::from_weights(cfg, to_device(&w), 64).unwrap()
+    }
+
+    /// Quantizes every 2-D weight with MLX; returns the quantized map and the dense map of
+    /// its dequantized values (same function, no rounding difference).
+    pub fn quantized_pair(
+        w: &HostWeights,
+        group_size: i32,
+        bits: i32,
+    ) -> (HashMap<String, Array>, HashMap<String, Array>) {
+        let mut q = HashMap::new();
+        let mut d = HashMap::new();
+        for (k, (data, shape)) in w {
+            let a = Array::from_slice(data, shape);
+            if shape.len() == 2 {
+                let (wq, s, b) = ops::quantize(&a, group_size, bits).unwrap();
+                let deq = ops::dequantize(&wq, &s, &b, group_size, bits).unwrap();
+                let base = k.trim_end_matches(".weight");
+                q.insert(format!("{base}.scales"), s);
+                q.insert(format!("{base}.biases"), b);
+                q.insert(k.clone(), wq);
+                d.insert(k.clone(), deq);
+            } else {
+                q.insert(k.clone(), a.clone());
+                d.insert(k.clone(), a);
+            }
+        }
+        (q, d)
+    }
+
+    pub fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+        assert_eq!(a.shape(), b.shape());
+        let d = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
+        d.item_exact::<f32>()
+    }
+
+    pub fn tokens(ids: &[u32]) -> Array {
+        Array::from_slice(ids, &[1, ids.len() as i32])
+    }
+
+    /// Independent f32 forward pass of one sequence (f64 accumulation): logits per position.
+    pub fn reference_forward(cfg: &ModelConfig, w: &HostWeights, ids: &[u32]) -> Vec<Vec<f32>> {
+        let get = |n: &str| &w[n].0;
+        let (h, d) = (cfg.hidden_size as usize, cfg.head_dim as usize);
+        let (nh, nkv) = (
+            cfg.num_attention_heads as usize,
+            cfg.num_key_value_heads as usize,
+        );
+        let rms = |x: &[f32], g: &[f32]| -> Vec<f32> {
+            let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
+            let r = 1.0 / (ms + cfg.rms_norm_eps as f64).sqrt();
+            x.iter()
+                .zip(g)
+                .map(|(v, g)| (*v as f64 * r) as f32 * g)
+                .collect()
+        };
+        // y[o] = sum_i W[o, i] x[i] (+ b[o]); W is [out, in] row-major.
+        let matvec = |wname: &str, x: &[f32], bias: Option<&str>| -> Vec<f32> {
+            let wt = get(wname);
+            let cols = x.len();
+            (0..wt.len() / cols)
+                .map(|o| {
+                    let row = &wt[o * cols..(o + 1) * cols];
+                    let s: f64 = row.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    (s + bias.map_or(0.0, |b| get(b)[o] as f64)) as f32
+                })
+                .collect()
+        };
+        // NEOX: rotate pairs (i, i + d/2) by pos * theta^(-2i/d).
+        let rope = |x: &mut [f32], pos: usize| {
+            for i in 0..d / 2 {
+                let freq = (cfg.rope_theta as f64).powf(-2.0 * i as f64 / d as f64);
+                let (s, c) = (pos as f64 * freq).sin_cos();
+                let (a, b) = (x[i] as f64, x[i + d / 2] as f64);
+                x[i] = (a * c - b * s) as f32;
+                x[i + d / 2] = (a * s + b * c) as f32;
+            }
+        };
+        let n = ids.len();
+        let mut xs: Vec<Vec<f32>> = ids
+            .iter()
+            .map(|&t| {
+                get("model.embed_tokens.weight")[t as usize * h..(t as usize + 1) * h].to_vec()
+            })
+            .collect();
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let bias =
+                |n: &str| (cfg.arch == Arch::Qwen2).then(|| format!("{p}.self_attn.{n}.bias"));
+            let (mut qs, mut ks, mut vs) = (vec![], vec![], vec![]);
+            for (pos, x) in xs.iter().enumerate() {
+                let hn = rms(x, get(&format!("{p}.input_layernorm.weight")));
+                let proj = |n: &str| {
+                    let b = bias(n);
+                    matvec(&format!("{p}.self_attn.{n}.weight"), &hn, b.as_deref())
+                };
+                let (mut q, mut k) = (proj("q_proj"), proj("k_proj"));
+                for (v, heads, norm) in [(&mut q, nh, "q_norm"), (&mut k, nkv, "k_norm")] {
+                    for hd in 0..heads {
+                        let head = &mut v[hd * d..(hd + 1) * d];
+                        if cfg.arch == Arch::Qwen3 {
+                            let g = get(&format!("{p}.self_attn.{norm}.weight"));
+                            head.copy_from_slice(&rms(head, g));
+                        }
+                        rope(head, pos);
+                    }
+                }
+                qs.push(q);
+                ks.push(k);
+                vs.push(proj("v_proj"));
+            }
+            for i in 0..n {
+                let mut att = vec![0f32; nh * d];
+                for hd in 0..nh {
+                    let kv = hd / (nh / nkv);
+                    let q = &qs[i][hd * d..(hd + 1) * d];
+                    let scores: Vec<f64> = (0..=i)
+                        .map(|j| {
+                            let k = &ks[j][kv * d..(kv + 1) * d];
+                            q.iter()
+                                .zip(k)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>()
+                                / (d as f64).sqrt()
+                        })
+                        .collect();
+                    let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for (j, ej) in e.iter().enumerate() {
+                        for t in 0..d {
+                            att[hd * d + t] += (ej / z * vs[j][kv * d + t] as f64) as f32;
+                        }
+                    }
+                }
+                let o = matvec(&format!("{p}.self_attn.o_proj.weight"), &att, None);
+                let x = &mut xs[i];
+                x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+                let hn = rms(x, get(&format!("{p}.post_attention_layernorm.weight")));
+                let g = matvec(&format!("{p}.mlp.gate_proj.weight"), &hn, None);
+                let u = matvec(&format!("{p}.mlp.up_proj.weight"), &hn, None);
+                let act: Vec<f32> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                let dn = matvec(&format!("{p}.mlp.down_proj.weight"), &act, None);
+                x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+            }
+        }
+        let head = if w.contains_key("lm_head.weight") {
+            "lm_head.weight"
+        } else {
+            "model.embed_tokens.weight"
+        };
+        xs.iter()
+            .map(|x| matvec(head, &rms(x, get("model.norm.weight")), None))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::*;
+    use super::*;
+    use mlx_rs::ops::indexing::IndexOp;
+
+    fn seq() -> Vec<u32> {
+        vec![3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31]
+    }
+
+    /// Logits of `ids` fed in the given chunk sizes, `[1, L, V]`.
+    fn chunked(model: &Model, ids: &[u32], chunks: &[usize]) -> Array {
+        let mut caches = model.new_caches();
+        let mut outs = vec![];
+        let mut start = 0;
+        for &c in chunks {
+            outs.push(
+                model
+                    .forward_all(&tokens(&ids[start..start + c]), &mut caches)
+                    .unwrap(),
+            );
+            start += c;
+        }
+        assert_eq!(start, ids.len());
+        assert_eq!(caches[0].offset(), ids.len());
+        ops::concatenate(&outs, 1).unwrap()
+    }
+
+    fn check_cache_consistency(model: &Model) {
+        let ids = seq();
+        let whole = chunked(model, &ids, &[ids.len()]);
+        let one_by_one = chunked(model, &ids, &[1; 12]);
+        let in_chunks = chunked(model, &ids, &[5, 4, 3]);
+        assert!(max_abs_diff(&whole, &one_by_one) <= 1e-4);
+        assert!(max_abs_diff(&whole, &in_chunks) <= 1e-4);
+        // forward (last position only) agrees with forward_all.
+        let mut caches = model.new_caches();
+        let last = model.forward(&tokens(&ids), &mut caches).unwrap();
+        assert_eq!(last.shape(), &[1, 97]);
+        let l = ids.len() as i32;
+        assert!(max_abs_diff(&last, &whole.index((.., l - 1, ..))) <= 1e-5);
+    }
+
+    #[test]
+    fn cached_logits_equal_uncached_qwen2_and_qwen3() {
+        check_cache_consistency(&tiny_model(Arch::Qwen2, 1));
+        check_cache_consistency(&tiny_model(Arch::Qwen3, 2));
+    }
+
+    #[test]
+    fn cached_logits_equal_uncached_quantized() {
+        for (arch, gs, bits) in [
+            (Arch::Qwen2, 64, 4),
+            (Arch::Qwen3, 32, 6),
+            (Arch::Qwen2, 32, 8),
+        ] {
+            let cfg = tiny_config(arch);
+            let (q, _) = quantized_pair(&random_weights(&cfg, 3), gs, bits);
+            check_cache_consistency(&Model::from_weights(cfg, q, gs).unwrap());
+        }
+    }
+
+    #[test]
+    fn trim_and_refeed_matches_never_going_past() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            let model = tiny_model(arch, 4);
+            let ids = seq();
+            let k = 7;
+            let mut caches = model.new_caches();
+            model.forward(&tokens(&ids), &mut caches).unwrap();
+            for c in caches.iter_mut() {
+                assert_eq!(c.trim(ids.len() - k), ids.len() - k);
+            }
+            let other = [50u32, 51, 52];
+            let refed = model.forward_all(&tokens(&other), &mut caches).unwrap();
+            let mut fresh = model.new_caches();
+            model.forward(&tokens(&ids[..k]), &mut fresh).unwrap();
+            let direct = model.forward_all(&tokens(&other), &mut fresh).unwrap();
+            assert!(max_abs_diff(&refed, &direct) <= 1e-5);
+        }
+    }
+
+    fn check_against_reference(arch: Arch) {
+        let cfg = tiny_config(arch);
+        let w = random_weights(&cfg, 5);
+        let model = Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap();
+        let ids = seq();
+        let got = model
+            .forward_all(&tokens(&ids), &mut model.new_caches())
+            .unwrap();
+        let want = reference_forward(&cfg, &w, &ids);
+        let want: Vec<f32> = want.into_iter().flatten().collect();
+        let want = Array::from_slice(&want, got.shape());
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff <= 1e-4, "{arch:?}: max abs diff {diff}");
+        // Not a vacuous comparison: logits vary.
+        let spread = want.max(None).unwrap().item_exact::<f32>()
+            - want.min(None).unwrap().item_exact::<f32>();
+        assert!(spread > 1.0, "spread {spread}");
+    }
+
+    #[test]
+    fn qwen2_forward_matches_reference() {
+        check_against_reference(Arch::Qwen2);
+    }
+
+    #[test]
+    fn qwen3_forward_matches_reference() {
+        check_against_reference(Arch::Qwen3);
+    }
+
+    #[test]
+    fn untied_qwen2_uses_lm_head() {
+        let mut cfg = tiny_config(Arch::Qwen2);
+        cfg.tie_word_embeddings = false;
+        let w = random_weights(&cfg, 6);
+        let model = Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap();
+        assert!(model.lm_head.is_some());
+        let ids = seq();
+        let got = model
+            .forward(&tokens(&ids), &mut model.new_caches())
+            .unwrap();
+        let want = reference_forward(&cfg, &w, &ids).pop().unwrap();
+        assert!(max_abs_diff(&got, &Array::from_slice(&want, &[1, 97])) <= 1e-4);
+    }
+
+    #[test]
+    fn quantized_equals_dense_on_dequantized_weights() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            for (gs, bits) in [(64, 4), (32, 4), (64, 6), (32, 8)] {
+                let cfg = tiny_config(arch);
+                let (q, d) = quantized_pair(&random_weights(&cfg, 7), gs, bits);
+                let qm = Model::from_weights(cfg.clone(), q, gs).unwrap();
+                assert!(matches!(
+                    qm.layers[0].mlp.down_proj,
+                    Linear::Quantized { spec, .. } if spec == QuantSpec { group_size: gs, bits }
+                ));
+                let dm = Model::from_weights(cfg, d, gs).unwrap();
+                let ids = tokens(&seq());
+                let a = qm.forward_all(&ids, &mut qm.new_caches()).unwrap();
+                let b = dm.forward_all(&ids, &mut dm.new_caches()).unwrap();
+                let diff = max_abs_diff(&a, &b);
+                assert!(diff <= 1e-4, "{arch:?} q{bits} g{gs}: {diff}");
+                assert!(qm.nbytes() < dm.nbytes());
+            }
+        }
+    }
+
+    #[test]
+    fn mixed_bits_per_tensor_load_unfused() {
+        let cfg = tiny_config(Arch::Qwen2);
+        let w = random_weights(&cfg, 8);
+        let (mut q4, _) = quantized_pair(&w, 64, 4);
+        let (q8, _) = quantized_pair(&w, 64, 8);
+        // v_proj at 8 bits as Q4_K_M does "more bits" layers: q/k/v cannot be stacked.
+        for s in ["weight", "scales", "biases"] {
+            let name = format!("model.layers.0.self_attn.v_proj.{s}");
+            q4.insert(name.clone(), q8[&name].clone());
+        }
+        let model = Model::from_weights(cfg, q4, 64).unwrap();
+        match &model.layers[0].self_attn {
+            Attention::Qwen2(a) => assert_eq!(a.qkv.parts.len(), 3),
+            Attention::Qwen3(_) => unreachable!(),
+        }
+        check_cache_consistency(&model);
+    }
+
+    #[test]
+    fn bad_weights_are_errors_naming_the_tensor() {
+        let cfg = tiny_config(Arch::Qwen2);
+        let w = random_weights(&cfg, 9);
+        let mut missing = to_device(&w);
+        missing.remove("model.layers.1.mlp.up_proj.weight");
+        let err = Model::from_weights(cfg.clone(), missing, 64).err().unwrap();
+        assert!(
+            matches!(&err, ModelError::MissingTensor(n) if n == "model.layers.1.mlp.up_proj.weight")
+        );
+
+        let mut wrong = to_device(&w);
+        wrong.insert(
+            "model.layers.0.self_attn.k_proj.weight".into(),
+            Array::zeros::<f32>(&[16, 64]).unwrap(),
+        );
+        let err = Model::from_weights(cfg.clone(), wrong, 64).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "tensor `model.layers.0.self_attn.k_proj.weight`: expected shape [32, 64], found [16, 64]"
+        );
+
+        let (mut q, _) = quantized_pair(&w, 64, 4);
+        q.insert(
+            "model.layers.0.mlp.gate_proj.scales".into(),
+            Array::zeros::<f32>(&[128, 3]).unwrap(),
+        );
+        let err = Model::from_weights(cfg.clone(), q, 64).err().unwrap();
+        assert!(
+            matches!(&err, ModelError::ShapeMismatch { name, .. } if name == "model.layers.0.mlp.gate_proj.scales"),
+            "{err}"
+        );
+
+        let mut untied = cfg.clone();
+        untied.tie_word_embeddings = false;
+        let err = Model::from_weights(untied, to_device(&w), 64)
+            .err()
+            .unwrap();
+        assert!(matches!(&err, ModelError::MissingTensor(n) if n == "lm_head.weight"));
+
+        let mut bad_cfg = cfg;
+        bad_cfg.num_key_value_heads = 3;
+        assert!(matches!(
+            Model::from_weights(bad_cfg, to_device(&w), 64),
+            Err(ModelError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let model = tiny_model(Arch::Qwen2, 10);
+        let mut caches = model.new_caches();
+        let flat = Array::from_slice(&[1u32, 2], &[2]);
+        assert!(matches!(
+            model.forward(&flat, &mut caches),
+            Err(ModelError::Input(_))
+        ));
+        let floats = Array::from_slice(&[1.0f32], &[1, 1]);
+        assert!(matches!(
+            model.forward(&floats, &mut caches),
+            Err(ModelError::Input(_))
+        ));
+        assert!(matches!(
+            model.forward(&tokens(&[1]), &mut caches[..1]),
+            Err(ModelError::Input(_))
+        ));
+    }
+
+    /// MLX's causal sdpa mask must be bottom-right aligned for chunked prefill to be right:
+    /// compare it with an explicit additive mask for 3 queries after 5 cached keys.
+    #[test]
+    fn sdpa_causal_mask_is_bottom_right_aligned() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut rand_arr = |shape: &[i32]| {
+            let n = shape.iter().product::<i32>() as usize;
+            let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            Array::from_slice(&v, shape)
+        };
+        let (q, k, v) = (
+            rand_arr(&[1, 4, 3, 16]),
+            rand_arr(&[1, 2, 8, 16]),
+            rand_arr(&[1, 2, 8, 16]),
+        );
+        let causal = fast::scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            0.25,
+            fast::ScaledDotProductAttentionMask::Causal,
+            None,
+        )
+        .unwrap();
+        let mask: Vec<f32> = (0..3)
+            .flat_map(|i| (0..8).map(move |j| if j <= 5 + i { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = Array::from_slice(&mask, &[3, 8]);
+        let explicit = fast::scaled_dot_product_attention(&q, &k, &v, 0.25, &mask, None).unwrap();
+        assert!(max_abs_diff(&causal, &explicit) <= 1e-6);
+    }
+}

@@ -1,0 +1,59 @@
+//! Qwen2 attention (Qwen2.5-Coder): grouped-query attention with a bias on q, k and v.
+//!
+//! The full block, as llama.cpp runs `qwen2` (see `../../shared/models/MODELS.md`):
+//!
+//! ```text
+//! h = rmsnorm(x) * attn_norm
+//! q, k, v = h Wq + bq, h Wk + bk, h Wv + bv       // one matmul over stacked [Wq; Wk; Wv]
+//! q, k = rope_neox(q, pos), rope_neox(k, pos)     // theta from config, pairs (i, i + d/2)
+//! o = softmax(q kᵀ / sqrt(d) + causal) v          // heads / kv_heads query heads per kv head
+//! x = x + o Wo
+//! x = x + down(silu(gate(h')) * up(h')),  h' = rmsnorm(x) * ffn_norm
+//! ```
+//!
+//! The embedding, block, final norm and (tied or untied) head live in [`super::Model`].
+
+use mlx_rs::Array;
+
+use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, Weights};
+use crate::engine::cache::KvCache;
+
+pub(super) struct Attention {
+    /// q, k and v projections with their biases, stacked when their formats allow.
+    pub(super) qkv: FusedLinear,
+    o_proj: Linear,
+    core: AttentionCore,
+}
+
+impl Attention {
+    pub(super) fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
+        let core = AttentionCore::new(cfg);
+        let hidden = cfg.hidden_size;
+        let [q_rows, kv_rows, _] = core.qkv_rows();
+        let proj = |w: &mut Weights, name: &str, rows: i32| {
+            w.linear(&format!("{prefix}.{name}"), rows, hidden, true)
+        };
+        let qkv = vec![
+            proj(w, "q_proj", q_rows)?,
+            proj(w, "k_proj", kv_rows)?,
+            proj(w, "v_proj", kv_rows)?,
+        ];
+        Ok(Attention {
+            qkv: FusedLinear::new(qkv)?,
+            o_proj: w.linear(&format!("{prefix}.o_proj"), hidden, q_rows, false)?,
+            core,
+        })
+    }
+
+    /// `x`: `[B, L, hidden]`, already normed.
+    pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        let [q, k, v] = self.core.split_heads(&self.qkv.forward(x)?)?;
+        self.o_proj.forward(&self.core.attend(&q, &k, &v, cache)?)
+    }
+
+    pub(super) fn arrays(&self) -> Vec<&Array> {
+        let mut v = self.qkv.arrays();
+        v.extend(self.o_proj.arrays());
+        v
+    }
+}

@@ -1,0 +1,63 @@
+//! Qwen3 (dense) attention: like Qwen2 but without q/k/v bias, with an explicit `head_dim`
+//! (not necessarily `hidden / heads`), and with an RMSNorm over each query and key head
+//! before RoPE:
+//!
+//! ```text
+//! q, k, v = h Wq, h Wk, h Wv                      // one matmul over stacked [Wq; Wk; Wv]
+//! q, k = rmsnorm(q_head) * q_norm, rmsnorm(k_head) * k_norm   // per head, over head_dim
+//! q, k = rope_neox(q, pos), rope_neox(k, pos)
+//! o = softmax(q kᵀ / sqrt(head_dim) + causal) v
+//! ```
+//!
+//! Everything around attention is shared with Qwen2 in [`super::Model`].
+
+use mlx_rs::Array;
+
+use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, RmsNorm, Weights};
+use crate::engine::cache::KvCache;
+
+pub(super) struct Attention {
+    qkv: FusedLinear,
+    q_norm: RmsNorm,
+    k_norm: RmsNorm,
+    o_proj: Linear,
+    core: AttentionCore,
+}
+
+impl Attention {
+    pub(super) fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
+        let core = AttentionCore::new(cfg);
+        let (hidden, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        let [q_rows, kv_rows, _] = core.qkv_rows();
+        let proj = |w: &mut Weights, name: &str, rows: i32| {
+            w.linear(&format!("{prefix}.{name}"), rows, hidden, false)
+        };
+        let qkv = vec![
+            proj(w, "q_proj", q_rows)?,
+            proj(w, "k_proj", kv_rows)?,
+            proj(w, "v_proj", kv_rows)?,
+        ];
+        Ok(Attention {
+            qkv: FusedLinear::new(qkv)?,
+            q_norm: w.rms_norm(&format!("{prefix}.q_norm.weight"), cfg.head_dim, eps)?,
+            k_norm: w.rms_norm(&format!("{prefix}.k_norm.weight"), cfg.head_dim, eps)?,
+            o_proj: w.linear(&format!("{prefix}.o_proj"), hidden, q_rows, false)?,
+            core,
+        })
+    }
+
+    /// `x`: `[B, L, hidden]`, already normed.
+    pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
+        let [q, k, v] = self.core.split_heads(&self.qkv.forward(x)?)?;
+        // Heads are [B, L, heads, head_dim] here, so the norm runs over head_dim.
+        let (q, k) = (self.q_norm.forward(&q)?, self.k_norm.forward(&k)?);
+        self.o_proj.forward(&self.core.attend(&q, &k, &v, cache)?)
+    }
+
+    pub(super) fn arrays(&self) -> Vec<&Array> {
+        let mut v = self.qkv.arrays();
+        v.extend([&self.q_norm.weight, &self.k_norm.weight]);
+        v.extend(self.o_proj.arrays());
+        v
+    }
+}

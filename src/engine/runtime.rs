@@ -1,0 +1,112 @@
+//! What MLX is linked and which device it runs on: the facts `laya doctor` reports and
+//! the one place that picks the device.
+
+use std::ffi::CStr;
+
+use mlx_rs::{Device, DeviceType};
+
+/// Which device the user asked for (`--device`, `LAYA_DEVICE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DevicePref {
+    /// The GPU when the linked MLX has one (Metal or CUDA), else the CPU.
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+/// Facts about the linked MLX library.
+#[derive(Clone, Debug)]
+pub struct MlxInfo {
+    /// Version reported by the loaded libmlx at run time.
+    pub runtime_version: String,
+    /// Version the binary was compiled against.
+    pub build_version: &'static str,
+    /// `cpu`, `cuda` or `metal`: what the linked libmlx was built with.
+    pub build_backend: &'static str,
+    /// Folder of the linked libmlx.so (empty on macOS, where MLX is linked statically).
+    pub libdir: &'static str,
+    pub gpu_available: bool,
+    pub gpu_kind: Option<&'static str>,
+}
+
+fn c_string(f: impl FnOnce(*mut mlx_sys::mlx_string) -> i32) -> Option<String> {
+    // SAFETY: mlx_string is created, filled by the callee and freed here.
+    unsafe {
+        let mut s = mlx_sys::mlx_string_new();
+        let ok = f(&mut s) == 0;
+        let out = ok.then(|| {
+            CStr::from_ptr(mlx_sys::mlx_string_data(s))
+                .to_string_lossy()
+                .into_owned()
+        });
+        mlx_sys::mlx_string_free(s);
+        out
+    }
+}
+
+fn flag(f: unsafe extern "C" fn(*mut bool) -> i32) -> bool {
+    let mut b = false;
+    // SAFETY: the callee writes one bool.
+    unsafe { f(&mut b) == 0 && b }
+}
+
+impl MlxInfo {
+    pub fn probe() -> MlxInfo {
+        let runtime_version = c_string(|s| unsafe { mlx_sys::mlx_version(s) }).unwrap_or_default();
+        let cuda = flag(mlx_sys::mlx_cuda_is_available);
+        let metal = flag(mlx_sys::mlx_metal_is_available);
+        MlxInfo {
+            runtime_version,
+            build_version: mlx_sys::MLX_BUILD_VERSION,
+            build_backend: mlx_sys::MLX_BUILD_BACKEND,
+            libdir: mlx_sys::MLX_BUILD_LIBDIR,
+            gpu_available: cuda || metal,
+            gpu_kind: if cuda {
+                Some("cuda")
+            } else if metal {
+                Some("metal")
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The loaded libmlx must be the version mlx-c was compiled against (no stable C++ ABI).
+    pub fn check_version(&self) -> Result<(), String> {
+        if self.runtime_version == self.build_version {
+            Ok(())
+        } else {
+            Err(format!(
+                "the loaded libmlx is version {} but laya was built against {}; run `scripts/setup.sh` to rebuild",
+                self.runtime_version, self.build_version
+            ))
+        }
+    }
+}
+
+/// The device chosen for a preference, with a human description (`cpu`, `gpu (cuda)`).
+pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String), String> {
+    match (pref, info.gpu_kind) {
+        (DevicePref::Cpu, _) | (DevicePref::Auto, None) => {
+            Ok((Device::new(DeviceType::Cpu, 0), "cpu".into()))
+        }
+        (DevicePref::Gpu | DevicePref::Auto, Some(kind)) => {
+            Ok((Device::new(DeviceType::Gpu, 0), format!("gpu ({kind})")))
+        }
+        (DevicePref::Gpu, None) => Err(format!(
+            "--device gpu: the linked MLX ({} backend) has no GPU; use --device cpu, or build against \
+             mlx-cuda-13 (scripts/setup.sh --backend cuda13)",
+            info.build_backend
+        )),
+    }
+}
+
+/// Make `pref` the default device for every MLX op of this process and return its description.
+pub fn use_device(pref: DevicePref) -> Result<String, String> {
+    let info = MlxInfo::probe();
+    info.check_version()?;
+    let (device, desc) = choose_device(pref, &info)?;
+    Device::set_default(&device);
+    Ok(desc)
+}

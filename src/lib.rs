@@ -1,0 +1,7 @@
+//! laya: local-first code completion. See ARCHITECTURE.md for the module map.
+
+pub mod catalog;
+pub mod doctor;
+pub mod engine;
+pub mod fetch;
+pub mod paths;

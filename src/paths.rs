@@ -1,0 +1,29 @@
+//! Where laya keeps things on disk. One place, so `doctor`, `models` and the engine agree.
+
+use std::path::PathBuf;
+
+/// `$LAYA_CACHE_DIR`, else `${XDG_CACHE_HOME:-~/.cache}/laya`.
+pub fn cache_root() -> PathBuf {
+    if let Some(p) = std::env::var_os("LAYA_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(p);
+    }
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("laya")
+}
+
+/// `$LAYA_MODEL_DIR`, else `<cache>/models`. Model files live here by file name.
+pub fn model_dir() -> PathBuf {
+    std::env::var_os("LAYA_MODEL_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join("models"))
+}
+
+/// Converted (re-quantized) weights, keyed by source and settings.
+pub fn converted_dir() -> PathBuf {
+    cache_root().join("converted")
+}
