@@ -1,7 +1,9 @@
 //! laya: local-first code completion. See ARCHITECTURE.md for the module map.
 
 pub mod catalog;
+pub mod completion;
 pub mod doctor;
 pub mod engine;
 pub mod fetch;
 pub mod paths;
+pub mod prompt;

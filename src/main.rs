@@ -1,13 +1,19 @@
 //! The `laya` command line.
 
-use std::process::ExitCode;
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode, sync::atomic::AtomicBool};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use laya::{
-    catalog, doctor,
-    engine::runtime::DevicePref,
+    catalog,
+    completion::postprocess,
+    doctor,
+    engine::{
+        runtime::{use_device, DevicePref},
+        CompletionRequest, LoadOptions, LocalModel, Precision, SamplingParams,
+    },
     fetch::{self, Fetched, Source},
+    prompt::{self, LineCol},
 };
 
 #[derive(Parser)]
@@ -28,11 +34,73 @@ struct Cli {
 enum Command {
     /// Report the MLX library, backend, device and models, with the fix for anything missing.
     Doctor,
+    /// Complete the code at FILE:LINE:COL (1-based) with the model and print the middle.
+    Complete {
+        /// `path/to/file:LINE:COL`, 1-based, column in characters.
+        location: String,
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// Sampling temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+    },
     /// Fetch or list models.
     Models {
         #[command(subcommand)]
         command: ModelsCommand,
     },
+}
+
+/// Which model to load and how.
+#[derive(clap::Args, Clone)]
+struct ModelArgs {
+    /// A catalog name (`laya models list`), a GGUF file or a safetensors model folder.
+    #[arg(long, default_value = catalog::DEFAULT_MODEL)]
+    model: String,
+    /// Weight precision: native keeps the file's own values (GGUF: dequantized to f32).
+    #[arg(long, value_enum, default_value = "q8")]
+    precision: Precision,
+    /// Quantization group size.
+    #[arg(long, default_value_t = 64)]
+    group_size: i32,
+    /// Do not read or write the converted-weights cache.
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl ModelArgs {
+    fn path(&self) -> Result<PathBuf> {
+        if let Some(m) = catalog::find(&self.model) {
+            if !m.is_present() {
+                bail!(
+                    "model {} is not downloaded: run `laya models fetch {}`",
+                    m.name,
+                    m.name
+                );
+            }
+            return Ok(m.local_path());
+        }
+        let p = PathBuf::from(&self.model);
+        if !p.exists() {
+            bail!(
+                "`{}` is neither a known model (`laya models list`) nor an existing file or folder",
+                self.model
+            );
+        }
+        Ok(p)
+    }
+
+    fn options(&self) -> LoadOptions {
+        LoadOptions {
+            precision: self.precision,
+            group_size: self.group_size,
+            use_cache: !self.no_cache,
+            progress: std::io::stderr().is_terminal(),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -77,6 +145,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Complete {
+            location,
+            model,
+            max_tokens,
+            temperature,
+        } => {
+            complete(&location, &model, max_tokens, temperature, cli.device)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Models {
             command: ModelsCommand::List,
         } => {
@@ -112,4 +189,70 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `FILE:LINE:COL` → (file, position). The file name itself may contain colons.
+fn parse_location(location: &str) -> Result<(PathBuf, LineCol)> {
+    let mut parts = location.rsplitn(3, ':');
+    let (col, line, file) = (parts.next(), parts.next(), parts.next());
+    match (
+        file,
+        line.and_then(|l| l.parse().ok()),
+        col.and_then(|c| c.parse().ok()),
+    ) {
+        (Some(file), Some(line), Some(col)) if !file.is_empty() => {
+            Ok((PathBuf::from(file), LineCol { line, col }))
+        }
+        _ => bail!("expected FILE:LINE:COL (1-based), got `{location}`"),
+    }
+}
+
+fn complete(
+    location: &str,
+    args: &ModelArgs,
+    max_tokens: usize,
+    temperature: f32,
+    device: DevicePref,
+) -> Result<()> {
+    let (file, pos) = parse_location(location)?;
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let offset = prompt::byte_offset(&text, pos).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let (prefix, suffix) = text.split_at(offset);
+    let device = use_device(device).map_err(anyhow::Error::msg)?;
+    let path = args.path()?;
+    let model = LocalModel::load(&path, &args.options())?;
+    let loaded = &model.loaded;
+    let req = CompletionRequest {
+        prompt: prompt::fim(prefix, suffix),
+        max_tokens,
+        n: 1,
+        sampling: SamplingParams {
+            temperature,
+            ..SamplingParams::default()
+        },
+        stop: vec![],
+    };
+    let out = model.complete(&req, &AtomicBool::new(false))?;
+    let middle = postprocess::cut_suffix_repeat(&out.choices[0].text, suffix);
+    println!("{middle}");
+    let t = &out.timing;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let per_token = if t.generated_tokens > 1 {
+        ms(t.decode) / (t.generated_tokens - 1) as f64
+    } else {
+        0.0
+    };
+    eprintln!(
+        "[{} {} on {device}] load {:.2} s{} | prefill {} tokens {:.0} ms | decode {} tokens {:.0} ms ({per_token:.1} ms/token) | finish {:?}",
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        loaded.precision.label(),
+        loaded.load_time.as_secs_f64(),
+        if loaded.from_cache { " (converted cache)" } else { "" },
+        t.prefilled_tokens,
+        ms(t.prefill),
+        t.generated_tokens,
+        ms(t.decode),
+        out.choices[0].finish_reason,
+    );
+    Ok(())
 }

@@ -182,14 +182,12 @@ mod tests {
         let per_step = 2 * (2 * STEP as usize * 4 * 4); // k and v, f32
         c.update_and_fetch(&kv(1, 1, 0.0), &kv(1, 1, 0.0)).unwrap();
         assert_eq!(c.nbytes(), per_step);
-        c.update_and_fetch(&kv(1, 255, 0.0), &kv(1, 255, 0.0))
-            .unwrap();
+        c.update_and_fetch(&kv(1, 255, 0.0), &kv(1, 255, 0.0)).unwrap();
         assert_eq!((c.offset(), c.nbytes()), (256, per_step));
         c.update_and_fetch(&kv(1, 1, 0.0), &kv(1, 1, 0.0)).unwrap();
         assert_eq!((c.offset(), c.nbytes()), (257, 2 * per_step));
         // A chunk larger than a step grows by whole steps at once.
-        c.update_and_fetch(&kv(1, 600, 0.0), &kv(1, 600, 0.0))
-            .unwrap();
+        c.update_and_fetch(&kv(1, 600, 0.0), &kv(1, 600, 0.0)).unwrap();
         assert_eq!((c.offset(), c.capacity()), (857, 257 + 768));
     }
 
@@ -234,9 +232,7 @@ mod tests {
         let snapshot = c.clone();
         let mut wide = c.repeat(3).unwrap();
         assert_eq!((wide.batch_size(), wide.offset()), (Some(3), 3));
-        let (k, _) = wide
-            .update_and_fetch(&kv(3, 1, 100.0), &kv(3, 1, 100.0))
-            .unwrap();
+        let (k, _) = wide.update_and_fetch(&kv(3, 1, 100.0), &kv(3, 1, 100.0)).unwrap();
         assert_eq!(k.shape(), &[3, 2, 4, 4]);
         let b = kv(1, 1, 7.0);
         c.update_and_fetch(&b, &b).unwrap();

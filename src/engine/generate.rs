@@ -109,10 +109,7 @@ pub fn generate(
     if prompt_ids.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
-    if let Some(b) = caches
-        .iter()
-        .find_map(|c| c.batch_size().filter(|&b| b != 1))
-    {
+    if let Some(b) = caches.iter().find_map(|c| c.batch_size().filter(|&b| b != 1)) {
         return Err(GenerateError::CacheBatch(b));
     }
     let base = caches.first().map_or(0, KvCache::offset);
@@ -288,15 +285,7 @@ mod tests {
         on_token: impl FnMut(usize, u32) -> Control,
     ) -> (GenerateOutput, Vec<KvCache>) {
         let mut caches = model.new_caches();
-        let out = generate(
-            model,
-            &mut caches,
-            &PROMPT,
-            r,
-            &AtomicBool::new(false),
-            on_token,
-        )
-        .unwrap();
+        let out = generate(model, &mut caches, &PROMPT, r, &AtomicBool::new(false), on_token).unwrap();
         (out, caches)
     }
 
@@ -333,10 +322,7 @@ mod tests {
     #[test]
     fn stops_at_a_stop_token_without_emitting_it() {
         let model = tiny_model(Arch::Qwen2, 22);
-        let free = run(&model, &req(8, 1), |_, _| Control::Continue)
-            .0
-            .candidates[0]
-            .clone();
+        let free = run(&model, &req(8, 1), |_, _| Control::Continue).0.candidates[0].clone();
         let mut r = req(8, 1);
         r.stop_token_ids = vec![free[3]];
         let first = free.iter().position(|&t| t == free[3]).unwrap();
@@ -440,23 +426,16 @@ mod tests {
         let mut caches = model.new_caches();
         let cancel = AtomicBool::new(false);
         prefill(&model, &mut caches, &PROMPT[..4], &cancel).unwrap();
-        let out = generate(
-            &model,
-            &mut caches,
-            &PROMPT[4..],
-            &req(5, 1),
-            &cancel,
-            |_, _| Control::Continue,
-        )
+        let out = generate(&model, &mut caches, &PROMPT[4..], &req(5, 1), &cancel, |_, _| {
+            Control::Continue
+        })
         .unwrap();
         assert_eq!(out.candidates, whole.candidates);
         assert_eq!(out.prefill_tokens, PROMPT.len() - 4);
         // A prompt longer than one chunk gives the same logits as one forward.
         let long: Vec<u32> = (0..PREFILL_CHUNK as u32 + 40).map(|i| i * 7 % 97).collect();
         let mut chunked = model.new_caches();
-        let a = prefill(&model, &mut chunked, &long, &cancel)
-            .unwrap()
-            .unwrap();
+        let a = prefill(&model, &mut chunked, &long, &cancel).unwrap().unwrap();
         let t = Array::from_slice(&long, &[1, long.len() as i32]);
         let b = model.forward(&t, &mut model.new_caches()).unwrap();
         assert!(crate::engine::models::test_util::max_abs_diff(&a, &b) <= 1e-4);

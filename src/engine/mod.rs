@@ -1,4 +1,197 @@
-//! The inference engine: loads Qwen models into MLX and generates tokens. It knows
-//! nothing of editors, LSP or HTTP.
+//! The inference engine: loads Qwen models into MLX and generates text. It knows nothing of
+//! editors, LSP or HTTP: requests are a prompt string (special tokens parsed) and sampling
+//! parameters; answers are texts with timing.
 
+pub mod cache;
+pub mod generate;
+pub mod load;
+pub mod models;
 pub mod runtime;
+pub mod sample;
+pub mod tokenizer;
+
+use std::{
+    path::Path,
+    sync::atomic::AtomicBool,
+    time::{Duration, Instant},
+};
+
+pub use generate::FinishReason;
+pub use load::{LoadOptions, Precision};
+pub use sample::SamplingParams;
+
+use self::{
+    generate::{generate, Control, GenerateError, GenerateRequest},
+    load::{EngineLoadError, Loaded},
+    tokenizer::{SpecialTokens, TokenizerError},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Load(#[from] EngineLoadError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
+    #[error("invalid request: {0}")]
+    Request(String),
+}
+
+/// One completion request, in engine terms.
+#[derive(Clone, Debug)]
+pub struct CompletionRequest {
+    /// The full prompt; special-token text such as `<|fim_prefix|>` is parsed as tokens.
+    pub prompt: String,
+    pub max_tokens: usize,
+    /// Candidates sharing one prefill.
+    pub n: usize,
+    pub sampling: SamplingParams,
+    /// A candidate ends before the first occurrence of any of these strings.
+    pub stop: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Choice {
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub tokens: usize,
+}
+
+/// Where the time of one request went.
+#[derive(Clone, Debug, Default)]
+pub struct Timing {
+    pub prompt_tokens: usize,
+    /// Prompt tokens taken from a cached prefix (no compute).
+    pub reused_tokens: usize,
+    /// Prompt tokens run through the model.
+    pub prefilled_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill: Duration,
+    pub decode: Duration,
+    pub first_token: Duration,
+    pub total: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct CompletionOutput {
+    pub choices: Vec<Choice>,
+    pub timing: Timing,
+}
+
+/// A loaded model with its tokenizer: what a model worker thread owns.
+pub struct LocalModel {
+    pub loaded: Loaded,
+    pub specials: SpecialTokens,
+}
+
+impl LocalModel {
+    pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineError> {
+        let loaded = load::load(path, opts)?;
+        let specials = loaded.tokenizer.special_tokens()?;
+        Ok(LocalModel { loaded, specials })
+    }
+
+    /// Run one completion from an empty KV cache. `cancel` is checked between decode steps.
+    pub fn complete(
+        &self,
+        req: &CompletionRequest,
+        cancel: &AtomicBool,
+    ) -> Result<CompletionOutput, EngineError> {
+        let start = Instant::now();
+        if req.n == 0 {
+            return Err(EngineError::Request("n must be at least 1".into()));
+        }
+        let tokenizer = &self.loaded.tokenizer;
+        let ids = tokenizer.encode(&req.prompt, true)?;
+        if ids.is_empty() {
+            return Err(EngineError::Request("the prompt is empty".into()));
+        }
+        let mut caches = self.loaded.model.new_caches();
+        let greq = GenerateRequest {
+            max_tokens: req.max_tokens,
+            n: req.n,
+            sampling: req.sampling.clone(),
+            stop_token_ids: self.specials.eog.clone(),
+        };
+        let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
+        let out = generate(&self.loaded.model, &mut caches, &ids, &greq, cancel, |i, tok| {
+            texts.push(i, tok)
+        })?;
+        let choices = out
+            .candidates
+            .iter()
+            .zip(&out.finish_reasons)
+            .enumerate()
+            .map(|(i, (toks, reason))| Choice {
+                text: texts.text(i),
+                finish_reason: *reason,
+                tokens: toks.len(),
+            })
+            .collect();
+        Ok(CompletionOutput {
+            choices,
+            timing: Timing {
+                prompt_tokens: ids.len(),
+                reused_tokens: 0,
+                prefilled_tokens: out.prefill_tokens,
+                generated_tokens: out.candidates.iter().map(Vec::len).sum(),
+                prefill: out.prefill_time,
+                decode: out.decode_time,
+                first_token: out.first_token_time,
+                total: start.elapsed(),
+            },
+        })
+    }
+}
+
+/// Turns each candidate's tokens into text as they arrive (never splitting a UTF-8
+/// character) and stops a candidate at the first stop string.
+struct StopScanner<'t> {
+    decoders: Vec<tokenizer::StreamDecoder<'t>>,
+    texts: Vec<String>,
+    stopped: Vec<bool>,
+    stop: &'t [String],
+}
+
+impl<'t> StopScanner<'t> {
+    fn new(tokenizer: &'t tokenizer::Tokenizer, n: usize, stop: &'t [String]) -> Self {
+        StopScanner {
+            decoders: (0..n).map(|_| tokenizer.stream_decoder()).collect(),
+            texts: vec![String::new(); n],
+            stopped: vec![false; n],
+            stop,
+        }
+    }
+
+    fn push(&mut self, i: usize, token: u32) -> Control {
+        if self.stopped[i] {
+            return Control::Stop;
+        }
+        let piece = self.decoders[i].push(token);
+        let before = self.texts[i].len();
+        self.texts[i].push_str(&piece);
+        // A stop string may straddle pieces: search from where it could start.
+        let longest = self.stop.iter().map(String::len).max().unwrap_or(0);
+        let mut from = before.saturating_sub(longest);
+        while !self.texts[i].is_char_boundary(from) {
+            from -= 1;
+        }
+        let hit = self
+            .stop
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.texts[i][from..].find(s.as_str()))
+            .min();
+        if let Some(at) = hit {
+            self.texts[i].truncate(from + at);
+            self.stopped[i] = true;
+            return Control::Stop;
+        }
+        Control::Continue
+    }
+
+    fn text(&self, i: usize) -> String {
+        self.texts[i].clone()
+    }
+}

@@ -18,8 +18,8 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{
-    AddedToken, AddedVocabulary, DecoderWrapper, Model, OffsetReferential, OffsetType,
-    PreTokenizer, SplitDelimiterBehavior,
+    AddedToken, AddedVocabulary, DecoderWrapper, Model, OffsetReferential, OffsetType, PreTokenizer,
+    SplitDelimiterBehavior,
 };
 
 use super::load::gguf::{GgufFile, LoadError};
@@ -102,11 +102,10 @@ impl Tokenizer {
     /// Load a Hugging Face `tokenizer.json` (its decoder must be ByteLevel).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer, TokenizerError> {
         let path = path.as_ref();
-        let inner =
-            tokenizers::Tokenizer::from_file(path).map_err(|source| TokenizerError::Load {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|source| TokenizerError::Load {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if !matches!(inner.get_decoder(), Some(DecoderWrapper::ByteLevel(_))) {
             return Err(TokenizerError::Invalid {
                 path: path.to_path_buf(),
@@ -213,9 +212,7 @@ impl Tokenizer {
         inner.add_tokens(&added(false, &[token_type::USER_DEFINED]));
 
         let pieces = tokens.iter().zip(&types).map(|(t, &ty)| match ty {
-            token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED => {
-                Piece::Raw(t.clone())
-            }
+            token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED => Piece::Raw(t.clone()),
             token_type::UNUSED => Piece::Empty,
             _ => Piece::ByteLevel(t.clone()),
         });
@@ -223,11 +220,7 @@ impl Tokenizer {
         Ok(Self::assemble(inner, piece_bytes, piece_ends))
     }
 
-    fn assemble(
-        inner: tokenizers::Tokenizer,
-        piece_bytes: Vec<u8>,
-        piece_ends: Vec<usize>,
-    ) -> Tokenizer {
+    fn assemble(inner: tokenizers::Tokenizer, piece_bytes: Vec<u8>, piece_ends: Vec<usize>) -> Tokenizer {
         let mut plain_added = inner.get_added_vocabulary().clone();
         plain_added.set_encode_special_tokens(true);
         Tokenizer {
@@ -251,8 +244,7 @@ impl Tokenizer {
         };
         let mut pieces = added.extract_and_normalize(self.inner.get_normalizer(), text);
         if let Some(pre) = self.inner.get_pre_tokenizer() {
-            pre.pre_tokenize(&mut pieces)
-                .map_err(TokenizerError::Encode)?;
+            pre.pre_tokenize(&mut pieces).map_err(TokenizerError::Encode)?;
         }
         let model = self.inner.get_model();
         pieces
@@ -346,8 +338,7 @@ pub struct StreamDecoder<'a> {
 impl StreamDecoder<'_> {
     /// Text completed by token `id`; empty while a character is still incomplete.
     pub fn push(&mut self, id: u32) -> String {
-        self.pending
-            .extend_from_slice(self.tokenizer.token_bytes(id));
+        self.pending.extend_from_slice(self.tokenizer.token_bytes(id));
         let mut out = String::new();
         let mut rest = &self.pending[..];
         loop {
@@ -445,16 +436,13 @@ mod tests {
     use std::sync::OnceLock;
     use std::time::Instant;
 
-    use super::super::load::gguf::tests::{real_model_path, MODEL_05B};
+    use super::super::load::gguf::tests::{real_model_path, GgufWriter, MODEL_05B};
     use super::*;
 
     fn reference() -> &'static serde_json::Value {
         static REF: OnceLock<serde_json::Value> = OnceLock::new();
         REF.get_or_init(|| {
-            let path = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/data/reference-0.5b.json"
-            );
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/reference-0.5b.json");
             let text = std::fs::read_to_string(path).expect("read tests/data/reference-0.5b.json");
             serde_json::from_str(&text).expect("parse reference-0.5b.json")
         })
@@ -674,6 +662,39 @@ mod tests {
         assert!(tok.encode("", true).unwrap().is_empty());
     }
 
+    /// The GGUF-built tokenizer saved as tokenizer.json and loaded back through `from_file`
+    /// tokenizes and decodes the reference exactly like the original.
+    #[test]
+    fn tokenizer_json_round_trip_matches_reference() {
+        let tok = qwen();
+        let path = std::env::temp_dir().join(format!("laya-tokenizer-{}.json", std::process::id()));
+        tok.inner.save(&path, false).unwrap();
+        let loaded = Tokenizer::from_file(&path);
+        std::fs::remove_file(&path).unwrap();
+        let loaded = loaded.unwrap();
+        assert_eq!(loaded.vocab_size(), tok.vocab_size());
+        assert_eq!(loaded.special_tokens().unwrap(), tok.special_tokens().unwrap());
+        for c in reference()["tokenization"].as_array().unwrap() {
+            let text = c["text"].as_str().unwrap();
+            assert_eq!(
+                loaded.encode(text, true).unwrap(),
+                ids(&c["ids_special"]),
+                "{text:?}"
+            );
+            assert_eq!(
+                loaded.encode(text, false).unwrap(),
+                ids(&c["ids_nospecial"]),
+                "{text:?}"
+            );
+        }
+        for p in reference()["prompts"].as_array().unwrap() {
+            let gen = ids(&p["generated_token_ids"]);
+            assert_eq!(loaded.decode(&gen), p["generated_text"].as_str().unwrap());
+        }
+        let missing = Tokenizer::from_file(std::env::temp_dir().join("laya-no-such-tokenizer.json"));
+        assert!(matches!(missing, Err(TokenizerError::Load { .. })));
+    }
+
     #[test]
     fn builds_from_gguf_quickly() {
         let gguf = GgufFile::open(real_model_path(MODEL_05B)).unwrap();
@@ -683,53 +704,66 @@ mod tests {
         eprintln!("Tokenizer::from_gguf: {took:?}");
         assert_eq!(tok.vocab_size(), 151_936);
         // Generous bound for a busy 2-core CI box (release build measures ~0.1-0.3 s).
-        assert!(
-            took.as_secs_f64() < 5.0,
-            "building the tokenizer took {took:?}"
-        );
+        assert!(took.as_secs_f64() < 5.0, "building the tokenizer took {took:?}");
     }
 
     #[test]
     fn unsupported_tokenizer_kinds_are_named() {
-        use std::collections::BTreeMap;
-        // Smallest GGUF with the given tokenizer.ggml.model / pre strings.
-        let file = |kv: BTreeMap<&str, &str>| {
-            let mut b = b"GGUF".to_vec();
-            b.extend(3u32.to_le_bytes());
-            b.extend(0u64.to_le_bytes());
-            b.extend((kv.len() as u64).to_le_bytes());
+        let file = |kv: &[(&str, &str)]| {
+            let mut w = GgufWriter::new();
             for (k, v) in kv {
-                b.extend((k.len() as u64).to_le_bytes());
-                b.extend(k.as_bytes());
-                b.extend(8u32.to_le_bytes()); // string
-                b.extend((v.len() as u64).to_le_bytes());
-                b.extend(v.as_bytes());
+                w.str(k, v);
             }
-            GgufFile::from_bytes("tok.gguf", b).unwrap()
+            GgufFile::from_bytes("tok.gguf", w.bytes()).unwrap()
         };
-        let e = Tokenizer::from_gguf(&file(BTreeMap::from([("tokenizer.ggml.model", "llama")])))
-            .unwrap_err();
+        let e = Tokenizer::from_gguf(&file(&[("tokenizer.ggml.model", "llama")])).unwrap_err();
         assert!(
             e.to_string().contains("\"llama\"") && e.to_string().contains("gpt2"),
             "{e}"
         );
-        let e = Tokenizer::from_gguf(&file(BTreeMap::from([
-            ("tokenizer.ggml.model", "gpt2"),
-            ("tokenizer.ggml.pre", "llama-bpe"),
-        ])))
-        .unwrap_err();
+        let gpt2 = ("tokenizer.ggml.model", "gpt2");
+        let e = Tokenizer::from_gguf(&file(&[gpt2, ("tokenizer.ggml.pre", "llama-bpe")])).unwrap_err();
         assert!(
             e.to_string().contains("llama-bpe") && e.to_string().contains("qwen2"),
             "{e}"
         );
-        let e = Tokenizer::from_gguf(&file(BTreeMap::from([
-            ("tokenizer.ggml.model", "gpt2"),
-            ("tokenizer.ggml.pre", "qwen2"),
-        ])))
-        .unwrap_err();
+        let e = Tokenizer::from_gguf(&file(&[gpt2, ("tokenizer.ggml.pre", "qwen2")])).unwrap_err();
         assert!(
             matches!(e, TokenizerError::Gguf(LoadError::MissingMetadata { .. })),
             "{e}"
         );
+    }
+
+    /// A toy vocabulary: merges apply lowest rank first, control tokens split out only with
+    /// `parse_special`, and the bytes of every token decode back.
+    #[test]
+    fn tiny_gguf_vocabulary_builds_and_encodes() {
+        let mut w = GgufWriter::new();
+        w.str("tokenizer.ggml.model", "gpt2")
+            .str("tokenizer.ggml.pre", "qwen2")
+            .str_array(
+                "tokenizer.ggml.tokens",
+                &[
+                    "a", "b", "c", "Ġ", "ab", "bc", "abc", "Ġa", "<|x|>", "<", "|", "x", ">", "[PAD9]",
+                ],
+            )
+            .i32_array(
+                "tokenizer.ggml.token_type",
+                &[1, 1, 1, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1, 5],
+            )
+            .str_array("tokenizer.ggml.merges", &["b c", "a b", "a bc", "Ġ a"]);
+        let gguf = GgufFile::from_bytes("toy.gguf", w.bytes()).unwrap();
+        let tok = Tokenizer::from_gguf(&gguf).unwrap();
+        // "b c" (rank 0) beats "a b" (rank 1), then "a bc" forms "abc".
+        assert_eq!(tok.encode("abc", false).unwrap(), [6]);
+        assert_eq!(tok.encode("ab a", false).unwrap(), [4, 7]);
+        assert_eq!(tok.encode("a<|x|>", true).unwrap(), [0, 8]);
+        assert_eq!(tok.encode("a<|x|>", false).unwrap(), [0, 9, 10, 11, 10, 12]);
+        assert_eq!(tok.decode(&[4, 7, 8, 13]), "ab a<|x|>");
+        assert_eq!(tok.vocab_size(), 14);
+        assert!(matches!(
+            tok.special_tokens(),
+            Err(TokenizerError::MissingSpecialToken(_))
+        ));
     }
 }

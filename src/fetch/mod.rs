@@ -124,6 +124,11 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
     Ok(hex(&h.finalize()))
 }
 
+/// sha256 of a byte string, as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -51,12 +51,7 @@ pub fn supports(ty: GgmlType) -> bool {
 ///
 /// `data` must hold exactly the bytes of `n_elements / block_size` blocks and `out` exactly
 /// `n_elements` values. Large inputs are split by block ranges over the available cores.
-pub fn dequantize(
-    ty: GgmlType,
-    data: &[u8],
-    n_elements: usize,
-    out: &mut [f32],
-) -> Result<(), DequantError> {
+pub fn dequantize(ty: GgmlType, data: &[u8], n_elements: usize, out: &mut [f32]) -> Result<(), DequantError> {
     let threads = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     dequantize_with_threads(ty, data, n_elements, out, threads)
 }
@@ -95,9 +90,7 @@ pub fn dequantize_with_threads(
         });
     }
 
-    let threads = threads
-        .min(MAX_THREADS)
-        .min(n_elements / PARALLEL_MIN_ELEMENTS);
+    let threads = threads.min(MAX_THREADS).min(n_elements / PARALLEL_MIN_ELEMENTS);
     if threads <= 1 {
         kernel(data, out);
         return Ok(());
@@ -140,14 +133,12 @@ fn blocks<'a, const N: usize, const M: usize>(
     src: &'a [u8],
     dst: &'a mut [f32],
 ) -> impl Iterator<Item = (&'a [u8; N], &'a mut [f32; M])> {
-    src.chunks_exact(N)
-        .zip(dst.chunks_exact_mut(M))
-        .map(|(b, y)| {
-            (
-                b.try_into().expect("chunks_exact yields N bytes"),
-                y.try_into().expect("chunks_exact_mut yields M values"),
-            )
-        })
+    src.chunks_exact(N).zip(dst.chunks_exact_mut(M)).map(|(b, y)| {
+        (
+            b.try_into().expect("chunks_exact yields N bytes"),
+            y.try_into().expect("chunks_exact_mut yields M values"),
+        )
+    })
 }
 
 #[inline(always)]
@@ -495,10 +486,7 @@ mod tests {
         let mut many = vec![0.0; n];
         dequantize_with_threads(GgmlType::Q4_K, &data, n, &mut one, 1).unwrap();
         dequantize_with_threads(GgmlType::Q4_K, &data, n, &mut many, 3).unwrap();
-        assert!(one
-            .iter()
-            .zip(&many)
-            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(one.iter().zip(&many).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 
     fn hex(s: &str) -> Vec<u8> {
@@ -513,10 +501,7 @@ mod tests {
     /// (scripts/gen_dequant_fixture.py): every value must be bit-identical.
     #[test]
     fn matches_gguf_py_on_fixture_blocks() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/dequant_blocks.json"
-        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant_blocks.json");
         let text = std::fs::read_to_string(path).expect("read tests/data/dequant_blocks.json");
         let doc: serde_json::Value = serde_json::from_str(&text).expect("parse fixture");
         let entries = doc["blocks"].as_array().expect("blocks array");

@@ -150,9 +150,9 @@ impl GgmlType {
     pub const ALL: [GgmlType; 34] = {
         use GgmlType::*;
         [
-            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
-            IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64,
-            IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
+            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS,
+            IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0,
+            TQ2_0, MXFP4, NVFP4, Q1_0,
         ]
     };
 
@@ -535,10 +535,7 @@ impl GgufFile {
         let mut tensor_index = HashMap::with_capacity(cap);
         for _ in 0..n_tensors {
             let info = r.tensor_info()?;
-            if tensor_index
-                .insert(info.name.clone(), tensors.len())
-                .is_some()
-            {
+            if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
                 return Err(r.malformed(format!("duplicate tensor name {:?}", info.name)));
             }
             tensors.push(info);
@@ -855,11 +852,7 @@ impl<'a> Reader<'a> {
             10 => MetaValue::U64(u64::from_le_bytes(self.array(key)?)),
             11 => MetaValue::I64(i64::from_le_bytes(self.array(key)?)),
             12 => MetaValue::F64(f64::from_le_bytes(self.array(key)?)),
-            other => {
-                return Err(
-                    self.malformed(format!("metadata {key:?} has unknown value type {other}"))
-                )
-            }
+            other => return Err(self.malformed(format!("metadata {key:?} has unknown value type {other}"))),
         })
     }
 
@@ -911,11 +904,7 @@ impl<'a> Reader<'a> {
                 )))
             }
         };
-        self.check_count(
-            count,
-            min_size,
-            &format!("elements of metadata array {key:?}"),
-        )?;
+        self.check_count(count, min_size, &format!("elements of metadata array {key:?}"))?;
         let n = count as usize;
         // Element-wise collects grow as elements parse (`Result`'s collect reports no lower
         // size bound), so a lying count costs nothing before it fails.
@@ -1014,20 +1003,21 @@ pub(crate) mod tests {
 
     pub(crate) const MODEL_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
-    /// Minimal GGUF writer for tests.
-    struct Writer {
-        version: u32,
+    /// Minimal GGUF writer for tests (also usable by other modules' tests).
+    pub(crate) struct GgufWriter {
+        pub(crate) version: u32,
         kv: Vec<u8>,
         n_kv: u64,
-        tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
-        alignment: u64,
+        /// (name, dims ne0 first, raw ggml type id, data)
+        pub(crate) tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
+        pub(crate) alignment: u64,
         /// Added to every recorded tensor offset (not to where the data is written).
-        offset_shift: u64,
+        pub(crate) offset_shift: u64,
     }
 
-    impl Writer {
-        fn new() -> Self {
-            Writer {
+    impl GgufWriter {
+        pub(crate) fn new() -> Self {
+            GgufWriter {
                 version: 3,
                 kv: Vec::new(),
                 n_kv: 0,
@@ -1044,28 +1034,46 @@ pub(crate) mod tests {
             &mut self.kv
         }
 
-        fn u32(&mut self, key: &str, v: u32) -> &mut Self {
+        pub(crate) fn u32(&mut self, key: &str, v: u32) -> &mut Self {
             self.key(key, 4).extend(v.to_le_bytes());
             self
         }
 
-        fn raw(&mut self, key: &str, ty: u32, bytes: &[u8]) -> &mut Self {
+        /// A KV pair with value type `ty` whose encoded value is `bytes`.
+        pub(crate) fn raw(&mut self, key: &str, ty: u32, bytes: &[u8]) -> &mut Self {
             self.key(key, ty).extend(bytes);
             self
         }
 
-        fn str(&mut self, key: &str, v: &str) -> &mut Self {
+        pub(crate) fn str(&mut self, key: &str, v: &str) -> &mut Self {
             put_str(self.key(key, 8), v);
             self
         }
 
-        fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) -> &mut Self {
-            self.tensors
-                .push((name.into(), dims.to_vec(), ty.id(), data));
+        pub(crate) fn str_array(&mut self, key: &str, items: &[&str]) -> &mut Self {
+            let mut a = 8u32.to_le_bytes().to_vec();
+            a.extend((items.len() as u64).to_le_bytes());
+            for s in items {
+                put_str(&mut a, s);
+            }
+            self.raw(key, 9, &a)
+        }
+
+        pub(crate) fn i32_array(&mut self, key: &str, items: &[i32]) -> &mut Self {
+            let mut a = 5u32.to_le_bytes().to_vec();
+            a.extend((items.len() as u64).to_le_bytes());
+            for v in items {
+                a.extend(v.to_le_bytes());
+            }
+            self.raw(key, 9, &a)
+        }
+
+        pub(crate) fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) -> &mut Self {
+            self.tensors.push((name.into(), dims.to_vec(), ty.id(), data));
             self
         }
 
-        fn bytes(&self) -> Vec<u8> {
+        pub(crate) fn bytes(&self) -> Vec<u8> {
             let mut out = b"GGUF".to_vec();
             out.extend(self.version.to_le_bytes());
             out.extend((self.tensors.len() as u64).to_le_bytes());
@@ -1105,28 +1113,16 @@ pub(crate) mod tests {
 
     /// A small but complete file: scalars of several types, a string array, a nested array, an
     /// F32 tensor, a Q8_0 tensor and an F16 tensor.
-    fn sample() -> Writer {
-        let mut w = Writer::new();
+    fn sample() -> GgufWriter {
+        let mut w = GgufWriter::new();
         w.str("general.architecture", "qwen2")
             .u32("qwen2.block_count", 24)
             .raw("qwen2.rope.freq_base", 6, &1.0e6f32.to_le_bytes())
             .raw("tokenizer.ggml.add_bos_token", 7, &[0])
             .raw("big", 10, &(1u64 << 40).to_le_bytes())
             .raw("neg", 5, &(-7i32).to_le_bytes());
-        // array[string; 3]
-        let mut a = 8u32.to_le_bytes().to_vec();
-        a.extend(3u64.to_le_bytes());
-        for s in ["a", "Ġb", "<|im_end|>"] {
-            put_str(&mut a, s);
-        }
-        w.raw("tokenizer.ggml.tokens", 9, &a);
-        // array[i32; 3]
-        let mut a = 5u32.to_le_bytes().to_vec();
-        a.extend(3u64.to_le_bytes());
-        for v in [1i32, 1, 3] {
-            a.extend(v.to_le_bytes());
-        }
-        w.raw("tokenizer.ggml.token_type", 9, &a);
+        w.str_array("tokenizer.ggml.tokens", &["a", "Ġb", "<|im_end|>"])
+            .i32_array("tokenizer.ggml.token_type", &[1, 1, 3]);
         // array[array[u8; 2]; 2]
         let mut a = 9u32.to_le_bytes().to_vec();
         a.extend(2u64.to_le_bytes());
@@ -1136,12 +1132,7 @@ pub(crate) mod tests {
             a.extend(v);
         }
         w.raw("nested", 9, &a);
-        w.tensor(
-            "norm",
-            &[4],
-            GgmlType::F32,
-            f32_bytes(&[1.0, -2.0, 0.5, 3.25]),
-        );
+        w.tensor("norm", &[4], GgmlType::F32, f32_bytes(&[1.0, -2.0, 0.5, 3.25]));
         let mut q8 = half::f16::from_f32(0.5).to_bits().to_le_bytes().to_vec();
         q8.extend((0..32).map(|i| (i as i8 - 16) as u8));
         w.tensor("w", &[32, 1], GgmlType::Q8_0, q8);
@@ -1176,10 +1167,7 @@ pub(crate) mod tests {
             f.get_str_array("tokenizer.ggml.tokens").unwrap(),
             ["a", "Ġb", "<|im_end|>"]
         );
-        assert_eq!(
-            f.get_i32_array("tokenizer.ggml.token_type").unwrap(),
-            [1, 1, 3]
-        );
+        assert_eq!(f.get_i32_array("tokenizer.ggml.token_type").unwrap(), [1, 1, 3]);
         assert_eq!(
             f.get("nested"),
             Some(&MetaValue::Array(MetaArray::Array(vec![
@@ -1287,10 +1275,7 @@ pub(crate) mod tests {
         }
         let p = dir.join("whole.gguf");
         std::fs::write(&p, &bytes).unwrap();
-        assert_eq!(
-            GgufFile::open(&p).unwrap().dequantize("h").unwrap(),
-            [1.0, -0.5]
-        );
+        assert_eq!(GgufFile::open(&p).unwrap().dequantize("h").unwrap(), [1.0, -0.5]);
         let missing = GgufFile::open(dir.join("absent.gguf")).unwrap_err();
         assert!(matches!(missing, LoadError::Io { .. }));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1312,7 +1297,7 @@ pub(crate) mod tests {
 
     #[test]
     fn unknown_type_id_names_the_tensor() {
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         w.tensors
             .push(("blk.0.mystery".into(), vec![32], 31, vec![0; 32]));
         let e = GgufFile::from_bytes("t.gguf", w.bytes()).unwrap_err();
@@ -1343,13 +1328,13 @@ pub(crate) mod tests {
             Err(LoadError::Truncated { .. })
         ));
         // A string claiming u64::MAX bytes, an array claiming 2^60 strings.
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         w.raw("s", 8, &u64::MAX.to_le_bytes());
         assert!(matches!(
             GgufFile::from_bytes("s.gguf", w.bytes()),
             Err(LoadError::Truncated { .. })
         ));
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         let mut a = 8u32.to_le_bytes().to_vec();
         a.extend((1u64 << 60).to_le_bytes());
         w.raw("a", 9, &a);
@@ -1358,7 +1343,7 @@ pub(crate) mod tests {
             Err(LoadError::Truncated { .. })
         ));
         // Arrays nested 10_000 deep (would overflow the stack if followed).
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         let mut a = Vec::new();
         for _ in 0..10_000 {
             a.extend(9u32.to_le_bytes());
@@ -1375,7 +1360,7 @@ pub(crate) mod tests {
             (vec![1, 1, 1, 1, 1], GgmlType::F32),
             (vec![16], GgmlType::Q8_0),
         ] {
-            let mut w = Writer::new();
+            let mut w = GgufWriter::new();
             w.tensor("t", &dims, ty, vec![0; 64]);
             let e = GgufFile::from_bytes("x.gguf", w.bytes()).unwrap_err();
             assert!(matches!(e, LoadError::Malformed { .. }), "{dims:?}: {e}");
@@ -1386,7 +1371,7 @@ pub(crate) mod tests {
         let e = GgufFile::from_bytes("mis.gguf", w.bytes()).unwrap_err();
         assert!(matches!(e, LoadError::Malformed { .. }), "{e}");
         // Tensor data claimed past the end of the file.
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         w.tensor("big", &[1 << 20], GgmlType::F32, vec![0; 64]);
         let e = GgufFile::from_bytes("o.gguf", w.bytes()).unwrap_err();
         assert!(
@@ -1394,14 +1379,14 @@ pub(crate) mod tests {
             "{e}"
         );
         // Duplicate tensor names and keys.
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         w.tensor("t", &[1], GgmlType::F32, vec![0; 4]);
         w.tensor("t", &[1], GgmlType::F32, vec![0; 4]);
         assert!(matches!(
             GgufFile::from_bytes("d.gguf", w.bytes()),
             Err(LoadError::Malformed { .. })
         ));
-        let mut w = Writer::new();
+        let mut w = GgufWriter::new();
         w.u32("k", 1).u32("k", 2);
         assert!(matches!(
             GgufFile::from_bytes("d.gguf", w.bytes()),
@@ -1475,14 +1460,8 @@ pub(crate) mod tests {
             f.get_f32("qwen2.attention.layer_norm_rms_epsilon").unwrap() as f64,
             9.999999974752427e-07
         );
-        assert_eq!(
-            f.get_str_array("tokenizer.ggml.tokens").unwrap().len(),
-            151_936
-        );
-        assert_eq!(
-            f.get_str_array("tokenizer.ggml.merges").unwrap().len(),
-            151_387
-        );
+        assert_eq!(f.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 151_936);
+        assert_eq!(f.get_str_array("tokenizer.ggml.merges").unwrap().len(), 151_387);
         assert_eq!(
             f.get_i32_array("tokenizer.ggml.token_type").unwrap().len(),
             151_936
@@ -1503,9 +1482,7 @@ pub(crate) mod tests {
         ]
         .into();
         assert_eq!(counts, expected);
-        let emb = f
-            .expect_shape("token_embd.weight", &[896, 151_936])
-            .unwrap();
+        let emb = f.expect_shape("token_embd.weight", &[896, 151_936]).unwrap();
         assert_eq!(emb.ty(), GgmlType::Q5_0);
         assert_eq!(f.tensor("output.weight").unwrap().ty(), GgmlType::Q8_0);
     }
@@ -1515,12 +1492,8 @@ pub(crate) mod tests {
     #[test]
     fn real_05b_tensors_match_gguf_py_checksums() {
         let f = GgufFile::open(real_model_path(MODEL_05B)).unwrap();
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/dequant_blocks.json"
-        );
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant_blocks.json");
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let entries = doc["tensors"].as_array().unwrap();
         let mut types = std::collections::BTreeSet::new();
         for e in entries {

@@ -66,9 +66,7 @@ impl ModelConfig {
             ("vocab_size", self.vocab_size),
         ];
         if let Some((name, v)) = positive.iter().find(|(_, v)| *v <= 0) {
-            return Err(ModelError::Config(format!(
-                "{name} must be positive, is {v}"
-            )));
+            return Err(ModelError::Config(format!("{name} must be positive, is {v}")));
         }
         if self.num_attention_heads % self.num_key_value_heads != 0 {
             return Err(ModelError::Config(format!(
@@ -133,12 +131,13 @@ impl Model {
     /// `lm_head.weight` is used when present, even with tied embeddings (GGUF files carry a
     /// separately quantized `output.weight`); otherwise tied embeddings are required.
     /// All weights are evaluated before returning, so a lazily loaded map is read here.
-    pub fn from_weights(
-        cfg: ModelConfig,
-        weights: HashMap<String, Array>,
-        group_size: i32,
-    ) -> Result<Model> {
+    pub fn from_weights(cfg: ModelConfig, weights: HashMap<String, Array>, group_size: i32) -> Result<Model> {
         cfg.validate()?;
+        if group_size <= 0 {
+            return Err(ModelError::Config(format!(
+                "group_size must be positive, is {group_size}"
+            )));
+        }
         let mut w = Weights {
             map: weights,
             group_size,
@@ -194,7 +193,11 @@ impl Model {
     pub fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
         let h = self.hidden_states(tokens, caches)?;
         let (b, l) = (h.dim(0), h.dim(1));
-        let last = h.try_index((.., l - 1.., ..))?;
+        let last = if l == 1 {
+            h
+        } else {
+            h.try_index((.., l - 1.., ..))?
+        };
         let logits = self.head(&self.norm.forward(&last)?)?;
         Ok(logits
             .reshape(&[b, self.cfg.vocab_size])?
@@ -237,10 +240,7 @@ impl Model {
     }
 
     fn head(&self, h: &Array) -> Result<Array> {
-        self.lm_head
-            .as_ref()
-            .unwrap_or(&self.embed_tokens)
-            .forward(h)
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens).forward(h)
     }
 }
 
@@ -257,11 +257,7 @@ impl DecoderLayer {
         let (hidden, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
         let attn_prefix = format!("{prefix}.self_attn");
         Ok(DecoderLayer {
-            input_layernorm: w.rms_norm(
-                &format!("{prefix}.input_layernorm.weight"),
-                hidden,
-                eps,
-            )?,
+            input_layernorm: w.rms_norm(&format!("{prefix}.input_layernorm.weight"), hidden, eps)?,
             self_attn: match cfg.arch {
                 Arch::Qwen2 => Attention::Qwen2(qwen2::Attention::load(cfg, w, &attn_prefix)?),
                 Arch::Qwen3 => Attention::Qwen3(qwen3::Attention::load(cfg, w, &attn_prefix)?),
@@ -282,9 +278,7 @@ impl DecoderLayer {
             Attention::Qwen3(a) => a.forward(&normed, cache)?,
         };
         let h = x.add(&attn)?;
-        let mlp = self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&h)?)?;
+        let mlp = self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?;
         Ok(h.add(&mlp)?)
     }
 
@@ -336,18 +330,16 @@ impl AttentionCore {
 
     /// Splits the fused projection `[B, L, (H + 2 KV) * D]` into q `[B, L, H, D]`, k and v
     /// `[B, L, KV, D]`.
-    fn split_heads(&self, qkv: &[Array]) -> Result<[Array; 3]> {
-        let heads = [self.n_heads, self.n_kv_heads, self.n_kv_heads];
-        let mut out = qkv.iter().zip(heads).map(|(a, h)| {
-            let (b, l) = (a.dim(0), a.dim(1));
-            a.reshape(&[b, l, h, self.head_dim])
-        });
-        let mut next = || {
-            out.next()
-                .expect("three projections")
-                .map_err(ModelError::from)
-        };
-        Ok([next()?, next()?, next()?])
+    fn split_heads(&self, qkv: Vec<Array>) -> Result<[Array; 3]> {
+        let [q, k, v]: [Array; 3] = qkv
+            .try_into()
+            .map_err(|v: Vec<Array>| ModelError::Input(format!("{} q/k/v parts", v.len())))?;
+        let heads = |a: &Array, h: i32| a.reshape(&[a.dim(0), a.dim(1), h, self.head_dim]);
+        Ok([
+            heads(&q, self.n_heads)?,
+            heads(&k, self.n_kv_heads)?,
+            heads(&v, self.n_kv_heads)?,
+        ])
     }
 
     /// q `[B, L, H, D]`, k and v `[B, L, KV, D]` → `[B, L, H * D]`.
@@ -356,8 +348,7 @@ impl AttentionCore {
         let offset = cache.offset() as i32;
         let to_heads = |a: &Array| a.transpose_axes(&[0, 2, 1, 3]);
         // NEOX rotation (halves, not interleaved pairs), as llama.cpp runs qwen2/qwen3.
-        let rope =
-            |a: &Array| fast::rope(a, self.head_dim, false, self.rope_theta, 1.0, offset, None);
+        let rope = |a: &Array| fast::rope(a, self.head_dim, false, self.rope_theta, 1.0, offset, None);
         let q = rope(&to_heads(q)?)?;
         let k = rope(&to_heads(k)?)?;
         let (keys, values) = cache.update_and_fetch(&k, &to_heads(v)?)?;
@@ -394,13 +385,13 @@ impl Mlp {
             .gate_up
             .forward(x)?
             .try_into()
-            .map_err(|_| ModelError::Input("gate/up split".into()))?;
+            .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))?;
         let act = gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?;
         self.down_proj.forward(&act)
     }
 }
 
-pub(crate) struct RmsNorm {
+struct RmsNorm {
     weight: Array,
     eps: f32,
 }
@@ -414,7 +405,7 @@ impl RmsNorm {
 
 /// `y = x Wᵀ (+ b)` with `W` `[out, in]` dense or MLX affine-quantized. Also the embedding
 /// table (`[vocab, hidden]`, looked up by row) and a tied LM head.
-pub(crate) enum Linear {
+enum Linear {
     Dense {
         weight: Array,
         bias: Option<Array>,
@@ -442,8 +433,7 @@ impl Linear {
                 bias,
                 spec,
             } => {
-                let y =
-                    quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?;
+                let y = quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?;
                 Ok(match bias {
                     Some(b) => y.add(b)?,
                     None => y,
@@ -507,9 +497,7 @@ impl Linear {
                 let mut ws = vec![];
                 for p in parts {
                     match p {
-                        Linear::Dense { weight: w, .. } if w.dtype() == weight.dtype() => {
-                            ws.push(w)
-                        }
+                        Linear::Dense { weight: w, .. } if w.dtype() == weight.dtype() => ws.push(w),
                         _ => return Ok(None),
                     }
                 }
@@ -556,7 +544,7 @@ impl Linear {
 
 /// Linear maps of the same input (q/k/v, gate/up): one matmul over their stacked rows, split
 /// after. Layers that cannot be stacked (different bits) stay separate.
-pub(crate) struct FusedLinear {
+struct FusedLinear {
     parts: Vec<Linear>,
     /// Where the fused output splits; empty when `parts` are separate.
     splits: Vec<i32>,
@@ -657,15 +645,13 @@ impl Weights {
                 ),
             });
         }
-        let groups = if scales.ndim() == 2 { scales.dim(1) } else { 0 };
-        let group_size = if groups * self.group_size == inp {
-            self.group_size
-        } else if groups > 0 && inp % groups == 0 && [32, 64, 128].contains(&(inp / groups)) {
-            inp / groups
-        } else {
-            groups.max(0) // fails the shape check below
-        };
-        let expected_groups = inp / group_size.max(1);
+        // The declared group size, or the one these scales imply (mixed recipes).
+        let groups = scales.shape().get(1).copied().unwrap_or(0);
+        let group_size = [self.group_size, 32, 64, 128]
+            .into_iter()
+            .find(|&g| inp % g == 0 && inp / g == groups)
+            .unwrap_or(self.group_size);
+        let expected_groups = inp / group_size;
         check_shape(&scales_name, &scales, &[out, expected_groups])?;
         check_shape(&biases_name, &biases, &[out, expected_groups])?;
         let packed = weight.dim(1);
@@ -832,17 +818,11 @@ pub(crate) mod test_util {
     pub fn reference_forward(cfg: &ModelConfig, w: &HostWeights, ids: &[u32]) -> Vec<Vec<f32>> {
         let get = |n: &str| &w[n].0;
         let (h, d) = (cfg.hidden_size as usize, cfg.head_dim as usize);
-        let (nh, nkv) = (
-            cfg.num_attention_heads as usize,
-            cfg.num_key_value_heads as usize,
-        );
+        let (nh, nkv) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize);
         let rms = |x: &[f32], g: &[f32]| -> Vec<f32> {
             let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
             let r = 1.0 / (ms + cfg.rms_norm_eps as f64).sqrt();
-            x.iter()
-                .zip(g)
-                .map(|(v, g)| (*v as f64 * r) as f32 * g)
-                .collect()
+            x.iter().zip(g).map(|(v, g)| (*v as f64 * r) as f32 * g).collect()
         };
         // y[o] = sum_i W[o, i] x[i] (+ b[o]); W is [out, in] row-major.
         let matvec = |wname: &str, x: &[f32], bias: Option<&str>| -> Vec<f32> {
@@ -869,14 +849,11 @@ pub(crate) mod test_util {
         let n = ids.len();
         let mut xs: Vec<Vec<f32>> = ids
             .iter()
-            .map(|&t| {
-                get("model.embed_tokens.weight")[t as usize * h..(t as usize + 1) * h].to_vec()
-            })
+            .map(|&t| get("model.embed_tokens.weight")[t as usize * h..(t as usize + 1) * h].to_vec())
             .collect();
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            let bias =
-                |n: &str| (cfg.arch == Arch::Qwen2).then(|| format!("{p}.self_attn.{n}.bias"));
+            let bias = |n: &str| (cfg.arch == Arch::Qwen2).then(|| format!("{p}.self_attn.{n}.bias"));
             let (mut qs, mut ks, mut vs) = (vec![], vec![], vec![]);
             for (pos, x) in xs.iter().enumerate() {
                 let hn = rms(x, get(&format!("{p}.input_layernorm.weight")));
@@ -907,10 +884,7 @@ pub(crate) mod test_util {
                     let scores: Vec<f64> = (0..=i)
                         .map(|j| {
                             let k = &ks[j][kv * d..(kv + 1) * d];
-                            q.iter()
-                                .zip(k)
-                                .map(|(a, b)| *a as f64 * *b as f64)
-                                .sum::<f64>()
+                            q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
                                 / (d as f64).sqrt()
                         })
                         .collect();
@@ -1000,11 +974,7 @@ mod tests {
 
     #[test]
     fn cached_logits_equal_uncached_quantized() {
-        for (arch, gs, bits) in [
-            (Arch::Qwen2, 64, 4),
-            (Arch::Qwen3, 32, 6),
-            (Arch::Qwen2, 32, 8),
-        ] {
+        for (arch, gs, bits) in [(Arch::Qwen2, 64, 4), (Arch::Qwen3, 32, 6), (Arch::Qwen2, 32, 8)] {
             let cfg = tiny_config(arch);
             let (q, _) = quantized_pair(&random_weights(&cfg, 3), gs, bits);
             check_cache_consistency(&Model::from_weights(cfg, q, gs).unwrap());
@@ -1035,18 +1005,17 @@ mod tests {
         let cfg = tiny_config(arch);
         let w = random_weights(&cfg, 5);
         let model = Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap();
+        assert_fused(&model);
         let ids = seq();
-        let got = model
-            .forward_all(&tokens(&ids), &mut model.new_caches())
-            .unwrap();
+        let got = model.forward_all(&tokens(&ids), &mut model.new_caches()).unwrap();
         let want = reference_forward(&cfg, &w, &ids);
         let want: Vec<f32> = want.into_iter().flatten().collect();
         let want = Array::from_slice(&want, got.shape());
         let diff = max_abs_diff(&got, &want);
         assert!(diff <= 1e-4, "{arch:?}: max abs diff {diff}");
         // Not a vacuous comparison: logits vary.
-        let spread = want.max(None).unwrap().item_exact::<f32>()
-            - want.min(None).unwrap().item_exact::<f32>();
+        let spread =
+            want.max(None).unwrap().item_exact::<f32>() - want.min(None).unwrap().item_exact::<f32>();
         assert!(spread > 1.0, "spread {spread}");
     }
 
@@ -1068,9 +1037,7 @@ mod tests {
         let model = Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap();
         assert!(model.lm_head.is_some());
         let ids = seq();
-        let got = model
-            .forward(&tokens(&ids), &mut model.new_caches())
-            .unwrap();
+        let got = model.forward(&tokens(&ids), &mut model.new_caches()).unwrap();
         let want = reference_forward(&cfg, &w, &ids).pop().unwrap();
         assert!(max_abs_diff(&got, &Array::from_slice(&want, &[1, 97])) <= 1e-4);
     }
@@ -1086,7 +1053,9 @@ mod tests {
                     qm.layers[0].mlp.down_proj,
                     Linear::Quantized { spec, .. } if spec == QuantSpec { group_size: gs, bits }
                 ));
+                assert_fused(&qm);
                 let dm = Model::from_weights(cfg, d, gs).unwrap();
+                assert_fused(&dm);
                 let ids = tokens(&seq());
                 let a = qm.forward_all(&ids, &mut qm.new_caches()).unwrap();
                 let b = dm.forward_all(&ids, &mut dm.new_caches()).unwrap();
@@ -1097,23 +1066,101 @@ mod tests {
         }
     }
 
+    /// q/k/v and gate/up each run as one matmul.
+    fn assert_fused(model: &Model) {
+        for layer in &model.layers {
+            let qkv = match &layer.self_attn {
+                Attention::Qwen2(a) => &a.qkv,
+                Attention::Qwen3(a) => &a.qkv,
+            };
+            assert_eq!((qkv.parts.len(), qkv.splits.len()), (1, 2));
+            assert_eq!(
+                (layer.mlp.gate_up.parts.len(), layer.mlp.gate_up.splits.len()),
+                (1, 1)
+            );
+        }
+    }
+
     #[test]
-    fn mixed_bits_per_tensor_load_unfused() {
+    fn bf16_weights_run_close_to_f32() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            let cfg = tiny_config(arch);
+            let w = to_device(&random_weights(&cfg, 12));
+            let half: HashMap<String, Array> = w
+                .iter()
+                .map(|(k, a)| (k.clone(), a.as_dtype(Dtype::Bfloat16).unwrap()))
+                .collect();
+            let full = Model::from_weights(cfg.clone(), w, 64).unwrap();
+            let half = Model::from_weights(cfg.clone(), half, 64).unwrap();
+            assert!(half.nbytes() * 2 == full.nbytes());
+            let ids = tokens(&seq());
+            let a = full.forward_all(&ids, &mut full.new_caches()).unwrap();
+            let mut caches = half.new_caches();
+            let b = half.forward_all(&ids, &mut caches).unwrap();
+            assert_eq!(b.dtype(), Dtype::Float32);
+            assert_eq!(caches[0].state().unwrap().0.dtype(), Dtype::Bfloat16);
+            let diff = max_abs_diff(&a, &b);
+            assert!(diff < 0.5, "{arch:?}: bf16 vs f32 {diff}");
+            // Quantizing bf16 weights gives bf16 scales; that model runs too.
+            let (q, _) = quantized_pair(&random_weights(&cfg, 12), 64, 8);
+            let q: HashMap<String, Array> = q
+                .into_iter()
+                .map(|(k, a)| {
+                    let a = if a.dtype() == Dtype::Float32 {
+                        a.as_dtype(Dtype::Bfloat16).unwrap()
+                    } else {
+                        a
+                    };
+                    (k, a)
+                })
+                .collect();
+            let qm = Model::from_weights(cfg, q, 64).unwrap();
+            let c = qm.forward_all(&ids, &mut qm.new_caches()).unwrap();
+            assert!(max_abs_diff(&a, &c) < 0.5);
+        }
+    }
+
+    #[test]
+    fn mixed_bits_and_group_sizes_per_tensor() {
         let cfg = tiny_config(Arch::Qwen2);
         let w = random_weights(&cfg, 8);
-        let (mut q4, _) = quantized_pair(&w, 64, 4);
-        let (q8, _) = quantized_pair(&w, 64, 8);
+        let (mut q4, d4) = quantized_pair(&w, 64, 4);
+        let (q8, d8) = quantized_pair(&w, 64, 8);
+        let (q4g32, d4g32) = quantized_pair(&w, 32, 4);
+        let mut dense = d4;
         // v_proj at 8 bits as Q4_K_M does "more bits" layers: q/k/v cannot be stacked.
-        for s in ["weight", "scales", "biases"] {
-            let name = format!("model.layers.0.self_attn.v_proj.{s}");
-            q4.insert(name.clone(), q8[&name].clone());
+        // down_proj with group 32 while the checkpoint says 64: read from the scales.
+        for (name, qsrc, dsrc) in [
+            ("model.layers.0.self_attn.v_proj", &q8, &d8),
+            ("model.layers.1.mlp.down_proj", &q4g32, &d4g32),
+        ] {
+            for s in ["weight", "scales", "biases"] {
+                let t = format!("{name}.{s}");
+                q4.insert(t.clone(), qsrc[&t].clone());
+            }
+            let t = format!("{name}.weight");
+            dense.insert(t.clone(), dsrc[&t].clone());
         }
-        let model = Model::from_weights(cfg, q4, 64).unwrap();
+        let model = Model::from_weights(cfg.clone(), q4, 64).unwrap();
         match &model.layers[0].self_attn {
             Attention::Qwen2(a) => assert_eq!(a.qkv.parts.len(), 3),
             Attention::Qwen3(_) => unreachable!(),
         }
+        let spec = |l: &Linear| match l {
+            Linear::Quantized { spec, .. } => Some(*spec),
+            Linear::Dense { .. } => None,
+        };
+        let g32 = QuantSpec {
+            group_size: 32,
+            bits: 4,
+        };
+        assert_eq!(spec(&model.layers[1].mlp.down_proj), Some(g32));
         check_cache_consistency(&model);
+        let dm = Model::from_weights(cfg, dense, 64).unwrap();
+        let ids = tokens(&seq());
+        let a = model.forward_all(&ids, &mut model.new_caches()).unwrap();
+        let b = dm.forward_all(&ids, &mut dm.new_caches()).unwrap();
+        assert!(max_abs_diff(&a, &b) <= 1e-4);
     }
 
     #[test]
@@ -1123,9 +1170,7 @@ mod tests {
         let mut missing = to_device(&w);
         missing.remove("model.layers.1.mlp.up_proj.weight");
         let err = Model::from_weights(cfg.clone(), missing, 64).err().unwrap();
-        assert!(
-            matches!(&err, ModelError::MissingTensor(n) if n == "model.layers.1.mlp.up_proj.weight")
-        );
+        assert!(matches!(&err, ModelError::MissingTensor(n) if n == "model.layers.1.mlp.up_proj.weight"));
 
         let mut wrong = to_device(&w);
         wrong.insert(
@@ -1151,9 +1196,7 @@ mod tests {
 
         let mut untied = cfg.clone();
         untied.tie_word_embeddings = false;
-        let err = Model::from_weights(untied, to_device(&w), 64)
-            .err()
-            .unwrap();
+        let err = Model::from_weights(untied, to_device(&w), 64).err().unwrap();
         assert!(matches!(&err, ModelError::MissingTensor(n) if n == "lm_head.weight"));
 
         let mut bad_cfg = cfg;

@@ -47,7 +47,7 @@ impl Attention {
 
     /// `x`: `[B, L, hidden]`, already normed.
     pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let [q, k, v] = self.core.split_heads(&self.qkv.forward(x)?)?;
+        let [q, k, v] = self.core.split_heads(self.qkv.forward(x)?)?;
         self.o_proj.forward(&self.core.attend(&q, &k, &v, cache)?)
     }
 

@@ -17,7 +17,8 @@ use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, RmsNorm, We
 use crate::engine::cache::KvCache;
 
 pub(super) struct Attention {
-    qkv: FusedLinear,
+    /// q, k and v projections, stacked when their formats allow.
+    pub(super) qkv: FusedLinear,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
     o_proj: Linear,
@@ -48,7 +49,7 @@ impl Attention {
 
     /// `x`: `[B, L, hidden]`, already normed.
     pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let [q, k, v] = self.core.split_heads(&self.qkv.forward(x)?)?;
+        let [q, k, v] = self.core.split_heads(self.qkv.forward(x)?)?;
         // Heads are [B, L, heads, head_dim] here, so the norm runs over head_dim.
         let (q, k) = (self.q_norm.forward(&q)?, self.k_norm.forward(&k)?);
         self.o_proj.forward(&self.core.attend(&q, &k, &v, cache)?)

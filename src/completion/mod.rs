@@ -1,0 +1,3 @@
+//! Turning raw model output into what an editor should insert.
+
+pub mod postprocess;

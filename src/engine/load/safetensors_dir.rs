@@ -1,0 +1,125 @@
+//! Hugging Face (`config.json` + `*.safetensors`, bf16/f16) and mlx-community (the same, with
+//! MLX-quantized weights and a `quantization` entry in `config.json`) model folders.
+
+use std::{collections::HashMap, path::Path};
+
+use mlx_rs::Array;
+use serde::Deserialize;
+
+use super::{insert_weight, EngineLoadError, LoadOptions, Precision};
+use crate::engine::{
+    models::{Arch, Model, ModelConfig},
+    tokenizer::Tokenizer,
+};
+
+#[derive(Deserialize)]
+struct HfConfig {
+    model_type: String,
+    hidden_size: i32,
+    intermediate_size: i32,
+    num_hidden_layers: i32,
+    num_attention_heads: i32,
+    num_key_value_heads: Option<i32>,
+    head_dim: Option<i32>,
+    vocab_size: i32,
+    #[serde(default = "default_theta")]
+    rope_theta: f32,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f32,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    quantization: Option<HfQuantization>,
+}
+
+#[derive(Deserialize)]
+struct HfQuantization {
+    group_size: i32,
+    #[allow(dead_code)]
+    bits: i32,
+}
+
+fn default_theta() -> f32 {
+    1_000_000.0
+}
+fn default_eps() -> f32 {
+    1e-6
+}
+
+pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), EngineLoadError> {
+    let config_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|source| EngineLoadError::Io {
+        file: config_path.clone(),
+        source,
+    })?;
+    let hf: HfConfig = serde_json::from_str(&text).map_err(|e| EngineLoadError::Invalid {
+        file: config_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let arch = match hf.model_type.as_str() {
+        "qwen2" => Arch::Qwen2,
+        "qwen3" => Arch::Qwen3,
+        other => {
+            return Err(EngineLoadError::Invalid {
+                file: config_path,
+                reason: format!("model_type `{other}` is not supported (qwen2 and qwen3 are)"),
+            })
+        }
+    };
+    let cfg = ModelConfig {
+        arch,
+        hidden_size: hf.hidden_size,
+        intermediate_size: hf.intermediate_size,
+        num_hidden_layers: hf.num_hidden_layers,
+        num_attention_heads: hf.num_attention_heads,
+        num_key_value_heads: hf.num_key_value_heads.unwrap_or(hf.num_attention_heads),
+        head_dim: hf
+            .head_dim
+            .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1)),
+        vocab_size: hf.vocab_size,
+        rope_theta: hf.rope_theta,
+        rms_norm_eps: hf.rms_norm_eps,
+        tie_word_embeddings: hf.tie_word_embeddings,
+    };
+    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|source| EngineLoadError::Io {
+            file: dir.to_owned(),
+            source,
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(EngineLoadError::Invalid {
+            file: dir.to_owned(),
+            reason: "no *.safetensors files".into(),
+        });
+    }
+    // An mlx-community folder is already quantized: use it as stored.
+    let (group_size, requantize) = match &hf.quantization {
+        Some(q) => (q.group_size, false),
+        None => (opts.group_size, opts.precision != Precision::Native),
+    };
+    let mut weights = HashMap::new();
+    for file in &files {
+        let map = Array::load_safetensors(file).map_err(|e| EngineLoadError::Invalid {
+            file: file.clone(),
+            reason: e.to_string(),
+        })?;
+        for (name, array) in map {
+            if requantize {
+                insert_weight(&mut weights, name, array, opts, file)?;
+            } else {
+                weights.insert(name, array);
+            }
+        }
+    }
+    let model = Model::from_weights(cfg, weights, group_size).map_err(|source| EngineLoadError::Model {
+        file: dir.to_owned(),
+        source,
+    })?;
+    Ok((model, tokenizer, false))
+}
