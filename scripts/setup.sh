@@ -96,6 +96,8 @@ say "fetching models: ${FETCH[*]}"
 
 # 6. the main job -----------------------------------------------------------------------
 if [[ $RUN_DEMO == 1 ]]; then
-  say "running: laya doctor"
-  "$LAYA" doctor
+  "$LAYA" doctor >/dev/null || "$LAYA" doctor
+  say "running: laya complete examples/fib.py:5:1 (the first run converts the model to q8 and caches it)"
+  sed -n '1,5p' examples/fib.py | sed 's/^/    | /'
+  "$LAYA" complete examples/fib.py:5:1
 fi

@@ -1,5 +1,6 @@
 //! laya: local-first code completion. See ARCHITECTURE.md for the module map.
 
+pub mod bench;
 pub mod catalog;
 pub mod completion;
 pub mod doctor;

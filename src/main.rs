@@ -47,6 +47,11 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         temperature: f32,
     },
+    /// Benchmarks that print numbers.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Fetch or list models.
     Models {
         #[command(subcommand)]
@@ -104,6 +109,35 @@ impl ModelArgs {
 }
 
 #[derive(Subcommand)]
+enum BenchCommand {
+    /// Load time, prefill tok/s, decode ms/token and share of the memory-bandwidth floor.
+    Engine {
+        /// Models to load (catalog names, GGUF files or folders); default: the two CPU tiers.
+        #[arg(long = "model")]
+        models: Vec<String>,
+        /// Random weights of a real shape instead (qwen2.5-coder-3b, qwen3-4b, qwen2.5-coder-32b, …).
+        #[arg(long = "synthetic")]
+        synthetic: Vec<String>,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "q8")]
+        precision: Vec<Precision>,
+        #[arg(long, default_value_t = 64)]
+        group_size: i32,
+        /// Prompt lengths to time prefill at.
+        #[arg(long, value_delimiter = ',', default_value = "128,512,2048")]
+        prefill: Vec<usize>,
+        /// Tokens to decode for the per-token time.
+        #[arg(long, default_value_t = 32)]
+        decode: usize,
+        /// Memory bandwidth for the floor, GB/s (default: 4800 on a CUDA GPU, else the host's measured copy bandwidth).
+        #[arg(long)]
+        bandwidth: Option<f64>,
+        /// Also write the rows as JSON lines to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 enum ModelsCommand {
     /// Download models into the model directory (default: the two CPU tiers).
     Fetch {
@@ -152,6 +186,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             temperature,
         } => {
             complete(&location, &model, max_tokens, temperature, cli.device)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Engine {
+                    models,
+                    synthetic,
+                    precision,
+                    group_size,
+                    prefill,
+                    decode,
+                    bandwidth,
+                    json,
+                },
+        } => {
+            bench_engine(
+                models, synthetic, precision, group_size, prefill, decode, bandwidth, json, cli.device,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Models {
@@ -254,5 +306,78 @@ fn complete(
         ms(t.decode),
         out.choices[0].finish_reason,
     );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_engine(
+    models: Vec<String>,
+    synthetic: Vec<String>,
+    precisions: Vec<Precision>,
+    group_size: i32,
+    prefill: Vec<usize>,
+    decode: usize,
+    bandwidth: Option<f64>,
+    json: Option<PathBuf>,
+    device: DevicePref,
+) -> Result<()> {
+    use laya::bench::engine::{self as be, Source, Target};
+    let device = use_device(device).map_err(anyhow::Error::msg)?;
+    let on_gpu = device.starts_with("gpu");
+    let mut targets = vec![];
+    let models = if models.is_empty() && synthetic.is_empty() {
+        catalog::DEFAULT_FETCH.iter().map(|s| s.to_string()).collect()
+    } else {
+        models
+    };
+    for m in models {
+        let args = ModelArgs {
+            model: m.clone(),
+            precision: Precision::Q8,
+            group_size,
+            no_cache: false,
+        };
+        targets.push(Target {
+            label: m,
+            source: Source::File(args.path()?),
+        });
+    }
+    for s in synthetic {
+        if laya::engine::synthetic::shape(&s).is_none() {
+            bail!(
+                "unknown shape `{s}`; known: {}",
+                laya::engine::synthetic::SHAPES.join(", ")
+            );
+        }
+        targets.push(Target {
+            label: s.clone(),
+            source: Source::Synthetic(s),
+        });
+    }
+    let settings = be::Settings {
+        precisions,
+        group_size,
+        prefill_lengths: prefill,
+        decode_tokens: decode,
+        bandwidth_gbs: bandwidth.or(on_gpu.then_some(4800.0)),
+        synthetic_dtype: if on_gpu {
+            mlx_rs::Dtype::Bfloat16
+        } else {
+            mlx_rs::Dtype::Float32
+        },
+        device: device.clone(),
+    };
+    let mut out = match &json {
+        Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
+        None => None,
+    };
+    println!("{}", be::header());
+    be::run(&targets, &settings, |row| {
+        println!("{}", be::format_row(row));
+        if let Some(f) = out.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
+        }
+    })?;
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod load;
 pub mod models;
 pub mod runtime;
 pub mod sample;
+pub mod synthetic;
 pub mod tokenizer;
 
 use std::{

@@ -187,6 +187,18 @@ impl Model {
         arrays.iter().map(|a| a.nbytes()).sum()
     }
 
+    /// Weight bytes one decode step reads: everything but the embedding table, of which only
+    /// one row is gathered, unless the table is also the (tied) LM head.
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let embed: usize = self.embed_tokens.arrays().iter().map(|a| a.nbytes()).sum();
+        let row = embed / self.cfg.vocab_size.max(1) as usize;
+        if self.lm_head.is_some() {
+            self.nbytes() - embed + row
+        } else {
+            self.nbytes()
+        }
+    }
+
     /// Runs `tokens` (`[B, L]`, int32 or uint32) after what `caches` hold, appends their keys
     /// and values to the caches, and returns the logits of the last position, `[B, vocab]` f32.
     /// The result is lazy: nothing is computed until it (or a cache) is evaluated.

@@ -1,0 +1,206 @@
+//! `laya bench engine`: load time, prefill throughput, decode latency and how close decode
+//! comes to the memory-bandwidth floor (every weight byte read once per token).
+
+use std::{
+    sync::atomic::AtomicBool,
+    time::{Duration, Instant},
+};
+
+use mlx_rs::{transforms::eval, Array, Dtype};
+
+use crate::engine::{
+    generate::{generate, Control, GenerateRequest},
+    load::{self, LoadOptions, Precision},
+    models::Model,
+    synthetic, SamplingParams,
+};
+
+/// What to measure one model on.
+pub struct Target {
+    /// Label in the table.
+    pub label: String,
+    pub source: Source,
+}
+
+pub enum Source {
+    /// A GGUF file or model folder.
+    File(std::path::PathBuf),
+    /// Random weights of a named real shape (`synthetic::SHAPES`).
+    Synthetic(String),
+}
+
+pub struct Settings {
+    pub precisions: Vec<Precision>,
+    pub group_size: i32,
+    pub prefill_lengths: Vec<usize>,
+    pub decode_tokens: usize,
+    /// Memory bandwidth in GB/s for the floor; `None` measures the host's copy bandwidth.
+    pub bandwidth_gbs: Option<f64>,
+    /// Dense dtype of synthetic weights (bf16 on GPUs, f32 on CPUs).
+    pub synthetic_dtype: Dtype,
+    pub device: String,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Row {
+    pub model: String,
+    pub synthetic: bool,
+    pub device: String,
+    pub precision: String,
+    pub load_s: f64,
+    /// (prompt length, tokens per second)
+    pub prefill_tok_s: Vec<(usize, f64)>,
+    pub decode_ms_per_token: f64,
+    pub weight_bytes_per_token: u64,
+    pub bandwidth_gbs: f64,
+    pub floor_ms_per_token: f64,
+    /// floor / measured: 1.0 would read every weight byte at full bandwidth.
+    pub share_of_floor: f64,
+}
+
+/// Host memory bandwidth from copying 256 MiB (best of 5), GB/s counting read + write.
+pub fn host_copy_bandwidth_gbs() -> f64 {
+    let n = 256 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    2.0 * n as f64 / best / 1e9
+}
+
+fn random_ids(n: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Plain-text ids only (below Qwen's special tokens).
+            ((x >> 33) % 150_000) as u32
+        })
+        .collect()
+}
+
+fn prefill_time(model: &Model, n: usize) -> anyhow::Result<Duration> {
+    let ids: Vec<i32> = random_ids(n, n as u64).into_iter().map(|i| i as i32).collect();
+    let tokens = Array::from_slice(&ids, &[1, n as i32]);
+    let mut caches = model.new_caches();
+    let t = Instant::now();
+    let logits = model.forward(&tokens, &mut caches)?;
+    eval([&logits])?;
+    Ok(t.elapsed())
+}
+
+fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
+    let mut caches = model.new_caches();
+    let req = GenerateRequest {
+        max_tokens: tokens,
+        n: 1,
+        sampling: SamplingParams::default(),
+        stop_token_ids: vec![],
+    };
+    let out = generate(
+        model,
+        &mut caches,
+        &random_ids(128, 7),
+        &req,
+        &AtomicBool::new(false),
+        |_, _| Control::Continue,
+    )?;
+    let n = out.candidates[0].len();
+    anyhow::ensure!(n > 1, "decode produced {n} tokens");
+    Ok(out.decode_time.as_secs_f64() * 1e3 / (n - 1) as f64)
+}
+
+pub fn run(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> {
+    let bandwidth = s.bandwidth_gbs.unwrap_or_else(host_copy_bandwidth_gbs);
+    let mut rows = vec![];
+    for target in targets {
+        for &precision in &s.precisions {
+            let t = Instant::now();
+            let (model, synthetic) = match &target.source {
+                Source::File(path) => {
+                    let opts = LoadOptions {
+                        precision,
+                        group_size: s.group_size,
+                        use_cache: true,
+                        progress: false,
+                    };
+                    (load::load(path, &opts)?.model, false)
+                }
+                Source::Synthetic(name) => {
+                    let cfg =
+                        synthetic::shape(name).ok_or_else(|| anyhow::anyhow!("unknown shape {name}"))?;
+                    (
+                        synthetic::random_model(&cfg, precision, s.group_size, s.synthetic_dtype, 1)?,
+                        true,
+                    )
+                }
+            };
+            let load_s = t.elapsed().as_secs_f64();
+            // Warm-up: the first run of each shape pays for kernel compilation and allocation.
+            prefill_time(&model, 16)?;
+            decode_ms(&model, 4)?;
+            let mut prefill = vec![];
+            for &n in &s.prefill_lengths {
+                let d = prefill_time(&model, n)?;
+                prefill.push((n, n as f64 / d.as_secs_f64()));
+            }
+            let decode = decode_ms(&model, s.decode_tokens)?;
+            let bytes = model.weight_bytes_per_token() as u64;
+            let floor = bytes as f64 / (bandwidth * 1e9) * 1e3;
+            let row = Row {
+                model: target.label.clone(),
+                synthetic,
+                device: s.device.clone(),
+                precision: precision.label().to_owned(),
+                load_s,
+                prefill_tok_s: prefill,
+                decode_ms_per_token: decode,
+                weight_bytes_per_token: bytes,
+                bandwidth_gbs: bandwidth,
+                floor_ms_per_token: floor,
+                share_of_floor: floor / decode,
+            };
+            on_row(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+pub fn header() -> String {
+    format!(
+        "{:<34} {:<9} {:<6} {:>7}  {:<28} {:>9} {:>9} {:>9} {:>7}",
+        "model", "device", "bits", "load s", "prefill tok/s", "decode", "MB/token", "floor ms", "floor%"
+    )
+}
+
+pub fn format_row(r: &Row) -> String {
+    let prefill: Vec<String> = r
+        .prefill_tok_s
+        .iter()
+        .map(|(n, v)| format!("{n}:{v:.0}"))
+        .collect();
+    format!(
+        "{:<34} {:<9} {:<6} {:>7.2}  {:<28} {:>6.2} ms {:>9.1} {:>9.3} {:>6.1}%",
+        if r.synthetic {
+            format!("{} (synthetic)", r.model)
+        } else {
+            r.model.clone()
+        },
+        r.device,
+        r.precision,
+        r.load_s,
+        prefill.join(" "),
+        r.decode_ms_per_token,
+        r.weight_bytes_per_token as f64 / 1e6,
+        r.floor_ms_per_token,
+        r.share_of_floor * 100.0
+    )
+}

@@ -1,0 +1,3 @@
+//! `laya bench …`: benchmarks that print numbers. Speed claims are checked here, not in tests.
+
+pub mod engine;

@@ -1,0 +1,125 @@
+//! Models with random weights of real shapes, for speed measurements where the real weights
+//! cannot travel (a GPU machine reached through a 64 MiB pipe). Numbers from them are labeled
+//! synthetic: speed depends on shapes and bit widths, not on the values.
+
+use std::collections::HashMap;
+
+use mlx_rs::{ops, random, transforms::eval, Array, Dtype};
+
+use super::{
+    load::Precision,
+    models::{Arch, Model, ModelConfig, ModelError},
+};
+
+/// The architectures laya targets, by name.
+pub fn shape(name: &str) -> Option<ModelConfig> {
+    let qwen2 = |hidden, inter, layers, heads, kv, vocab, tied| ModelConfig {
+        arch: Arch::Qwen2,
+        hidden_size: hidden,
+        intermediate_size: inter,
+        num_hidden_layers: layers,
+        num_attention_heads: heads,
+        num_key_value_heads: kv,
+        head_dim: hidden / heads,
+        vocab_size: vocab,
+        rope_theta: 1_000_000.0,
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: tied,
+    };
+    Some(match name {
+        "qwen2.5-coder-0.5b" => qwen2(896, 4864, 24, 14, 2, 151936, true),
+        "qwen2.5-coder-1.5b" => qwen2(1536, 8960, 28, 12, 2, 151936, true),
+        "qwen2.5-coder-3b" => qwen2(2048, 11008, 36, 16, 2, 151936, true),
+        "qwen2.5-coder-32b" => qwen2(5120, 27648, 64, 40, 8, 152064, false),
+        "qwen3-4b" => ModelConfig {
+            arch: Arch::Qwen3,
+            hidden_size: 2560,
+            intermediate_size: 9728,
+            num_hidden_layers: 36,
+            num_attention_heads: 32,
+            num_key_value_heads: 8,
+            head_dim: 128,
+            vocab_size: 151936,
+            rope_theta: 1_000_000.0,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings: true,
+        },
+        _ => return None,
+    })
+}
+
+pub const SHAPES: &[&str] = &[
+    "qwen2.5-coder-0.5b",
+    "qwen2.5-coder-1.5b",
+    "qwen2.5-coder-3b",
+    "qwen3-4b",
+    "qwen2.5-coder-32b",
+];
+
+/// Random weights (normal, std 0.02; norms 1) in `dtype`, quantized per `precision` with
+/// `group_size`. Each tensor is made and quantized on its own, so the peak memory is the
+/// quantized model plus one dense tensor.
+pub fn random_model(
+    cfg: &ModelConfig,
+    precision: Precision,
+    group_size: i32,
+    dtype: Dtype,
+    seed: u64,
+) -> Result<Model, ModelError> {
+    let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+    let mut key = random::key(seed)?;
+    let mut weights: HashMap<String, Array> = HashMap::new();
+    let mut add = |name: String, shape: &[i32], ones: bool| -> Result<(), ModelError> {
+        let w = if ones {
+            ops::ones::<f32>(shape)?.as_dtype(dtype)?
+        } else {
+            let (k, next) = random::split(&key, 2)?;
+            key = next;
+            random::normal::<f32>(shape, 0.0, 0.02, &k)?.as_dtype(dtype)?
+        };
+        let quantize = precision
+            .bits()
+            .filter(|_| shape.len() == 2 && shape[1] % group_size == 0);
+        match quantize {
+            Some(bits) => {
+                let (wq, s, b) = ops::quantize(&w, group_size, bits)?;
+                eval([&wq, &s, &b])?;
+                let stem = name.trim_end_matches(".weight").to_owned();
+                weights.insert(format!("{stem}.scales"), s);
+                weights.insert(format!("{stem}.biases"), b);
+                weights.insert(name, wq);
+            }
+            None => {
+                eval([&w])?;
+                weights.insert(name, w);
+            }
+        }
+        Ok(())
+    };
+    add("model.embed_tokens.weight".into(), &[cfg.vocab_size, h], false)?;
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        for (name, out) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            add(format!("{p}.self_attn.{name}.weight"), &[out, h], false)?;
+            if cfg.arch == Arch::Qwen2 {
+                add(format!("{p}.self_attn.{name}.bias"), &[out], false)?;
+            }
+        }
+        if cfg.arch == Arch::Qwen3 {
+            add(format!("{p}.self_attn.q_norm.weight"), &[hd], true)?;
+            add(format!("{p}.self_attn.k_norm.weight"), &[hd], true)?;
+        }
+        add(format!("{p}.self_attn.o_proj.weight"), &[h, q], false)?;
+        add(format!("{p}.mlp.gate_proj.weight"), &[i, h], false)?;
+        add(format!("{p}.mlp.up_proj.weight"), &[i, h], false)?;
+        add(format!("{p}.mlp.down_proj.weight"), &[h, i], false)?;
+        add(format!("{p}.input_layernorm.weight"), &[h], true)?;
+        add(format!("{p}.post_attention_layernorm.weight"), &[h], true)?;
+    }
+    add("model.norm.weight".into(), &[h], true)?;
+    if !cfg.tie_word_embeddings {
+        add("lm_head.weight".into(), &[cfg.vocab_size, h], false)?;
+    }
+    Model::from_weights(cfg.clone(), weights, group_size)
+}
