@@ -3,10 +3,12 @@
 #
 #   scripts/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
 #                               # deps: the GPU machine has them), builds tests/mlx_ops.rs into
-#                               # .device/ and splits the 135 MiB libmlx.so into parts < 64 MiB
+#                               # .device/ (debug info stripped) and packs the 135 MiB libmlx.so
+#                               # (xz) into parts of 40 MiB, each under the 64 MiB a call carries
 #   scripts/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
 #                               # /tmp/laya-cuda, points the loader at them and at the machine's
-#                               # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu
+#                               # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu, then
+#                               # the same binary on the CPU for reference
 #   scripts/cuda-ops.sh stage N # on the GPU machine: copy part N to /tmp/laya-cuda (for
 #                               # transports that carry one part per call)
 #
@@ -19,6 +21,7 @@ CACHE="${LAYA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/laya}"
 CUDA_HOME_MLX="$CACHE/mlx/cuda13-$MLX_VERSION"
 OUTD=.device
 STAGE=/tmp/laya-cuda
+PART=mlx.tar.xz
 
 case "${1:-}" in
 build)
@@ -29,32 +32,54 @@ build)
   # machine; let the linker leave them to the loader there.
   export LAYA_MLX_BACKEND=cuda13 CARGO_TARGET_DIR=target/cuda
   export RUSTFLAGS="-C link-arg=-Wl,--allow-shlib-undefined"
-  bin=$(cargo test --release --locked --no-run --test mlx_ops --message-format=json 2>/dev/null \
-        | python3 -c 'import json,sys
+  # Diagnostics go to stderr (rendered); only the JSON artifact lines are parsed.
+  json=$(cargo test --release --locked --no-run --test mlx_ops --message-format=json-render-diagnostics) \
+    || { echo "cuda-ops: cargo build failed (see the errors above)" >&2; exit 1; }
+  bin=$(python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="mlx_ops": print(m["executable"])' | tail -1)
-  [[ -x "$bin" ]] || { echo "build failed: run the cargo command above without --message-format" >&2; exit 1; }
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="mlx_ops": print(m["executable"])' <<<"$json" | tail -1)
+  [[ -x "$bin" ]] || { echo "cuda-ops: no mlx_ops test executable in cargo's output" >&2; exit 1; }
   rm -rf "$OUTD" && mkdir -p "$OUTD"
-  cp "$bin" "$OUTD/mlx_ops"
-  # libmlx.so plus its bundled BLAS/LAPACK, zstd-compressed, split under the 64 MiB carry limit.
-  tar -C "$CUDA_HOME_MLX" -cf - mlx/lib/libmlx.so mlx_cuda_13.libs | zstd -q -19 -T2 | split -b 40m - "$OUTD/mlx.tar.zst."
+  # Debug info is ~45 MB of the binary; symbols stay for backtraces.
+  strip --strip-debug -o "$OUTD/mlx_ops" "$bin"
+  # libmlx.so plus its bundled BLAS/LAPACK, split under the 64 MiB carry limit. xz, not zstd:
+  # the GPU machine may have no zstd, while python3's lzma module can always unpack xz.
+  tar -C "$CUDA_HOME_MLX" -cf - mlx/lib/libmlx.so mlx_cuda_13.libs | xz -9 -T2 | split -b 40m - "$OUTD/$PART."
   ls -la "$OUTD"
   ;;
 stage)
-  mkdir -p "$STAGE" && cp ".device/mlx.tar.zst.$2" "$STAGE/"
+  mkdir -p "$STAGE" && cp "$OUTD/$PART.$2" "$STAGE/"
   ;;
 run)
   mkdir -p "$STAGE"
-  cp .device/mlx.tar.zst.* "$STAGE/" 2>/dev/null || true
+  cp "$OUTD/$PART".* "$STAGE/" 2>/dev/null || true
   if [[ ! -f "$STAGE/mlx/lib/libmlx.so" ]]; then
-    cat "$STAGE"/mlx.tar.zst.* | zstd -d -q | tar -C "$STAGE" -xf -
+    ls -la "$STAGE"
+    if command -v xz >/dev/null; then
+      cat "$STAGE/$PART".* | xz -d | tar -C "$STAGE" -xf -
+    else
+      cat "$STAGE/$PART".* | python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1<<20)' \
+        | tar -C "$STAGE" -xf -
+    fi
   fi
   site=${NVIDIA_SITE:-$(python3 -c 'import torch,os; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
   export LD_LIBRARY_PATH="$STAGE/mlx/lib:$STAGE/mlx_cuda_13.libs:$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib:$site/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
+  if ldd "$OUTD/mlx_ops" | grep 'not found'; then echo "cuda-ops: unresolved libraries (above)" >&2; exit 1; fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  LAYA_DEVICE=gpu .device/mlx_ops --test-threads=1 --nocapture 2>&1
+  # Evidence that the GPU is used: sample the GPU's compute processes while the tests run.
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader -lms 100 >/tmp/laya-cuda-apps.txt 2>&1 &
+  smi=$!
+  rc=0
+  echo "== mlx_ops, LAYA_DEVICE=gpu"
+  LAYA_DEVICE=gpu "$OUTD/mlx_ops" --test-threads=1 --nocapture 2>&1 || rc=$?
+  kill "$smi" 2>/dev/null || true
+  echo "== GPU compute processes seen during the GPU run:"
+  sed 's/^/  /' /tmp/laya-cuda-apps.txt | sort | uniq -c
+  echo "== mlx_ops, LAYA_DEVICE=cpu (same binary and libmlx, for reference)"
+  LAYA_DEVICE=cpu "$OUTD/mlx_ops" --test-threads=1 --nocapture 2>&1 || true
+  exit "$rc"
   ;;
 *)
-  sed -n '2,16p' "$0"; exit 2 ;;
+  sed -n '2,17p' "$0"; exit 2 ;;
 esac

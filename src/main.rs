@@ -285,8 +285,13 @@ fn complete(
         stop: vec![],
     };
     let out = model.complete(&req, &AtomicBool::new(false))?;
-    let middle = postprocess::cut_suffix_repeat(&out.choices[0].text, suffix);
-    println!("{middle}");
+    match postprocess::process(
+        &out.choices[0].text,
+        &postprocess::Surroundings::at(&text, offset),
+    ) {
+        Some(edit) => println!("{}", edit.text),
+        None => eprintln!("(no completion: the model's answer was empty after post-processing)"),
+    }
     let t = &out.timing;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let per_token = if t.generated_tokens > 1 {

@@ -1,43 +1,251 @@
-//! Rules applied to a generated middle before it is shown.
+//! Rules applied to a generated middle before it is shown. They also make instruct models that
+//! do not end a fill-in-the-middle answer by themselves usable.
+//!
+//! In order:
+//! 1. cut where the middle starts re-creating the text after the cursor (the suffix);
+//! 2. a cursor in the middle of a line gets a single-line completion;
+//! 3. a multi-line completion stops at the first line indented less than the cursor's block;
+//! 4. trailing whitespace is trimmed, and an empty result is no completion at all;
+//! 5. closing brackets and quotes that already follow the cursor are not inserted twice: when
+//!    the completion ends with the rest of the line, the item replaces that rest instead.
+
+/// The text around the cursor that the rules look at.
+#[derive(Clone, Copy, Debug)]
+pub struct Surroundings<'a> {
+    /// Text of the cursor's line before the cursor.
+    pub line_prefix: &'a str,
+    /// Text of the cursor's line after the cursor (without the line break).
+    pub line_suffix: &'a str,
+    /// Everything after the cursor's line.
+    pub after_line: &'a str,
+}
+
+impl<'a> Surroundings<'a> {
+    /// Split `text` at byte `cursor` (which must be a char boundary).
+    pub fn at(text: &'a str, cursor: usize) -> Self {
+        let (before, after) = text.split_at(cursor);
+        let line_prefix = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+        let eol = after.find('\n').unwrap_or(after.len());
+        let line_suffix = after[..eol].strip_suffix('\r').unwrap_or(&after[..eol]);
+        let after_line = after.get(eol + 1..).unwrap_or("");
+        Surroundings {
+            line_prefix,
+            line_suffix,
+            after_line,
+        }
+    }
+
+    fn mid_line(&self) -> bool {
+        !self.line_suffix.trim().is_empty() && !only_closers(self.line_suffix.trim())
+    }
+}
+
+/// What to insert at the cursor, and how many bytes after the cursor it replaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edit {
+    pub text: String,
+    pub replace_len: usize,
+}
+
+fn is_closer(c: char) -> bool {
+    matches!(c, ')' | ']' | '}' | '"' | '\'' | '`' | ';' | ',' | '>')
+}
+
+fn only_closers(s: &str) -> bool {
+    s.chars().all(|c| is_closer(c) || c == ' ')
+}
+
+fn indent_of(line: &str) -> &str {
+    &line[..line.len() - line.trim_start().len()]
+}
+
+/// Apply every rule to the raw model output; `None` when nothing worth showing is left.
+pub fn process(raw: &str, s: &Surroundings) -> Option<Edit> {
+    // The suffix as the model saw it: the rest of this line, then the following lines.
+    let suffix = format!("{}\n{}", s.line_suffix, s.after_line);
+    let mut text = cut_suffix_repeat(raw, &suffix);
+    if s.mid_line() {
+        text.truncate(text.find('\n').unwrap_or(text.len()));
+    } else {
+        text = stop_at_dedent(&text, s.line_prefix);
+    }
+    let text = text.trim_end().to_owned();
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(merge_closers(text, s.line_suffix))
+}
 
 /// Cut `middle` where it starts re-creating the text after the cursor: at the first line of
 /// `suffix` that carries code (at least 3 non-blank characters), when the middle contains it
-/// at the start of a line. Instruct models that do not end a FIM middle by themselves (the
-/// 0.5B Qwen2.5-Coder Instruct) otherwise write the missing lines and then the suffix again.
+/// at the start of one of its lines.
 pub fn cut_suffix_repeat(middle: &str, suffix: &str) -> String {
-    let anchor = suffix.lines().map(str::trim).find(|l| l.len() >= 3);
-    let mut out = middle;
-    if let Some(anchor) = anchor {
-        let mut line_start = 0;
-        for line in middle.split_inclusive('\n') {
-            if line.trim_start().starts_with(anchor) {
-                out = &middle[..line_start];
-                break;
-            }
-            line_start += line.len();
+    let Some(anchor) = suffix.lines().map(str::trim).find(|l| l.len() >= 3) else {
+        return middle.trim_end().to_owned();
+    };
+    let mut line_start = 0;
+    for line in middle.split_inclusive('\n') {
+        // The first line continues the cursor's line; only later lines can re-create the suffix.
+        if line_start > 0 && line.trim_start().starts_with(anchor) {
+            return middle[..line_start].trim_end().to_owned();
+        }
+        line_start += line.len();
+    }
+    middle.trim_end().to_owned()
+}
+
+/// Keep lines until one (after the first) is indented less than the cursor's block. The
+/// block's indentation is the cursor line's: its text before the cursor when that is blank,
+/// else that line's leading whitespace.
+fn stop_at_dedent(text: &str, line_prefix: &str) -> String {
+    let block = if line_prefix.trim().is_empty() {
+        line_prefix.len()
+    } else {
+        indent_of(line_prefix).len()
+    };
+    let mut out = String::new();
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        // The first line's indentation is relative to the cursor, not to column 0.
+        let indent = if i == 0 {
+            line_prefix.len() + indent_of(line).len()
+        } else {
+            indent_of(line).len()
+        };
+        if i > 0 && !line.trim().is_empty() && indent < block {
+            break;
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+/// When the completion's last line ends with closers that already follow the cursor, replace
+/// them rather than insert them again.
+fn merge_closers(text: String, line_suffix: &str) -> Edit {
+    let rest = line_suffix.trim_end();
+    if !rest.is_empty() && text.ends_with(rest) {
+        return Edit {
+            text,
+            replace_len: rest.len(),
+        };
+    }
+    // The longest tail of the completion that is made of closers and starts the rest.
+    let tail_start = text
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| is_closer(*c))
+        .last()
+        .map(|(i, _)| i)
+        .unwrap_or(text.len());
+    let tail = &text[tail_start..];
+    for start in tail.char_indices().map(|(i, _)| i) {
+        let candidate = &tail[start..];
+        if !candidate.is_empty() && rest.starts_with(candidate) {
+            return Edit {
+                text,
+                replace_len: candidate.len(),
+            };
         }
     }
-    out.trim_end().to_owned()
+    Edit { text, replace_len: 0 }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::cut_suffix_repeat;
+    use super::*;
 
-    #[test]
-    fn cuts_where_the_suffix_is_repeated() {
-        let middle = "    else:\n        return fib(n - 1)\n\n\nif __name__ == \"__main__\":\n    print(1)";
-        let suffix = "\n\n\nif __name__ == \"__main__\":\n    print(fibonacci(10))\n";
-        assert_eq!(
-            cut_suffix_repeat(middle, suffix),
-            "    else:\n        return fib(n - 1)"
-        );
+    /// `$0` marks the cursor in `doc`.
+    fn run(doc: &str, raw: &str) -> Option<Edit> {
+        let cursor = doc.find("$0").expect("fixture needs $0");
+        let text = doc.replace("$0", "");
+        process(raw, &Surroundings::at(&text, cursor))
+    }
+
+    fn edit(text: &str, replace_len: usize) -> Option<Edit> {
+        Some(Edit {
+            text: text.to_owned(),
+            replace_len,
+        })
     }
 
     #[test]
-    fn keeps_a_middle_that_does_not_repeat_and_trims_trailing_space() {
-        assert_eq!(cut_suffix_repeat("x = 1  \n", "print(x)\n"), "x = 1");
-        assert_eq!(cut_suffix_repeat("a\nb", ""), "a\nb");
+    fn rules_table() {
+        let fib = "def fib(n):\n    if n < 2:\n        return n\n$0\n\nif __name__ == \"__main__\":\n    print(fib(10))\n";
+        let cases: &[(&str, &str, &str, Option<Edit>)] = &[
+            (
+                "instruct model re-creates the suffix",
+                fib,
+                "    return fib(n - 1) + fib(n - 2)\n\n\nif __name__ == \"__main__\":\n    print(fib(10))",
+                edit("    return fib(n - 1) + fib(n - 2)", 0),
+            ),
+            (
+                "mid-line cursor keeps the first line only",
+                "x = compute($0, y)\nprint(x)\n",
+                "a, b\nmore = 1",
+                edit("a, b", 0),
+            ),
+            (
+                "block completion stops at a dedent",
+                "def f(x):\n    $0\n\ndef g():\n    pass\n",
+                "y = x * 2\n    return y\nprint(f(3))\n",
+                edit("y = x * 2\n    return y", 0),
+            ),
+            (
+                "whitespace only is no completion",
+                "a = 1\n$0\n",
+                "  \n\t\n",
+                None,
+            ),
+            ("empty is no completion", "a = 1\n$0\n", "", None),
+            (
+                "trailing whitespace is trimmed",
+                "a = 1\n$0\n",
+                "b = 2   \n\n",
+                edit("b = 2", 0),
+            ),
+            (
+                "closing paren already after the cursor is replaced, not doubled",
+                "print(fib($0)\n",
+                "10))",
+                edit("10))", 1),
+            ),
+            (
+                "whole rest of line re-typed is replaced",
+                "foo($0);\n",
+                "a, b);",
+                edit("a, b);", 2),
+            ),
+            (
+                "closers the line does not have are kept",
+                "call($0\n",
+                "x)",
+                edit("x)", 0),
+            ),
+            (
+                "quote after the cursor is not doubled",
+                "name = \"$0\"\n",
+                "laya\"",
+                edit("laya\"", 1),
+            ),
+            (
+                "tabs: dedent measured in the same whitespace",
+                "func f() {\n\tif x {\n\t\t$0\n\t}\n}\n",
+                "y()\n\t\tz()\n\t}\n}",
+                edit("y()\n\t\tz()", 0),
+            ),
+        ];
+        for (name, doc, raw, want) in cases {
+            assert_eq!(&run(doc, raw), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn surroundings_split_the_cursor_line() {
+        let text = "ab\r\ncd ef\r\ngh";
+        let s = Surroundings::at(text, text.find('d').unwrap() + 1);
+        assert_eq!((s.line_prefix, s.line_suffix, s.after_line), ("cd", " ef", "gh"));
+        let end = Surroundings::at(text, text.len());
+        assert_eq!((end.line_prefix, end.line_suffix, end.after_line), ("gh", "", ""));
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub fn generate(
     if req.max_tokens == 0 {
         return Ok(out);
     }
+    if cancel.load(Ordering::Relaxed) {
+        out.finish_reasons = vec![FinishReason::Cancelled; n];
+        return Ok(out);
+    }
 
     let mut sampler = Sampler::new(req.sampling.clone());
     let overlap = sampler.params().is_greedy();
@@ -228,23 +232,27 @@ pub fn prefill(
     ids: &[u32],
     cancel: &AtomicBool,
 ) -> Result<Option<Array>, GenerateError> {
-    if ids.is_empty() {
+    let chunks: Vec<&[u32]> = ids.chunks(PREFILL_CHUNK).collect();
+    let Some((last, head)) = chunks.split_last() else {
         return Err(GenerateError::EmptyPrompt);
-    }
-    let mut chunks = ids.chunks(PREFILL_CHUNK).peekable();
-    while let Some(chunk) = chunks.next() {
+    };
+    let run = |caches: &mut [KvCache], chunk: &[u32]| {
+        model.forward(&Array::from_slice(chunk, &[1, chunk.len() as i32]), caches)
+    };
+    for chunk in head {
         if cancel.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let tokens = Array::from_slice(chunk, &[1, chunk.len() as i32]);
-        let logits = model.forward(&tokens, caches)?;
-        if chunks.peek().is_none() {
-            eval([&logits])?;
-            return Ok(Some(logits));
-        }
+        run(caches, chunk)?;
+        // Only the caches are needed from a middle chunk.
         eval(caches.iter().flat_map(KvCache::arrays))?;
     }
-    unreachable!("ids is not empty")
+    if cancel.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let logits = run(caches, last)?;
+    eval([&logits])?;
+    Ok(Some(logits))
 }
 
 /// Feeds `y` (`[B]` tokens, maybe still lazy) and returns the next tokens, queued for

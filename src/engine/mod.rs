@@ -10,6 +10,7 @@ pub mod runtime;
 pub mod sample;
 pub mod synthetic;
 pub mod tokenizer;
+pub mod worker;
 
 use std::{
     path::Path,
@@ -194,5 +195,45 @@ impl<'t> StopScanner<'t> {
 
     fn text(&self, i: usize) -> String {
         self.texts[i].clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{load::gguf::GgufFile, tokenizer::Tokenizer};
+
+    fn tokenizer() -> Tokenizer {
+        let m = crate::catalog::find("qwen2.5-coder-0.5b").unwrap();
+        assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
+        Tokenizer::from_gguf(&GgufFile::open(m.local_path()).unwrap()).unwrap()
+    }
+
+    /// Feed `text` token by token as candidate 0; returns (kept text, tokens pushed before Stop).
+    fn scan(tok: &Tokenizer, text: &str, stop: &[String]) -> (String, Option<usize>) {
+        let ids = tok.encode(text, false).unwrap();
+        let mut s = StopScanner::new(tok, 1, stop);
+        let stopped_at = ids.iter().position(|&id| s.push(0, id) == Control::Stop);
+        (s.text(0), stopped_at)
+    }
+
+    #[test]
+    fn stop_strings_end_a_candidate_before_the_match_even_across_tokens() {
+        let tok = tokenizer();
+        let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
+        let (text, at) = scan(&tok, "x = 1\ny = 2\n\nprint(x)", &stop);
+        assert_eq!(text, "x = 1\ny = 2");
+        assert!(at.is_some());
+        let (text, _) = scan(&tok, "return a + b\ndef g():", &stop);
+        assert_eq!(text, "return a + b\n");
+        let (text, at) = scan(&tok, "no stop here", &stop);
+        assert_eq!((text.as_str(), at), ("no stop here", None));
+    }
+
+    #[test]
+    fn stop_scanner_keeps_multibyte_text_whole() {
+        let tok = tokenizer();
+        let (text, _) = scan(&tok, "naïve 🙂 café — ok", &["—".to_owned()]);
+        assert_eq!(text, "naïve 🙂 café ");
     }
 }

@@ -56,9 +56,7 @@ pub const SHAPES: &[&str] = &[
     "qwen2.5-coder-32b",
 ];
 
-/// Random weights (normal, std 0.02; norms 1) in `dtype`, quantized per `precision` with
-/// `group_size`. Each tensor is made and quantized on its own, so the peak memory is the
-/// quantized model plus one dense tensor.
+/// A model of random weights; see [`random_weights`].
 pub fn random_model(
     cfg: &ModelConfig,
     precision: Precision,
@@ -66,6 +64,20 @@ pub fn random_model(
     dtype: Dtype,
     seed: u64,
 ) -> Result<Model, ModelError> {
+    let weights = random_weights(cfg, precision, group_size, dtype, seed)?;
+    Model::from_weights(cfg.clone(), weights, group_size)
+}
+
+/// Random weights with HF names (normal, std 0.02; norms 1) in `dtype`, quantized per
+/// `precision` with `group_size`. Each tensor is made and quantized on its own, so the peak
+/// memory is the quantized model plus one dense tensor.
+pub fn random_weights(
+    cfg: &ModelConfig,
+    precision: Precision,
+    group_size: i32,
+    dtype: Dtype,
+    seed: u64,
+) -> Result<HashMap<String, Array>, ModelError> {
     let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
     let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
     let mut key = random::key(seed)?;
@@ -121,5 +133,5 @@ pub fn random_model(
     if !cfg.tie_word_embeddings {
         add("lm_head.weight".into(), &[cfg.vocab_size, h], false)?;
     }
-    Model::from_weights(cfg.clone(), weights, group_size)
+    Ok(weights)
 }

@@ -59,6 +59,12 @@ pub enum TokenizerError {
     Invalid { path: PathBuf, reason: String },
     #[error("tokenizing failed: {0}")]
     Encode(#[source] tokenizers::Error),
+    #[error("{}: cannot write tokenizer: {source}", path.display())]
+    Save {
+        path: PathBuf,
+        #[source]
+        source: tokenizers::Error,
+    },
     #[error("the vocabulary has no {0:?} token")]
     MissingSpecialToken(&'static str),
 }
@@ -283,6 +289,17 @@ impl Tokenizer {
     }
 
     /// Number of token ids (including added tokens).
+    /// Write the tokenizer as a Hugging Face `tokenizer.json`.
+    pub fn save_json(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
+        let path = path.as_ref();
+        self.inner
+            .save(path, false)
+            .map_err(|source| TokenizerError::Save {
+                path: path.to_owned(),
+                source,
+            })
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.piece_ends.len()
     }

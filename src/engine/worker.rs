@@ -1,0 +1,149 @@
+//! One model on its own thread. MLX state never touches an async executor: requests arrive
+//! over a channel and answers go back through oneshot channels. Loading happens on the
+//! thread too, so whoever spawns a worker (e.g. `initialize` in the LSP) never waits for it.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::AtomicBool,
+        mpsc::{self, Receiver, Sender},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use tokio::sync::oneshot;
+
+use super::{
+    runtime::{use_device, DevicePref},
+    CompletionOutput, CompletionRequest, EngineError, LoadOptions, LocalModel,
+};
+
+/// Where a worker's model is in its life.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelState {
+    Loading,
+    Ready { load_time: Duration, device: String },
+    Failed(String),
+}
+
+/// What the completion pipeline needs from an engine: the in-process worker, the daemon
+/// client and a remote OpenAI-compatible server all provide it.
+#[async_trait::async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Run one request; setting `cancel` stops it between decode steps.
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError>;
+    fn state(&self) -> ModelState;
+}
+
+struct Job {
+    req: CompletionRequest,
+    cancel: Arc<AtomicBool>,
+    reply: oneshot::Sender<Result<CompletionOutput, EngineError>>,
+}
+
+/// Handle to a model thread. Dropping every handle ends the thread after its current job.
+pub struct ModelWorker {
+    jobs: Mutex<Sender<Job>>,
+    state: Arc<Mutex<ModelState>>,
+}
+
+impl ModelWorker {
+    /// Start the thread and begin loading `path`; `on_state` hears every state change.
+    pub fn spawn(
+        path: PathBuf,
+        opts: LoadOptions,
+        device: DevicePref,
+        on_state: impl Fn(&ModelState) + Send + 'static,
+    ) -> ModelWorker {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let state = Arc::new(Mutex::new(ModelState::Loading));
+        let shared = state.clone();
+        std::thread::Builder::new()
+            .name("laya-model".into())
+            .spawn(move || {
+                let set = |s: ModelState| {
+                    on_state(&s);
+                    *shared.lock().unwrap_or_else(|p| p.into_inner()) = s;
+                };
+                let loaded = use_device(device)
+                    .map_err(EngineError::Request)
+                    .and_then(|dev| LocalModel::load(&path, &opts).map(|m| (m, dev)));
+                match loaded {
+                    Ok((model, device)) => {
+                        set(ModelState::Ready {
+                            load_time: model.loaded.load_time,
+                            device,
+                        });
+                        serve(model, rx);
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        set(ModelState::Failed(msg.clone()));
+                        // Keep answering, so callers get the reason instead of a closed channel.
+                        for job in rx {
+                            let _ = job
+                                .reply
+                                .send(Err(EngineError::Request(format!("model failed to load: {msg}"))));
+                        }
+                    }
+                }
+            })
+            .expect("spawn the model thread");
+        ModelWorker {
+            jobs: Mutex::new(tx),
+            state,
+        }
+    }
+}
+
+fn serve(model: LocalModel, rx: Receiver<Job>) {
+    for job in rx {
+        if job.reply.is_closed() || job.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            continue; // the caller stopped waiting while the job was queued
+        }
+        let span = tracing::info_span!("generate", prompt_bytes = job.req.prompt.len());
+        let _guard = span.enter();
+        let out = model.complete(&job.req, &job.cancel);
+        let _ = job.reply.send(out);
+    }
+}
+
+#[async_trait::async_trait]
+impl Engine for ModelWorker {
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        // Cancel the job if this future is dropped (the client gave up or a newer request won).
+        struct CancelOnDrop(Arc<AtomicBool>, bool);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        let mut guard = CancelOnDrop(cancel.clone(), false);
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(Job { req, cancel, reply })
+            .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
+        let out = answer
+            .await
+            .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
+        guard.1 = true;
+        out
+    }
+
+    fn state(&self) -> ModelState {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

@@ -1,0 +1,640 @@
+//! What the model should know about the cursor, read off the syntax tree.
+//!
+//! [`extract`] looks at one document (text + tree + cursor byte offset) and the other
+//! open documents and returns a [`Context`]: whether the cursor sits in code, a comment or
+//! a string; the enclosing functions/classes with their signatures; signatures of nearby
+//! functions; definitions of the types named near the cursor; the file's imports; and the
+//! cursor line split at the cursor. Every list and text is capped ([`Limits`]) so a huge
+//! file cannot blow up the prompt, and every search is bounded (a byte range around the
+//! cursor, or a start depth for whole-file lists) so a large file stays fast.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+
+use tree_sitter::{Node, QueryCursor, StreamingIterator, Tree};
+
+use super::query::{self, UseQuery};
+use super::Language;
+
+/// Another open document, searched for type definitions.
+#[derive(Clone, Copy)]
+pub struct OpenDocument<'a> {
+    /// Shown to the model next to what is taken from it (a path or URI).
+    pub path: &'a str,
+    pub text: &'a str,
+    pub tree: &'a Tree,
+    pub language: Language,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CursorKind {
+    Code,
+    Comment,
+    String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScopeKind {
+    /// `@scope.function`: a function, method or named closure.
+    Function,
+    /// `@scope.class`: a class, impl, trait, interface and the like.
+    Class,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub kind: ScopeKind,
+    /// The scope's text up to its body, trailing whitespace removed (clipped).
+    pub signature_text: String,
+    pub byte_range: Range<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeDef {
+    pub name: String,
+    /// The definition's text, clipped at a line boundary to [`Limits::type_def_chars`].
+    pub text: String,
+    pub truncated: bool,
+    /// `None` for the document being completed, else the [`OpenDocument::path`].
+    pub source_path: Option<String>,
+    /// Where the definition is in its own document.
+    pub byte_range: Range<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    pub cursor_kind: CursorKind,
+    /// Outermost first, innermost last.
+    pub enclosing_scopes: Vec<Scope>,
+    /// Functions defined before the cursor in the same scope as the cursor's function
+    /// (source order, the nearest [`Limits::signatures`]), then the enclosing functions'
+    /// own signatures, outermost first.
+    pub signatures: Vec<String>,
+    /// Types whose name appears within [`Limits::window_lines`] of the cursor line: this
+    /// document's first (source order), then the other documents' (in the order given).
+    /// A type whose definition contains the cursor is left out.
+    pub type_definitions: Vec<TypeDef>,
+    /// Import statements of this document, in source order.
+    pub imports: Vec<String>,
+    /// Leading spaces and tabs of the cursor line, exactly.
+    pub indent: String,
+    /// The cursor line before the cursor (its last [`Limits::line_part_chars`] chars).
+    pub line_prefix: String,
+    /// The cursor line after the cursor, without the line break (its first
+    /// [`Limits::line_part_chars`] chars).
+    pub line_suffix: String,
+}
+
+/// Caps on what [`extract`] returns and how far it looks. Sizes are in characters.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Lines above and below the cursor line searched for type names.
+    pub window_lines: usize,
+    /// Lines above the cursor searched for sibling functions.
+    pub sibling_window_lines: usize,
+    pub signatures: usize,
+    pub signature_chars: usize,
+    pub type_defs: usize,
+    pub type_def_chars: usize,
+    pub type_defs_total_chars: usize,
+    pub imports: usize,
+    pub import_chars: usize,
+    pub imports_total_chars: usize,
+    pub line_part_chars: usize,
+    /// Other documents searched (the first ones given).
+    pub other_documents: usize,
+    /// Deepest node (root = 0) at which a type definition is looked for.
+    pub type_depth: u32,
+    /// Deepest node (root = 0) at which an import is looked for.
+    pub import_depth: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            window_lines: 30,
+            sibling_window_lines: 400,
+            signatures: 8,
+            signature_chars: 400,
+            type_defs: 8,
+            type_def_chars: 1_500,
+            type_defs_total_chars: 6_000,
+            imports: 60,
+            import_chars: 400,
+            imports_total_chars: 4_000,
+            line_part_chars: 1_000,
+            other_documents: 32,
+            type_depth: 6,
+            import_depth: 4,
+        }
+    }
+}
+
+/// [`extract_with_limits`] with the default [`Limits`].
+pub fn extract(
+    language: Language,
+    text: &str,
+    tree: &Tree,
+    cursor_byte: usize,
+    other_docs: &[OpenDocument<'_>],
+) -> Context {
+    extract_with_limits(language, text, tree, cursor_byte, other_docs, &Limits::default())
+}
+
+/// The context at `cursor_byte` in `text` (parsed as `tree`). A cursor past the end or
+/// inside a UTF-8 sequence is moved back to the previous character boundary; the
+/// document layer only hands out valid offsets, so this is a guard, not a feature.
+pub fn extract_with_limits(
+    language: Language,
+    text: &str,
+    tree: &Tree,
+    cursor_byte: usize,
+    other_docs: &[OpenDocument<'_>],
+    limits: &Limits,
+) -> Context {
+    let cursor = floor_char_boundary(text, cursor_byte);
+    let line = LineAt::new(text, cursor);
+    let mut cx = Context {
+        cursor_kind: CursorKind::Code,
+        enclosing_scopes: Vec::new(),
+        signatures: Vec::new(),
+        type_definitions: Vec::new(),
+        imports: Vec::new(),
+        indent: line.indent(text).to_owned(),
+        line_prefix: clip_tail(&text[line.start..cursor], limits.line_part_chars).to_owned(),
+        line_suffix: clip_chars(&text[cursor..line.end], limits.line_part_chars).0.to_owned(),
+    };
+    // A query that fails to compile is a bug caught by `every_context_query_compiles`;
+    // at run time the context then degrades to the text-only fields.
+    let Ok(queries) = language.context_queries() else { return cx };
+    let root = tree.root_node();
+    let bytes = text.as_bytes();
+
+    cx.cursor_kind = cursor_kind(&queries.cursor, language, root, text, cursor);
+
+    let enclosing = enclosing_scopes(&queries.scopes, language, root, text, cursor, &line);
+    cx.signatures = sibling_signatures(&queries.scopes, root, text, cursor, &enclosing, limits);
+    cx.signatures.extend(
+        enclosing
+            .iter()
+            .filter(|s| s.kind == ScopeKind::Function)
+            .map(|s| signature(text, s, limits)),
+    );
+    cx.enclosing_scopes = enclosing
+        .iter()
+        .map(|s| Scope {
+            kind: s.kind,
+            signature_text: signature(text, s, limits),
+            byte_range: s.range.clone(),
+        })
+        .collect();
+
+    // The definitions the cursor is inside of are in the prompt already.
+    let around_cursor: Vec<Range<usize>> = enclosing.iter().map(|s| s.range.clone()).collect();
+    let mut types = TypeCollector {
+        names: identifiers_near(text, cursor, limits.window_lines),
+        seen: HashSet::new(),
+        budget: limits.type_defs_total_chars,
+        out: Vec::new(),
+        limits,
+    };
+    types.collect(&queries.types, root, bytes, None, Some(cursor), &around_cursor);
+    for doc in other_docs.iter().take(limits.other_documents) {
+        let Ok(q) = doc.language.context_queries() else { continue };
+        types.collect(&q.types, doc.tree.root_node(), doc.text.as_bytes(), Some(doc.path), None, &[]);
+    }
+    cx.type_definitions = types.out;
+
+    cx.imports = imports(&queries.imports, root, text, limits);
+    cx
+}
+
+/// The cursor line: `start..end` excludes the line break (`\n` or `\r\n`).
+struct LineAt {
+    start: usize,
+    end: usize,
+}
+
+impl LineAt {
+    fn new(text: &str, cursor: usize) -> Self {
+        let start = text[..cursor].rfind('\n').map_or(0, |i| i + 1);
+        let mut end = text[cursor..].find('\n').map_or(text.len(), |i| cursor + i);
+        if end > cursor && text.as_bytes()[end - 1] == b'\r' && end < text.len() {
+            end -= 1;
+        }
+        LineAt { start, end }
+    }
+
+    fn indent<'t>(&self, text: &'t str) -> &'t str {
+        leading_whitespace(&text[self.start..self.end])
+    }
+}
+
+fn leading_whitespace(line: &str) -> &str {
+    let n = line.len() - line.trim_start_matches([' ', '\t']).len();
+    &line[..n]
+}
+
+/// Indentation of the line holding byte `at`.
+fn indent_at(text: &str, at: usize) -> &str {
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    leading_whitespace(&text[start..end])
+}
+
+fn cursor_kind(q: &UseQuery, language: Language, root: Node, text: &str, cursor: usize) -> CursorKind {
+    let (comment, string, interpolation) =
+        (q.capture(query::COMMENT), q.capture(query::STRING), q.capture(query::STRING_INTERPOLATION));
+    let mut qc = QueryCursor::new();
+    qc.set_byte_range(cursor.saturating_sub(1)..(cursor + 1).min(text.len()));
+    let mut matches = qc.matches(&q.query, root, text.as_bytes());
+    let mut best: Option<(usize, CursorKind)> = None;
+    while let Some(m) = matches.next() {
+        for cap in m.captures {
+            let idx = Some(cap.index);
+            let node = cap.node;
+            let kind = if idx == comment {
+                if !comment_contains(language, text, node, cursor) {
+                    continue;
+                }
+                CursorKind::Comment
+            } else if idx == string {
+                if !string_contains(node, cursor) {
+                    continue;
+                }
+                CursorKind::String
+            } else if idx == interpolation {
+                if !(node.start_byte() < cursor && cursor < node.end_byte()) {
+                    continue;
+                }
+                CursorKind::Code
+            } else {
+                continue;
+            };
+            // The innermost node decides: code inside `${…}` inside a string is code.
+            let len = node.end_byte() - node.start_byte();
+            if best.is_none_or(|(l, _)| len <= l) {
+                best = Some((len, kind));
+            }
+        }
+    }
+    best.map_or(CursorKind::Code, |(_, k)| k)
+}
+
+/// Inside a comment: after its first byte and up to its end, but not after a closing
+/// `*/` (a trailing line break, which some grammars include in line comments, is not
+/// part of the comment either).
+fn comment_contains(language: Language, text: &str, node: Node, cursor: usize) -> bool {
+    let body = &text[node.start_byte()..node.end_byte()];
+    let end = node.start_byte() + body.trim_end_matches(['\n', '\r']).len();
+    if !(node.start_byte() < cursor && cursor <= end) {
+        return false;
+    }
+    let closed = language
+        .config()
+        .block_comment
+        .is_some_and(|(open, close)| body.starts_with(open) && body.trim_end().ends_with(close));
+    cursor < end || !closed
+}
+
+/// Inside a string: strictly between its delimiters, or at the end of one whose closing
+/// delimiter is missing (the user is still typing it).
+fn string_contains(node: Node, cursor: usize) -> bool {
+    if node.start_byte() < cursor && cursor < node.end_byte() {
+        return true;
+    }
+    cursor == node.end_byte()
+        && cursor > node.start_byte()
+        && (node.is_missing()
+            || node.child(node.child_count().saturating_sub(1)).is_some_and(|c| c.is_missing()))
+}
+
+/// A `@scope.*` match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ScopeHit {
+    kind: ScopeKind,
+    range: Range<usize>,
+    body_start: Option<usize>,
+}
+
+impl ScopeHit {
+    fn strictly_contains(&self, other: &ScopeHit) -> bool {
+        self.range.start <= other.range.start
+            && other.range.end <= self.range.end
+            && self.range != other.range
+    }
+}
+
+/// Every `@scope.*` whose node starts matching within `range`, deduplicated, in
+/// document order.
+fn scope_hits(q: &UseQuery, root: Node, text: &str, range: Range<usize>) -> Vec<ScopeHit> {
+    let (function, class, body) =
+        (q.capture(query::SCOPE_FUNCTION), q.capture(query::SCOPE_CLASS), q.capture(query::BODY));
+    let mut qc = QueryCursor::new();
+    qc.set_byte_range(range);
+    let mut matches = qc.matches(&q.query, root, text.as_bytes());
+    let mut hits: Vec<ScopeHit> = Vec::new();
+    while let Some(m) = matches.next() {
+        let mut hit: Option<ScopeHit> = None;
+        let mut body_start = None;
+        for cap in m.captures {
+            let idx = Some(cap.index);
+            if idx == function || idx == class {
+                let kind = if idx == function { ScopeKind::Function } else { ScopeKind::Class };
+                hit = Some(ScopeHit { kind, range: cap.node.byte_range(), body_start: None });
+            } else if idx == body {
+                body_start = Some(cap.node.start_byte());
+            }
+        }
+        if let Some(mut hit) = hit {
+            hit.body_start = body_start.filter(|b| hit.range.contains(b));
+            if !hits.contains(&hit) {
+                hits.push(hit);
+            }
+        }
+    }
+    hits.sort_by_key(|h| (h.range.start, std::cmp::Reverse(h.range.end)));
+    hits
+}
+
+fn enclosing_scopes(
+    q: &UseQuery,
+    language: Language,
+    root: Node,
+    text: &str,
+    cursor: usize,
+    line: &LineAt,
+) -> Vec<ScopeHit> {
+    // Reach back over whitespace so that, in an offside-rule language, a block that ended
+    // on an earlier line is still found when the cursor sits indented below it.
+    let anchor = text[..cursor].trim_end().len().saturating_sub(1).min(cursor.saturating_sub(1));
+    let end = (cursor + 1).min(text.len());
+    let offside = language.config().offside_rule;
+    let cursor_indent = line.indent(text).len();
+    scope_hits(q, root, text, anchor..end)
+        .into_iter()
+        .filter(|s| {
+            if s.range.start < cursor && cursor < s.range.end {
+                return true;
+            }
+            offside
+                && s.range.start < cursor
+                && s.range.end <= cursor
+                && (s.range.end == cursor
+                    || (text[s.range.end..cursor].trim().is_empty()
+                        && text[s.range.end..cursor].contains('\n')
+                        && cursor_indent > indent_at(text, s.range.start).len()))
+        })
+        .collect()
+}
+
+/// Functions defined before the cursor directly in the scope that holds the cursor's
+/// function (or the cursor itself, when it is not in a function).
+fn sibling_signatures(
+    q: &UseQuery,
+    root: Node,
+    text: &str,
+    cursor: usize,
+    enclosing: &[ScopeHit],
+    limits: &Limits,
+) -> Vec<String> {
+    let container = match enclosing.last() {
+        Some(s) if s.kind == ScopeKind::Function => {
+            enclosing.len().checked_sub(2).and_then(|i| enclosing.get(i))
+        }
+        other => other,
+    };
+    let window_start = nth_line_start_before(text, cursor, limits.sibling_window_lines);
+    let start = container.map_or(0, |c| c.body_start.unwrap_or(c.range.start)).max(window_start);
+    if start >= cursor {
+        return Vec::new();
+    }
+    let hits = scope_hits(q, root, text, start..cursor);
+    let mut siblings: Vec<&ScopeHit> = hits
+        .iter()
+        .filter(|f| {
+            f.kind == ScopeKind::Function
+                && f.range.start >= start
+                && f.range.end <= cursor
+                && !enclosing.contains(f)
+        })
+        .filter(|f| {
+            let parent = hits.iter().filter(|h| h.strictly_contains(f)).max_by_key(|h| h.range.start);
+            match (parent, container) {
+                (None, None) => true,
+                (Some(p), Some(c)) => p.range == c.range,
+                _ => false,
+            }
+        })
+        .collect();
+    let skip = siblings.len().saturating_sub(limits.signatures);
+    siblings.drain(..skip);
+    siblings.into_iter().map(|s| signature(text, s, limits)).collect()
+}
+
+/// A scope's text up to its body; without a body, its first line.
+fn signature(text: &str, s: &ScopeHit, limits: &Limits) -> String {
+    let node_text = &text[s.range.clone()];
+    let head = match s.body_start {
+        Some(b) => &text[s.range.start..b],
+        None => node_text.lines().next().unwrap_or(""),
+    };
+    clip_chars(head.trim_end(), limits.signature_chars).0.to_owned()
+}
+
+/// Byte offset of the start of the line `n` lines above the cursor line (or 0).
+fn nth_line_start_before(text: &str, cursor: usize, n: usize) -> usize {
+    let mut newlines = 0;
+    for (i, b) in text.as_bytes()[..cursor].iter().enumerate().rev() {
+        if *b == b'\n' {
+            if newlines == n {
+                return i + 1;
+            }
+            newlines += 1;
+        }
+    }
+    0
+}
+
+/// Identifier-like words within `lines` lines of the cursor line: for each, how often it
+/// occurs and the byte offset of its first occurrence.
+fn identifiers_near(text: &str, cursor: usize, lines: usize) -> HashMap<&str, (usize, usize)> {
+    let start = nth_line_start_before(text, cursor, lines);
+    let mut end = cursor;
+    let mut newlines = 0;
+    for b in text.as_bytes()[cursor..].iter() {
+        if *b == b'\n' {
+            if newlines == lines {
+                break;
+            }
+            newlines += 1;
+        }
+        end += 1;
+    }
+    let mut words: HashMap<&str, (usize, usize)> = HashMap::new();
+    let window = &text[start..end];
+    let is_word = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    let mut word_start = None;
+    for (i, c) in window.char_indices().chain(std::iter::once((window.len(), ' '))) {
+        match (word_start, is_word(c)) {
+            (None, true) => word_start = Some(i),
+            (Some(s), false) => {
+                let word = &window[s..i];
+                if !word.starts_with(|c: char| c.is_ascii_digit()) {
+                    words.entry(word).or_insert((0, start + s)).0 += 1;
+                }
+                word_start = None;
+            }
+            _ => {}
+        }
+    }
+    words
+}
+
+/// Gathers the definitions of the types named near the cursor, within the caps.
+struct TypeCollector<'n, 'l> {
+    /// Words near the cursor: how often each occurs there, and the first's byte offset.
+    names: HashMap<&'n str, (usize, usize)>,
+    /// Names already taken: the first definition of a name wins.
+    seen: HashSet<String>,
+    /// Characters left for definition texts.
+    budget: usize,
+    out: Vec<TypeDef>,
+    limits: &'l Limits,
+}
+
+impl TypeCollector<'_, '_> {
+    /// Adds the matching definitions of one document. A definition that contains the
+    /// cursor, or is one of `skip`, or lies inside a definition already taken whole from
+    /// the same document, adds nothing.
+    fn collect(
+        &mut self,
+        q: &UseQuery,
+        root: Node,
+        bytes: &[u8],
+        source_path: Option<&str>,
+        cursor: Option<usize>,
+        skip: &[Range<usize>],
+    ) {
+        let (Some(def), Some(name_idx)) = (q.capture(query::DEFINITION_TYPE), q.capture(query::NAME)) else {
+            return;
+        };
+        // (definition, name) of the definitions whose name is wanted, outer ones first
+        // (matches arrive as they complete: an inner struct before its typedef).
+        let mut found: Vec<(Node, &str)> = Vec::new();
+        let mut qc = QueryCursor::new();
+        qc.set_max_start_depth(Some(self.limits.type_depth));
+        let mut matches = qc.matches(&q.query, root, bytes);
+        while let Some(m) = matches.next() {
+            let node_of = |idx| m.captures.iter().find(|c| c.index == idx).map(|c| c.node);
+            let (Some(def_node), Some(name_node)) = (node_of(def), node_of(name_idx)) else { continue };
+            let Ok(name) = name_node.utf8_text(bytes) else { continue };
+            // In this document, the name written in the definition itself does not count.
+            let wanted = self.names.get(name).is_some_and(|&(count, first)| {
+                cursor.is_none() || count > 1 || first != name_node.start_byte()
+            });
+            if wanted {
+                found.push((def_node, name));
+            }
+        }
+        found.sort_by_key(|(n, _)| (n.start_byte(), std::cmp::Reverse(n.end_byte())));
+
+        let first_of_document = self.out.len();
+        for (def_node, name) in found {
+            if self.out.len() >= self.limits.type_defs || self.budget == 0 {
+                return;
+            }
+            let range = def_node.byte_range();
+            let inside_taken = self.out[first_of_document..]
+                .iter()
+                .any(|t| !t.truncated && t.byte_range.start <= range.start && range.end <= t.byte_range.end);
+            if self.seen.contains(name)
+                || inside_taken
+                || skip.contains(&range)
+                || cursor.is_some_and(|c| range.start < c && c < range.end)
+            {
+                continue;
+            }
+            let Ok(full) = def_node.utf8_text(bytes) else { continue };
+            let (text, truncated) = clip_lines(full, self.limits.type_def_chars.min(self.budget));
+            if text.is_empty() {
+                continue;
+            }
+            self.budget -= text.chars().count();
+            self.seen.insert(name.to_owned());
+            self.out.push(TypeDef {
+                name: name.to_owned(),
+                text: text.to_owned(),
+                truncated,
+                source_path: source_path.map(str::to_owned),
+                byte_range: range,
+            });
+        }
+    }
+}
+
+fn imports(q: &UseQuery, root: Node, text: &str, limits: &Limits) -> Vec<String> {
+    let Some(import) = q.capture(query::IMPORT) else { return Vec::new() };
+    let mut qc = QueryCursor::new();
+    qc.set_max_start_depth(Some(limits.import_depth));
+    let mut matches = qc.matches(&q.query, root, text.as_bytes());
+    let mut out: Vec<String> = Vec::new();
+    let mut last_range = None;
+    let mut budget = limits.imports_total_chars;
+    while let Some(m) = matches.next() {
+        for cap in m.captures.iter().filter(|c| c.index == import) {
+            let range = cap.node.byte_range();
+            if last_range.as_ref() == Some(&range) {
+                continue;
+            }
+            let (clipped, _) = clip_lines(text[range.clone()].trim_end(), limits.import_chars.min(budget));
+            if clipped.is_empty() || out.len() >= limits.imports {
+                return out;
+            }
+            budget -= clipped.chars().count();
+            out.push(clipped.to_owned());
+            last_range = Some(range);
+        }
+    }
+    out
+}
+
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The first `max` characters of `s`, and whether anything was cut.
+fn clip_chars(s: &str, max: usize) -> (&str, bool) {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => (&s[..i], true),
+        None => (s, false),
+    }
+}
+
+/// The last `max` characters of `s`.
+fn clip_tail(s: &str, max: usize) -> &str {
+    if max == 0 {
+        return "";
+    }
+    match s.char_indices().rev().nth(max - 1) {
+        Some((i, _)) => &s[i..],
+        None => s,
+    }
+}
+
+/// The whole lines of `s` that fit in `max` characters (the first line clipped by
+/// characters if even it does not fit), and whether anything was cut.
+fn clip_lines(s: &str, max: usize) -> (&str, bool) {
+    let (clipped, cut) = clip_chars(s, max);
+    if !cut {
+        return (s, false);
+    }
+    match clipped.rfind('\n') {
+        Some(i) => (clipped[..i].trim_end_matches('\r'), true),
+        None => (clipped, true),
+    }
+}

@@ -1,0 +1,145 @@
+//! Hugging Face safetensors folders (dense bf16) and mlx-community folders (MLX-quantized,
+//! `quantization` in config.json) load into the same model as the weights they hold.
+
+mod common;
+
+use std::{collections::HashMap, path::Path};
+
+use laya::engine::{
+    load::{self, gguf::GgufFile, LoadOptions, Precision},
+    models::{Arch, Model, ModelConfig},
+    synthetic,
+    tokenizer::Tokenizer,
+};
+use mlx_rs::{transforms::eval, Array, Dtype};
+
+fn tiny_config() -> ModelConfig {
+    ModelConfig {
+        arch: Arch::Qwen2,
+        hidden_size: 128,
+        intermediate_size: 256,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 32,
+        vocab_size: 151936,
+        rope_theta: 1_000_000.0,
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: true,
+    }
+}
+
+fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> String {
+    let mut v = serde_json::json!({
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "vocab_size": cfg.vocab_size,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "torch_dtype": "bfloat16",
+    });
+    if let Some((group_size, bits)) = quantization {
+        v["quantization"] = serde_json::json!({ "group_size": group_size, "bits": bits });
+    }
+    v.to_string()
+}
+
+/// Writes config.json, tokenizer.json (exported from the real GGUF's vocabulary) and the
+/// weights split over two safetensors files, as HF checkpoints are.
+fn write_folder(
+    dir: &Path,
+    cfg: &ModelConfig,
+    weights: &HashMap<String, Array>,
+    quantization: Option<(i32, i32)>,
+) {
+    std::fs::write(dir.join("config.json"), config_json(cfg, quantization)).unwrap();
+    let gguf = laya::catalog::find("qwen2.5-coder-0.5b").unwrap().local_path();
+    assert!(
+        gguf.is_file(),
+        "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)"
+    );
+    Tokenizer::from_gguf(&GgufFile::open(&gguf).unwrap())
+        .unwrap()
+        .save_json(dir.join("tokenizer.json"))
+        .unwrap();
+    let (a, b): (Vec<_>, Vec<_>) = weights.iter().partition(|(k, _)| k.contains("layers.1."));
+    Array::save_safetensors(a, None, dir.join("model-00001-of-00002.safetensors")).unwrap();
+    Array::save_safetensors(b, None, dir.join("model-00002-of-00002.safetensors")).unwrap();
+}
+
+fn logits(model: &Model) -> Vec<f32> {
+    let ids = [151659, 750, 75698, 1445, 982, 151661, 198, 151660];
+    let tokens = Array::from_slice(&ids, &[1, ids.len() as i32]);
+    let out = model
+        .forward(&tokens, &mut model.new_caches())
+        .unwrap()
+        .as_dtype(Dtype::Float32)
+        .unwrap();
+    eval([&out]).unwrap();
+    out.as_slice::<f32>().to_vec()
+}
+
+fn opts(precision: Precision) -> LoadOptions {
+    LoadOptions {
+        precision,
+        group_size: 64,
+        use_cache: false,
+        progress: false,
+    }
+}
+
+#[test]
+fn hf_bf16_folder_loads_the_weights_it_holds() {
+    let (_g, _b) = common::mlx();
+    let cfg = tiny_config();
+    let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_folder(dir.path(), &cfg, &weights, None);
+    let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
+
+    let native = load::load(dir.path(), &opts(Precision::Native)).unwrap();
+    common::assert_close("hf folder, native", &logits(&native.model), &want, 1e-5);
+    // "def fibonacci(n):" as llama.cpp tokenizes it (reference-0.5b.json, fim_python).
+    assert_eq!(
+        native.tokenizer.encode("def fibonacci(n):", false).unwrap(),
+        vec![750, 75698, 1445, 982]
+    );
+
+    // Quantized at load: close to the dense model, within q8's error.
+    let q8 = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
+    common::assert_close("hf folder, q8", &logits(&q8.model), &want, 5e-2);
+}
+
+#[test]
+fn mlx_community_quantized_folder_loads_as_stored() {
+    let (_g, _b) = common::mlx();
+    let cfg = tiny_config();
+    let weights = synthetic::random_weights(&cfg, Precision::Q4, 64, Dtype::Bfloat16, 4).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_folder(dir.path(), &cfg, &weights, Some((64, 4)));
+    let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
+    // The requested precision does not re-quantize an already quantized folder.
+    let loaded = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
+    common::assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
+}
+
+#[test]
+fn folder_with_a_missing_tensor_names_it() {
+    let (_g, _b) = common::mlx();
+    let cfg = tiny_config();
+    let mut weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 5).unwrap();
+    weights.remove("model.layers.1.mlp.down_proj.weight");
+    let dir = tempfile::tempdir().unwrap();
+    write_folder(dir.path(), &cfg, &weights, None);
+    let err = load::load(dir.path(), &opts(Precision::Native))
+        .err()
+        .expect("must fail")
+        .to_string();
+    assert!(err.contains("model.layers.1.mlp.down_proj"), "{err}");
+}
