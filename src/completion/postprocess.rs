@@ -138,16 +138,12 @@ fn merge_closers(text: String, line_suffix: &str) -> Edit {
         .map(|(i, _)| i)
         .unwrap_or(text.len());
     let tail = &text[tail_start..];
-    for start in tail.char_indices().map(|(i, _)| i) {
-        let candidate = &tail[start..];
-        if !candidate.is_empty() && rest.starts_with(candidate) {
-            return Edit {
-                text,
-                replace_len: candidate.len(),
-            };
-        }
-    }
-    Edit { text, replace_len: 0 }
+    let replace_len = tail
+        .char_indices()
+        .map(|(i, _)| &tail[i..])
+        .find(|candidate| rest.starts_with(candidate))
+        .map_or(0, str::len);
+    Edit { text, replace_len }
 }
 
 #[cfg(test)]
