@@ -70,7 +70,12 @@ impl std::fmt::Debug for Document {
 impl Document {
     /// The language is looked up by `language_id`; unknown ones get no tree.
     pub fn new(text: &str, version: i32, language_id: &str) -> Self {
-        Self::with_language(text, version, language_id, Language::from_language_id(language_id))
+        Self::with_language(
+            text,
+            version,
+            language_id,
+            Language::from_language_id(language_id),
+        )
     }
 
     pub fn with_language(text: &str, version: i32, language_id: &str, language: Option<Language>) -> Self {
@@ -108,7 +113,9 @@ impl Document {
 
     /// The whole text, shared.
     pub fn text(&self) -> Arc<str> {
-        self.text.get_or_init(|| Arc::from(String::from(&self.rope))).clone()
+        self.text
+            .get_or_init(|| Arc::from(String::from(&self.rope)))
+            .clone()
     }
 
     pub fn offset_at(&self, pos: Position, encoding: PositionEncoding) -> Result<usize, PositionError> {
@@ -140,7 +147,10 @@ impl Document {
         encoding: PositionEncoding,
     ) -> Result<(), DocumentError> {
         if version <= self.version {
-            return Err(DocumentError::StaleVersion { current: self.version, received: version });
+            return Err(DocumentError::StaleVersion {
+                current: self.version,
+                received: version,
+            });
         }
         // Ropes clone in O(1); edits go to the copy, which replaces the original only
         // once every change has applied.
@@ -182,7 +192,11 @@ impl Document {
 
 /// Applies one change to `rope`; returns the tree edit it implies (`None` for a full
 /// replacement, after which the old tree is useless). On error `rope` is untouched.
-fn apply_one(rope: &mut Rope, change: &TextChange<'_>, encoding: PositionEncoding) -> Result<Option<InputEdit>, DocumentError> {
+fn apply_one(
+    rope: &mut Rope,
+    change: &TextChange<'_>,
+    encoding: PositionEncoding,
+) -> Result<Option<InputEdit>, DocumentError> {
     let Some((start, end)) = change.range else {
         *rope = Rope::from_str(change.text);
         return Ok(None);
@@ -261,7 +275,13 @@ impl DocumentSnapshot {
             .filter(|o| o.uri != self.uri)
             .filter_map(DocumentSnapshot::as_open_document)
             .collect();
-        Some(syntax::extract(self.language?, &self.text, self.tree.as_ref()?, cursor_byte, &others))
+        Some(syntax::extract(
+            self.language?,
+            &self.text,
+            self.tree.as_ref()?,
+            cursor_byte,
+            &others,
+        ))
     }
 }
 
@@ -281,7 +301,10 @@ impl DocumentStore {
     /// from the URI's extension.
     pub fn open(&self, uri: &str, text: &str, version: i32, language_id: &str) {
         let language = Language::from_language_id(language_id).or_else(|| Language::from_path(uri));
-        self.docs.insert(uri.to_owned(), Document::with_language(text, version, language_id, language));
+        self.docs.insert(
+            uri.to_owned(),
+            Document::with_language(text, version, language_id, language),
+        );
     }
 
     pub fn change(
@@ -291,24 +314,37 @@ impl DocumentStore {
         changes: &[TextChange<'_>],
         encoding: PositionEncoding,
     ) -> Result<(), DocumentError> {
-        let mut doc = self.docs.get_mut(uri).ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))?;
+        let mut doc = self
+            .docs
+            .get_mut(uri)
+            .ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))?;
         doc.apply_changes(version, changes, encoding)
     }
 
     /// Closes `uri` and frees its text and tree.
     pub fn close(&self, uri: &str) -> Result<(), DocumentError> {
-        self.docs.remove(uri).map(drop).ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))
+        self.docs
+            .remove(uri)
+            .map(drop)
+            .ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))
     }
 
     pub fn snapshot(&self, uri: &str) -> Result<DocumentSnapshot, DocumentError> {
-        let doc = self.docs.get(uri).ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))?;
+        let doc = self
+            .docs
+            .get(uri)
+            .ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))?;
         Ok(doc.snapshot(uri))
     }
 
     /// Snapshots of every open document except `except` (for cross-file context).
     pub fn snapshots_except(&self, except: &str) -> Vec<DocumentSnapshot> {
-        let mut all: Vec<_> =
-            self.docs.iter().filter(|e| e.key() != except).map(|e| e.value().snapshot(e.key())).collect();
+        let mut all: Vec<_> = self
+            .docs
+            .iter()
+            .filter(|e| e.key() != except)
+            .map(|e| e.value().snapshot(e.key()))
+            .collect();
         all.sort_by(|a, b| a.uri.cmp(&b.uri));
         all
     }

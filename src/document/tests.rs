@@ -23,7 +23,9 @@ fn model_offset(text: &str, pos: Position, encoding: PositionEncoding) -> Option
     for _ in 0..pos.line {
         line_start += text[line_start..].find('\n')? + 1;
     }
-    let line_end = text[line_start..].find('\n').map_or(text.len(), |i| line_start + i);
+    let line_end = text[line_start..]
+        .find('\n')
+        .map_or(text.len(), |i| line_start + i);
     let mut units = 0;
     for (i, c) in text[line_start..line_end].char_indices() {
         if units == pos.character as usize {
@@ -41,8 +43,13 @@ fn model_offset(text: &str, pos: Position, encoding: PositionEncoding) -> Option
 }
 
 fn model_apply(text: &str, change: &TextChange<'_>, encoding: PositionEncoding) -> Option<String> {
-    let Some((start, end)) = change.range else { return Some(change.text.to_owned()) };
-    let (s, e) = (model_offset(text, start, encoding)?, model_offset(text, end, encoding)?);
+    let Some((start, end)) = change.range else {
+        return Some(change.text.to_owned());
+    };
+    let (s, e) = (
+        model_offset(text, start, encoding)?,
+        model_offset(text, end, encoding)?,
+    );
     if s > e {
         return None;
     }
@@ -69,8 +76,18 @@ struct ChangeSeed {
 }
 
 fn change_seed() -> impl Strategy<Value = ChangeSeed> {
-    (prop::bool::weighted(0.05), any::<(u32, u32)>(), any::<(u32, u32)>(), text_strategy(6))
-        .prop_map(|(full, start, end, text)| ChangeSeed { full, start, end, text })
+    (
+        prop::bool::weighted(0.05),
+        any::<(u32, u32)>(),
+        any::<(u32, u32)>(),
+        text_strategy(6),
+    )
+        .prop_map(|(full, start, end, text)| ChangeSeed {
+            full,
+            start,
+            end,
+            text,
+        })
 }
 
 fn position_from(text: &str, (line_seed, char_seed): (u32, u32), encoding: PositionEncoding) -> Position {
@@ -82,7 +99,12 @@ fn position_from(text: &str, (line_seed, char_seed): (u32, u32), encoding: Posit
 
 impl ChangeSeed {
     fn range(&self, text: &str, encoding: PositionEncoding) -> Option<(Position, Position)> {
-        (!self.full).then(|| (position_from(text, self.start, encoding), position_from(text, self.end, encoding)))
+        (!self.full).then(|| {
+            (
+                position_from(text, self.start, encoding),
+                position_from(text, self.end, encoding),
+            )
+        })
     }
 }
 
@@ -164,24 +186,34 @@ proptest! {
 const PYTHON_SOURCE: &str = "import os\n\nclass A:\n    \"\"\"Doc é.\"\"\"\n    def f(self, x):\n        # 中文\n        return [x, 'y', f\"{x}\"]\n\ndef g():\n    pass\n";
 const RUST_SOURCE: &str = "use std::fmt;\r\n\r\n/// Doc é.\r\nstruct P { x: i32 }\r\n\r\nimpl P {\r\n    fn f(&self) -> i32 {\r\n        let s = \"中😀\"; // c\r\n        self.x + 1\r\n    }\r\n}\r\n";
 const CODE_PIECES: &[&str] = &[
-    "def ", "fn ", "class ", "(", ")", ":", "{", "}", ";", "\n", "\r\n", "\n    ", "x", "self", " = ",
-    "\"", "'", "#", "//", "/*", "*/", "é", "中", "😀", "return ", "pass", "1", "+", ",",
+    "def ", "fn ", "class ", "(", ")", ":", "{", "}", ";", "\n", "\r\n", "\n    ", "x", "self", " = ", "\"",
+    "'", "#", "//", "/*", "*/", "é", "中", "😀", "return ", "pass", "1", "+", ",",
 ];
+
+#[derive(Debug, PartialEq, Eq)]
+struct NodeRecord {
+    kind: &'static str,
+    bytes: Range<usize>,
+    /// (row, byte column)
+    start: (usize, usize),
+    end: (usize, usize),
+    missing: bool,
+}
 
 /// Every node's kind and byte/point range, in order: stronger than `to_sexp`, which
 /// leaves positions out.
-fn dump(tree: &Tree) -> Vec<(String, Range<usize>, (usize, usize), (usize, usize), bool)> {
+fn dump(tree: &Tree) -> Vec<NodeRecord> {
     let mut out = Vec::new();
     let mut cursor = tree.walk();
     'walk: loop {
         let n = cursor.node();
-        out.push((
-            n.kind().to_owned(),
-            n.byte_range(),
-            (n.start_position().row, n.start_position().column),
-            (n.end_position().row, n.end_position().column),
-            n.is_missing(),
-        ));
+        out.push(NodeRecord {
+            kind: n.kind(),
+            bytes: n.byte_range(),
+            start: (n.start_position().row, n.start_position().column),
+            end: (n.end_position().row, n.end_position().column),
+            missing: n.is_missing(),
+        });
         if cursor.goto_first_child() {
             continue;
         }
@@ -222,7 +254,10 @@ fn check_incremental_tree(
         let text = doc.text();
         let boundaries: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
         let at = at_seed % boundaries.len();
-        let (start, end) = (boundaries[at], boundaries[(at + delete_chars).min(boundaries.len() - 1)]);
+        let (start, end) = (
+            boundaries[at],
+            boundaries[(at + delete_chars).min(boundaries.len() - 1)],
+        );
         undo.push((start, start + insert.len(), text[start..end].to_owned()));
         replace(&mut doc, start, end, &insert, encoding)?;
         compared += check_tree(&doc, language)? as usize;
@@ -233,7 +268,10 @@ fn check_incremental_tree(
     }
     prop_assert_eq!(&*doc.text(), source);
     let fresh = crate::syntax::parse(language, source, None).unwrap();
-    prop_assert_eq!(doc.tree().unwrap().root_node().to_sexp(), fresh.root_node().to_sexp());
+    prop_assert_eq!(
+        doc.tree().unwrap().root_node().to_sexp(),
+        fresh.root_node().to_sexp()
+    );
     prop_assert_eq!(dump(doc.tree().unwrap()), dump(&fresh));
     let _ = compared;
     Ok(())
@@ -255,13 +293,16 @@ fn check_incremental_tree_valid_edits(
     for (blank_line, node_seed, offset_seed, piece) in edits {
         let text = doc.text();
         let at = if blank_line {
-            let starts: Vec<usize> = [0].into_iter().chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+            let starts: Vec<usize> = [0]
+                .into_iter()
+                .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect();
             starts[node_seed % starts.len()]
         } else {
             let holes: Vec<Range<usize>> = dump(doc.tree().unwrap())
                 .into_iter()
-                .filter(|(kind, ..)| kind.contains("comment") || kind == "string_content")
-                .map(|(_, r, ..)| r)
+                .filter(|n| n.kind.contains("comment") || n.kind == "string_content")
+                .map(|n| n.bytes)
                 .collect();
             let hole = holes[node_seed % holes.len()].clone();
             // Past a comment's opener (`#`, `//`), before its line break; anywhere in a
@@ -269,22 +310,44 @@ fn check_incremental_tree_valid_edits(
             let hole_text = &text[hole.clone()];
             let skip = if hole_text.starts_with(['#', '/']) { 2 } else { 0 };
             let end = hole.start + hole_text.trim_end_matches(['\r', '\n']).len();
-            let inside: Vec<usize> = (hole.start + skip..=end).filter(|&i| text.is_char_boundary(i)).collect();
+            let inside: Vec<usize> = (hole.start + skip..=end)
+                .filter(|&i| text.is_char_boundary(i))
+                .collect();
             if inside.is_empty() {
                 continue;
             }
             inside[offset_seed % inside.len()]
         };
-        let insert = if blank_line { line_break } else { TYPED[piece % TYPED.len()] };
+        let insert = if blank_line {
+            line_break
+        } else {
+            TYPED[piece % TYPED.len()]
+        };
         replace(&mut doc, at, at, insert, encoding)?;
-        prop_assert!(check_tree(&doc, language)?, "edit broke the program: {:?}", &*doc.text());
+        prop_assert!(
+            check_tree(&doc, language)?,
+            "edit broke the program: {:?}",
+            &*doc.text()
+        );
     }
     Ok(())
 }
 
-fn replace(doc: &mut Document, start: usize, end: usize, text: &str, encoding: PositionEncoding) -> Result<(), TestCaseError> {
-    let range = (doc.position_at(start, encoding).unwrap(), doc.position_at(end, encoding).unwrap());
-    prop_assert_eq!(doc.apply_change(doc.version() + 1, Some(range), text, encoding), Ok(()));
+fn replace(
+    doc: &mut Document,
+    start: usize,
+    end: usize,
+    text: &str,
+    encoding: PositionEncoding,
+) -> Result<(), TestCaseError> {
+    let range = (
+        doc.position_at(start, encoding).unwrap(),
+        doc.position_at(end, encoding).unwrap(),
+    );
+    prop_assert_eq!(
+        doc.apply_change(doc.version() + 1, Some(range), text, encoding),
+        Ok(())
+    );
     Ok(())
 }
 
@@ -292,16 +355,34 @@ fn replace(doc: &mut Document, start: usize, end: usize, text: &str, encoding: P
 fn check_tree(doc: &Document, language: Language) -> Result<bool, TestCaseError> {
     let tree = doc.tree().unwrap();
     let rope = doc.rope();
-    for (kind, bytes, start, end, _) in dump(tree) {
+    for NodeRecord {
+        kind,
+        bytes,
+        start,
+        end,
+        ..
+    } in dump(tree)
+    {
         prop_assert!(bytes.end <= rope.len_bytes(), "{} {:?} past the end", kind, bytes);
         let point = |b: usize| (rope.byte_to_line(b), b - rope.line_to_byte(rope.byte_to_line(b)));
-        prop_assert_eq!((point(bytes.start), point(bytes.end)), (start, end), "{} {:?}", kind, bytes);
+        prop_assert_eq!(
+            (point(bytes.start), point(bytes.end)),
+            (start, end),
+            "{} {:?}",
+            kind,
+            bytes
+        );
     }
     let fresh = crate::syntax::parse(language, &doc.text(), None).unwrap();
     if fresh.root_node().has_error() {
         return Ok(false);
     }
-    prop_assert_eq!(tree.root_node().to_sexp(), fresh.root_node().to_sexp(), "text: {:?}", &*doc.text());
+    prop_assert_eq!(
+        tree.root_node().to_sexp(),
+        fresh.root_node().to_sexp(),
+        "text: {:?}",
+        &*doc.text()
+    );
     prop_assert_eq!(dump(tree), dump(&fresh));
     Ok(true)
 }
@@ -334,10 +415,22 @@ proptest! {
 fn several_changes_reparse_once_and_match_a_fresh_parse() {
     let mut doc = Document::new("fn a() {}\nfn b() {}\n", 1, "rust");
     let changes = [
-        TextChange { range: Some((Position::new(0, 3), Position::new(0, 4))), text: "alpha" },
-        TextChange { range: Some((Position::new(1, 9), Position::new(1, 9))), text: "\nstruct S;" },
-        TextChange { range: None, text: "fn only() { 1 }" },
-        TextChange { range: Some((Position::new(0, 12), Position::new(0, 13))), text: "2" },
+        TextChange {
+            range: Some((Position::new(0, 3), Position::new(0, 4))),
+            text: "alpha",
+        },
+        TextChange {
+            range: Some((Position::new(1, 9), Position::new(1, 9))),
+            text: "\nstruct S;",
+        },
+        TextChange {
+            range: None,
+            text: "fn only() { 1 }",
+        },
+        TextChange {
+            range: Some((Position::new(0, 12), Position::new(0, 13))),
+            text: "2",
+        },
     ];
     doc.apply_changes(2, &changes, PositionEncoding::Utf16).unwrap();
     assert_eq!(&*doc.text(), "fn only() { 2 }");
@@ -350,11 +443,25 @@ fn a_failing_change_in_a_batch_changes_nothing() {
     let mut doc = Document::new("abc\n", 1, "python");
     let tree_before = doc.tree().unwrap().root_node().to_sexp();
     let changes = [
-        TextChange { range: Some((Position::new(0, 0), Position::new(0, 0))), text: "x = 1\n" },
-        TextChange { range: Some((Position::new(9, 0), Position::new(9, 0))), text: "boom" },
+        TextChange {
+            range: Some((Position::new(0, 0), Position::new(0, 0))),
+            text: "x = 1\n",
+        },
+        TextChange {
+            range: Some((Position::new(9, 0), Position::new(9, 0))),
+            text: "boom",
+        },
     ];
-    let err = doc.apply_changes(2, &changes, PositionEncoding::Utf8).unwrap_err();
-    assert_eq!(err, DocumentError::Position(PositionError::LineOutOfRange { line: 9, last_line: 2 }));
+    let err = doc
+        .apply_changes(2, &changes, PositionEncoding::Utf8)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        DocumentError::Position(PositionError::LineOutOfRange {
+            line: 9,
+            last_line: 2
+        })
+    );
     assert_eq!((&*doc.text(), doc.version()), ("abc\n", 1));
     assert_eq!(doc.tree().unwrap().root_node().to_sexp(), tree_before);
 }
@@ -365,7 +472,10 @@ fn stale_and_equal_versions_are_rejected() {
     for v in [5, 4, -1] {
         assert_eq!(
             doc.apply_change(v, None, "b", PositionEncoding::Utf16),
-            Err(DocumentError::StaleVersion { current: 5, received: v })
+            Err(DocumentError::StaleVersion {
+                current: 5,
+                received: v
+            })
         );
     }
     assert_eq!((&*doc.text(), doc.version()), ("a", 5));
@@ -377,7 +487,13 @@ fn stale_and_equal_versions_are_rejected() {
 fn unknown_language_has_no_tree_but_edits_work() {
     let mut doc = Document::new("hello", 1, "markdown");
     assert!(doc.language().is_none() && doc.tree().is_none());
-    doc.apply_change(2, Some((Position::new(0, 5), Position::new(0, 5))), " world", PositionEncoding::Utf8).unwrap();
+    doc.apply_change(
+        2,
+        Some((Position::new(0, 5), Position::new(0, 5))),
+        " world",
+        PositionEncoding::Utf8,
+    )
+    .unwrap();
     assert_eq!(&*doc.text(), "hello world");
 }
 
@@ -385,25 +501,45 @@ fn unknown_language_has_no_tree_but_edits_work() {
 fn store_opens_changes_snapshots_and_frees_on_close() {
     let store = DocumentStore::new();
     let uri = "file:///w/src/main.py";
-    assert_eq!(store.snapshot(uri).unwrap_err(), DocumentError::UnknownDocument(uri.to_owned()));
+    assert_eq!(
+        store.snapshot(uri).unwrap_err(),
+        DocumentError::UnknownDocument(uri.to_owned())
+    );
     store.open(uri, "def f():\n    return 1\n", 1, "python");
     store.open("file:///w/src/lib.rs", "struct S;\n", 1, "");
     store.open("file:///w/notes.txt", "notes", 1, "plaintext");
     assert_eq!(store.len(), 3);
 
-    let change = TextChange { range: Some((Position::new(1, 11), Position::new(1, 12))), text: "2" };
+    let change = TextChange {
+        range: Some((Position::new(1, 11), Position::new(1, 12))),
+        text: "2",
+    };
     store.change(uri, 2, &[change], PositionEncoding::Utf16).unwrap();
-    assert!(matches!(store.change(uri, 2, &[change], PositionEncoding::Utf16), Err(DocumentError::StaleVersion { .. })));
+    assert!(matches!(
+        store.change(uri, 2, &[change], PositionEncoding::Utf16),
+        Err(DocumentError::StaleVersion { .. })
+    ));
 
     let snap = store.snapshot(uri).unwrap();
-    assert_eq!((&*snap.text, snap.version, snap.language_id.as_str()), ("def f():\n    return 2\n", 2, "python"));
+    assert_eq!(
+        (&*snap.text, snap.version, snap.language_id.as_str()),
+        ("def f():\n    return 2\n", 2, "python")
+    );
     assert_eq!(snap.language, Language::from_name("python"));
-    let cursor = snap.offset_at(Position::new(1, 12), PositionEncoding::Utf16).unwrap();
-    assert_eq!(snap.position_at(cursor, PositionEncoding::Utf8), Ok(Position::new(1, 12)));
+    let cursor = snap
+        .offset_at(Position::new(1, 12), PositionEncoding::Utf16)
+        .unwrap();
+    assert_eq!(
+        snap.position_at(cursor, PositionEncoding::Utf8),
+        Ok(Position::new(1, 12))
+    );
 
     // The Rust file's language comes from its extension; the text file has none.
     let others = store.snapshots_except(uri);
-    assert_eq!(others.iter().map(|s| s.uri.as_str()).collect::<Vec<_>>(), ["file:///w/notes.txt", "file:///w/src/lib.rs"]);
+    assert_eq!(
+        others.iter().map(|s| s.uri.as_str()).collect::<Vec<_>>(),
+        ["file:///w/notes.txt", "file:///w/src/lib.rs"]
+    );
     assert_eq!(others[1].language, Language::from_name("rust"));
     assert!(others[0].as_open_document().is_none());
     let cx = snap.context(cursor, &others).unwrap();
@@ -412,8 +548,14 @@ fn store_opens_changes_snapshots_and_frees_on_close() {
 
     store.close(uri).unwrap();
     assert!(!store.contains(uri));
-    assert_eq!(store.close(uri), Err(DocumentError::UnknownDocument(uri.to_owned())));
-    assert!(matches!(store.change(uri, 3, &[change], PositionEncoding::Utf16), Err(DocumentError::UnknownDocument(_))));
+    assert_eq!(
+        store.close(uri),
+        Err(DocumentError::UnknownDocument(uri.to_owned()))
+    );
+    assert!(matches!(
+        store.change(uri, 3, &[change], PositionEncoding::Utf16),
+        Err(DocumentError::UnknownDocument(_))
+    ));
     // A snapshot taken before the close is detached from the store.
     assert_eq!(&*snap.text, "def f():\n    return 2\n");
 }

@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use tree_sitter::{Node, QueryCursor, StreamingIterator, Tree};
 
-use super::query::{self, UseQuery};
+use super::query::{self, KindSet, UseQuery};
 use super::Language;
 
 /// Another open document, searched for type definitions.
@@ -103,10 +103,10 @@ pub struct Limits {
     pub line_part_chars: usize,
     /// Other documents searched (the first ones given).
     pub other_documents: usize,
-    /// Deepest node (root = 0) at which a type definition is looked for.
-    pub type_depth: u32,
-    /// Deepest node (root = 0) at which an import is looked for.
-    pub import_depth: u32,
+    /// Deepest node (root = 0) at which types and imports are looked for.
+    pub outline_depth: u32,
+    /// Most nodes visited per document when looking for types and imports.
+    pub outline_nodes: usize,
 }
 
 impl Default for Limits {
@@ -124,8 +124,8 @@ impl Default for Limits {
             imports_total_chars: 4_000,
             line_part_chars: 1_000,
             other_documents: 32,
-            type_depth: 6,
-            import_depth: 4,
+            outline_depth: 12,
+            outline_nodes: 100_000,
         }
     }
 }
@@ -162,11 +162,15 @@ pub fn extract_with_limits(
         imports: Vec::new(),
         indent: line.indent(text).to_owned(),
         line_prefix: clip_tail(&text[line.start..cursor], limits.line_part_chars).to_owned(),
-        line_suffix: clip_chars(&text[cursor..line.end], limits.line_part_chars).0.to_owned(),
+        line_suffix: clip_chars(&text[cursor..line.end], limits.line_part_chars)
+            .0
+            .to_owned(),
     };
     // A query that fails to compile is a bug caught by `every_context_query_compiles`;
     // at run time the context then degrades to the text-only fields.
-    let Ok(queries) = language.context_queries() else { return cx };
+    let Ok(queries) = language.context_queries() else {
+        return cx;
+    };
     let root = tree.root_node();
     let bytes = text.as_bytes();
 
@@ -198,14 +202,25 @@ pub fn extract_with_limits(
         out: Vec::new(),
         limits,
     };
-    types.collect(&queries.types, root, bytes, None, Some(cursor), &around_cursor);
+    types.collect(
+        &queries.types,
+        &queries.function_roots,
+        root,
+        bytes,
+        None,
+        Some(cursor),
+        &around_cursor,
+    );
     for doc in other_docs.iter().take(limits.other_documents) {
-        let Ok(q) = doc.language.context_queries() else { continue };
-        types.collect(&q.types, doc.tree.root_node(), doc.text.as_bytes(), Some(doc.path), None, &[]);
+        let Ok(q) = doc.language.context_queries() else {
+            continue;
+        };
+        let (text, root) = (doc.text.as_bytes(), doc.tree.root_node());
+        types.collect(&q.types, &q.function_roots, root, text, Some(doc.path), None, &[]);
     }
     cx.type_definitions = types.out;
 
-    cx.imports = imports(&queries.imports, root, text, limits);
+    cx.imports = imports(&queries.imports, &queries.function_roots, root, text, limits);
     cx
 }
 
@@ -243,8 +258,11 @@ fn indent_at(text: &str, at: usize) -> &str {
 }
 
 fn cursor_kind(q: &UseQuery, language: Language, root: Node, text: &str, cursor: usize) -> CursorKind {
-    let (comment, string, interpolation) =
-        (q.capture(query::COMMENT), q.capture(query::STRING), q.capture(query::STRING_INTERPOLATION));
+    let (comment, string, interpolation) = (
+        q.capture(query::COMMENT),
+        q.capture(query::STRING),
+        q.capture(query::STRING_INTERPOLATION),
+    );
     let mut qc = QueryCursor::new();
     qc.set_byte_range(cursor.saturating_sub(1)..(cursor + 1).min(text.len()));
     let mut matches = qc.matches(&q.query, root, text.as_bytes());
@@ -306,7 +324,9 @@ fn string_contains(node: Node, cursor: usize) -> bool {
     cursor == node.end_byte()
         && cursor > node.start_byte()
         && (node.is_missing()
-            || node.child(node.child_count().saturating_sub(1)).is_some_and(|c| c.is_missing()))
+            || node
+                .child(node.child_count().saturating_sub(1))
+                .is_some_and(|c| c.is_missing()))
 }
 
 /// A `@scope.*` match.
@@ -328,8 +348,11 @@ impl ScopeHit {
 /// Every `@scope.*` whose node starts matching within `range`, deduplicated, in
 /// document order.
 fn scope_hits(q: &UseQuery, root: Node, text: &str, range: Range<usize>) -> Vec<ScopeHit> {
-    let (function, class, body) =
-        (q.capture(query::SCOPE_FUNCTION), q.capture(query::SCOPE_CLASS), q.capture(query::BODY));
+    let (function, class, body) = (
+        q.capture(query::SCOPE_FUNCTION),
+        q.capture(query::SCOPE_CLASS),
+        q.capture(query::BODY),
+    );
     let mut qc = QueryCursor::new();
     qc.set_byte_range(range);
     let mut matches = qc.matches(&q.query, root, text.as_bytes());
@@ -340,8 +363,16 @@ fn scope_hits(q: &UseQuery, root: Node, text: &str, range: Range<usize>) -> Vec<
         for cap in m.captures {
             let idx = Some(cap.index);
             if idx == function || idx == class {
-                let kind = if idx == function { ScopeKind::Function } else { ScopeKind::Class };
-                hit = Some(ScopeHit { kind, range: cap.node.byte_range(), body_start: None });
+                let kind = if idx == function {
+                    ScopeKind::Function
+                } else {
+                    ScopeKind::Class
+                };
+                hit = Some(ScopeHit {
+                    kind,
+                    range: cap.node.byte_range(),
+                    body_start: None,
+                });
             } else if idx == body {
                 body_start = Some(cap.node.start_byte());
             }
@@ -367,7 +398,11 @@ fn enclosing_scopes(
 ) -> Vec<ScopeHit> {
     // Reach back over whitespace so that, in an offside-rule language, a block that ended
     // on an earlier line is still found when the cursor sits indented below it.
-    let anchor = text[..cursor].trim_end().len().saturating_sub(1).min(cursor.saturating_sub(1));
+    let anchor = text[..cursor]
+        .trim_end()
+        .len()
+        .saturating_sub(1)
+        .min(cursor.saturating_sub(1));
     let end = (cursor + 1).min(text.len());
     let offside = language.config().offside_rule;
     let cursor_indent = line.indent(text).len();
@@ -405,7 +440,9 @@ fn sibling_signatures(
         other => other,
     };
     let window_start = nth_line_start_before(text, cursor, limits.sibling_window_lines);
-    let start = container.map_or(0, |c| c.body_start.unwrap_or(c.range.start)).max(window_start);
+    let start = container
+        .map_or(0, |c| c.body_start.unwrap_or(c.range.start))
+        .max(window_start);
     if start >= cursor {
         return Vec::new();
     }
@@ -419,7 +456,10 @@ fn sibling_signatures(
                 && !enclosing.contains(f)
         })
         .filter(|f| {
-            let parent = hits.iter().filter(|h| h.strictly_contains(f)).max_by_key(|h| h.range.start);
+            let parent = hits
+                .iter()
+                .filter(|h| h.strictly_contains(f))
+                .max_by_key(|h| h.range.start);
             match (parent, container) {
                 (None, None) => true,
                 (Some(p), Some(c)) => p.range == c.range,
@@ -507,9 +547,11 @@ impl TypeCollector<'_, '_> {
     /// Adds the matching definitions of one document. A definition that contains the
     /// cursor, or is one of `skip`, or lies inside a definition already taken whole from
     /// the same document, adds nothing.
+    #[allow(clippy::too_many_arguments)]
     fn collect(
         &mut self,
         q: &UseQuery,
+        function_roots: &KindSet,
         root: Node,
         bytes: &[u8],
         source_path: Option<&str>,
@@ -520,23 +562,29 @@ impl TypeCollector<'_, '_> {
             return;
         };
         // (definition, name) of the definitions whose name is wanted, outer ones first
-        // (matches arrive as they complete: an inner struct before its typedef).
+        // (an inner struct before its typedef when a match holds both).
         let mut found: Vec<(Node, &str)> = Vec::new();
         let mut qc = QueryCursor::new();
-        qc.set_max_start_depth(Some(self.limits.type_depth));
-        let mut matches = qc.matches(&q.query, root, bytes);
-        while let Some(m) = matches.next() {
-            let node_of = |idx| m.captures.iter().find(|c| c.index == idx).map(|c| c.node);
-            let (Some(def_node), Some(name_node)) = (node_of(def), node_of(name_idx)) else { continue };
-            let Ok(name) = name_node.utf8_text(bytes) else { continue };
-            // In this document, the name written in the definition itself does not count.
-            let wanted = self.names.get(name).is_some_and(|&(count, first)| {
-                cursor.is_none() || count > 1 || first != name_node.start_byte()
-            });
-            if wanted {
-                found.push((def_node, name));
+        for_each_outline_node(root, &q.roots, function_roots, self.limits, |node| {
+            qc.set_max_start_depth(Some(0));
+            let mut matches = qc.matches(&q.query, node, bytes);
+            while let Some(m) = matches.next() {
+                let node_of = |idx| m.captures.iter().find(|c| c.index == idx).map(|c| c.node);
+                let (Some(def_node), Some(name_node)) = (node_of(def), node_of(name_idx)) else {
+                    continue;
+                };
+                let Ok(name) = name_node.utf8_text(bytes) else {
+                    continue;
+                };
+                // In this document, the name written in the definition itself does not count.
+                let wanted = self.names.get(name).is_some_and(|&(count, first)| {
+                    cursor.is_none() || count > 1 || first != name_node.start_byte()
+                });
+                if wanted {
+                    found.push((def_node, name));
+                }
             }
-        }
+        });
         found.sort_by_key(|(n, _)| (n.start_byte(), std::cmp::Reverse(n.end_byte())));
 
         let first_of_document = self.out.len();
@@ -555,7 +603,9 @@ impl TypeCollector<'_, '_> {
             {
                 continue;
             }
-            let Ok(full) = def_node.utf8_text(bytes) else { continue };
+            let Ok(full) = def_node.utf8_text(bytes) else {
+                continue;
+            };
             let (text, truncated) = clip_lines(full, self.limits.type_def_chars.min(self.budget));
             if text.is_empty() {
                 continue;
@@ -573,30 +623,75 @@ impl TypeCollector<'_, '_> {
     }
 }
 
-fn imports(q: &UseQuery, root: Node, text: &str, limits: &Limits) -> Vec<String> {
-    let Some(import) = q.capture(query::IMPORT) else { return Vec::new() };
+fn imports(q: &UseQuery, function_roots: &KindSet, root: Node, text: &str, limits: &Limits) -> Vec<String> {
+    let Some(import) = q.capture(query::IMPORT) else {
+        return Vec::new();
+    };
+    let mut ranges: Vec<Range<usize>> = Vec::new();
     let mut qc = QueryCursor::new();
-    qc.set_max_start_depth(Some(limits.import_depth));
-    let mut matches = qc.matches(&q.query, root, text.as_bytes());
-    let mut out: Vec<String> = Vec::new();
-    let mut last_range = None;
-    let mut budget = limits.imports_total_chars;
-    while let Some(m) = matches.next() {
-        for cap in m.captures.iter().filter(|c| c.index == import) {
-            let range = cap.node.byte_range();
-            if last_range.as_ref() == Some(&range) {
-                continue;
-            }
-            let (clipped, _) = clip_lines(text[range.clone()].trim_end(), limits.import_chars.min(budget));
-            if clipped.is_empty() || out.len() >= limits.imports {
-                return out;
-            }
-            budget -= clipped.chars().count();
-            out.push(clipped.to_owned());
-            last_range = Some(range);
+    for_each_outline_node(root, &q.roots, function_roots, limits, |node| {
+        qc.set_max_start_depth(Some(0));
+        let mut matches = qc.matches(&q.query, node, text.as_bytes());
+        while let Some(m) = matches.next() {
+            ranges.extend(
+                m.captures
+                    .iter()
+                    .filter(|c| c.index == import)
+                    .map(|c| c.node.byte_range()),
+            );
         }
+    });
+    ranges.dedup();
+    let mut out = Vec::new();
+    let mut budget = limits.imports_total_chars;
+    for range in ranges.into_iter().take(limits.imports) {
+        let (clipped, _) = clip_lines(text[range].trim_end(), limits.import_chars.min(budget));
+        if clipped.is_empty() {
+            break;
+        }
+        budget -= clipped.chars().count();
+        out.push(clipped.to_owned());
     }
     out
+}
+
+/// Calls `visit` on every node, in document order, whose kind is in `roots`, looking
+/// everywhere except inside functions (kinds in `function_roots`): types and imports
+/// live at the top, in namespaces, modules and classes, and skipping function bodies —
+/// most of a file — keeps this cheap. Bounded by [`Limits::outline_depth`] and
+/// [`Limits::outline_nodes`] against pathological files (a huge literal at top level).
+fn for_each_outline_node<'t>(
+    root: Node<'t>,
+    roots: &KindSet,
+    function_roots: &KindSet,
+    limits: &Limits,
+    mut visit: impl FnMut(Node<'t>),
+) {
+    let mut cursor = root.walk();
+    let mut depth = 0u32;
+    let mut visited = 0usize;
+    loop {
+        let node = cursor.node();
+        visited += 1;
+        let kind = node.kind_id();
+        let is_function = function_roots.contains(kind);
+        if roots.contains(kind) {
+            visit(node);
+        }
+        if visited >= limits.outline_nodes {
+            return;
+        }
+        if !is_function && depth < limits.outline_depth && cursor.goto_first_child() {
+            depth += 1;
+            continue;
+        }
+        while !cursor.goto_next_sibling() {
+            if !cursor.goto_parent() {
+                return;
+            }
+            depth -= 1;
+        }
+    }
 }
 
 fn floor_char_boundary(text: &str, at: usize) -> usize {

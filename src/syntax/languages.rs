@@ -158,7 +158,12 @@ impl Language {
     /// By the extension of a path or URI (`file:///a/b.rs`, `src/x.py`).
     pub fn from_path(path: &str) -> Option<Language> {
         let ext = Path::new(path).extension()?.to_str()?;
-        Self::all().find(|l| l.config().file_extensions.iter().any(|x| x.eq_ignore_ascii_case(ext)))
+        Self::all().find(|l| {
+            l.config()
+                .file_extensions
+                .iter()
+                .any(|x| x.eq_ignore_ascii_case(ext))
+        })
     }
 
     pub fn config(self) -> &'static LanguageConfig {

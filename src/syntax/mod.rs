@@ -37,7 +37,9 @@ pub fn parse_rope(language: Language, rope: &ropey::Rope, old_tree: Option<&Tree
         let (chunk, chunk_start, _, _) = rope.chunk_at_byte(offset);
         &chunk.as_bytes()[offset - chunk_start..]
     };
-    with_parser(language, |parser| parser.parse_with_options(&mut read, old_tree, None))
+    with_parser(language, |parser| {
+        parser.parse_with_options(&mut read, old_tree, None)
+    })
 }
 
 /// One parser per thread, re-pointed at the language each call (that costs nothing).

@@ -21,12 +21,23 @@ fn every_context_query_compiles_with_known_captures() {
             (&q.imports, &[query::IMPORT][..]),
         ] {
             for name in needed {
-                assert!(use_query.capture(name).is_some(), "queries/{language}/context.scm lacks @{name}");
+                assert!(
+                    use_query.capture(name).is_some(),
+                    "queries/{language}/context.scm lacks @{name}"
+                );
             }
             for name in use_query.query.capture_names() {
-                assert!(CAPTURE_NAMES.contains(name), "{language}: unknown capture @{name}");
+                assert!(
+                    CAPTURE_NAMES.contains(name),
+                    "{language}: unknown capture @{name}"
+                );
             }
         }
+        // Whole-file searches start only at these kinds and skip function bodies.
+        assert!(
+            !q.types.roots.is_any() && !q.imports.roots.is_any() && !q.function_roots.is_any(),
+            "{language}"
+        );
     }
 }
 
@@ -44,11 +55,20 @@ fn languages_table_is_consistent() {
         }
         for ext in c.file_extensions {
             assert!(exts.insert(*ext), "extension {ext} claimed twice");
-            assert_eq!(Language::from_path(&format!("file:///src/x.{ext}")), Some(language));
+            assert_eq!(
+                Language::from_path(&format!("file:///src/x.{ext}")),
+                Some(language)
+            );
         }
-        assert!(parse(language, "", None).is_some(), "{language}: grammar rejected");
+        assert!(
+            parse(language, "", None).is_some(),
+            "{language}: grammar rejected"
+        );
     }
-    assert_eq!(Language::from_path("file:///a/b/c.PY"), Some(Language::from_name("python").unwrap()));
+    assert_eq!(
+        Language::from_path("file:///a/b/c.PY"),
+        Some(Language::from_name("python").unwrap())
+    );
     assert_eq!(Language::from_path("Makefile"), None);
 }
 
@@ -98,13 +118,23 @@ fn context_at(language: &str, fixture: &str, others: &[(&str, &str)], limits: &L
         .collect();
     let other_docs: Vec<_> = other_trees
         .iter()
-        .map(|(path, text, tree, language)| OpenDocument { path, text, tree, language: *language })
+        .map(|(path, text, tree, language)| OpenDocument {
+            path,
+            text,
+            tree,
+            language: *language,
+        })
         .collect();
     extract_with_limits(language, &text, &tree, cursor, &other_docs, limits)
 }
 
 fn check(language: &str, fixture: &str, others: &[(&str, &str)], expect: Expect) {
-    expect.assert_eq(&render(&context_at(language, fixture, others, &Limits::default())));
+    expect.assert_eq(&render(&context_at(
+        language,
+        fixture,
+        others,
+        &Limits::default(),
+    )));
 }
 
 fn cursor_kind(language: &str, fixture: &str) -> CursorKind {
@@ -699,8 +729,17 @@ fn python_blank_indented_line_after_a_block_stays_in_the_block() {
 
 #[test]
 fn brace_scope_ends_at_its_closing_brace() {
-    let cx = context_at("rust", "impl A {\n    fn f() {\n    }$0\n    fn g() {}\n}\n", &[], &Limits::default());
-    let kinds: Vec<_> = cx.enclosing_scopes.iter().map(|s| s.signature_text.as_str()).collect();
+    let cx = context_at(
+        "rust",
+        "impl A {\n    fn f() {\n    }$0\n    fn g() {}\n}\n",
+        &[],
+        &Limits::default(),
+    );
+    let kinds: Vec<_> = cx
+        .enclosing_scopes
+        .iter()
+        .map(|s| s.signature_text.as_str())
+        .collect();
     assert_eq!(kinds, ["impl A"]);
     assert_eq!(cx.signatures, ["fn f()"]);
 }
@@ -763,7 +802,12 @@ fn caps_bound_every_list_and_text() {
         fixture.push_str(&format!("def f{i}(a, b):\n    pass\n"));
     }
     let uses: Vec<_> = (0..10).map(|i| format!("T{i}")).collect();
-    fixture.push_str(&format!("x = [{}]  # {}$0{}\n", uses.join(", "), "é".repeat(50), "中".repeat(50)));
+    fixture.push_str(&format!(
+        "x = [{}]  # {}$0{}\n",
+        uses.join(", "),
+        "é".repeat(50),
+        "中".repeat(50)
+    ));
     let limits = Limits {
         signatures: 3,
         type_defs: 4,
@@ -777,8 +821,17 @@ fn caps_bound_every_list_and_text() {
     assert_eq!(cx.signatures, ["def f7(a, b):", "def f8(a, b):", "def f9(a, b):"]);
     assert_eq!(cx.imports.len(), 5);
     assert!(cx.type_definitions.len() <= 4);
-    assert!(cx.type_definitions.iter().all(|t| t.truncated && t.text.chars().count() <= 40));
-    assert!(cx.type_definitions.iter().map(|t| t.text.chars().count()).sum::<usize>() <= 100);
+    assert!(cx
+        .type_definitions
+        .iter()
+        .all(|t| t.truncated && t.text.chars().count() <= 40));
+    assert!(
+        cx.type_definitions
+            .iter()
+            .map(|t| t.text.chars().count())
+            .sum::<usize>()
+            <= 100
+    );
     assert_eq!(cx.type_definitions[0].text, "class T0:\n    field: int = 0");
     assert_eq!(cx.line_prefix, "é".repeat(10));
     assert_eq!(cx.line_suffix, "中".repeat(10));
@@ -786,7 +839,12 @@ fn caps_bound_every_list_and_text() {
 
 #[test]
 fn cursor_line_parts_are_exact_with_tabs_and_crlf() {
-    let cx = context_at("go", "package x\r\n\r\nfunc f() {\r\n\t  \tx := 1$0 + 2\r\n}\r\n", &[], &Limits::default());
+    let cx = context_at(
+        "go",
+        "package x\r\n\r\nfunc f() {\r\n\t  \tx := 1$0 + 2\r\n}\r\n",
+        &[],
+        &Limits::default(),
+    );
     assert_eq!(cx.indent, "\t  \t");
     assert_eq!(cx.line_prefix, "\t  \tx := 1");
     assert_eq!(cx.line_suffix, " + 2");
@@ -846,7 +904,12 @@ fn extract_on_a_5000_line_file_is_fast() {
         let others: Vec<_> = (0..2).map(|_| (text.clone(), tree.clone())).collect();
         let other_docs: Vec<_> = others
             .iter()
-            .map(|(text, tree)| OpenDocument { path: "other", text, tree, language: l })
+            .map(|(text, tree)| OpenDocument {
+                path: "other",
+                text,
+                tree,
+                language: l,
+            })
             .collect();
         let mut times = Vec::new();
         let mut cx = None;
