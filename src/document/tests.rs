@@ -1,6 +1,8 @@
 //! The document against a plain `String` model, and the incremental tree against a
 //! from-scratch parse, over random edits.
 
+use std::ops::Range;
+
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
@@ -226,7 +228,6 @@ fn dump(tree: &Tree) -> Vec<NodeRecord> {
     out
 }
 
-use std::ops::Range;
 
 fn edit_strategy() -> impl Strategy<Value = Vec<(usize, usize, String)>> {
     let insert = prop::collection::vec(prop::sample::select(CODE_PIECES), 0..4).prop_map(|v| v.concat());

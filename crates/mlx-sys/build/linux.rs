@@ -4,7 +4,7 @@
 //! at exactly the version mlx-c pins. It is looked up in this order:
 //!   1. `MLX_DIR` (the wheel's `mlx` folder: lib/libmlx.so + include/mlx),
 //!   2. laya's cache, where `scripts/setup.sh` unpacks it:
-//!      `${XDG_CACHE_HOME:-~/.cache}/laya/mlx/<backend>-<version>/mlx`, backend from
+//!      `${LAYA_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/laya}/mlx/<backend>-<version>/mlx`, backend from
 //!      `LAYA_MLX_BACKEND` (`cpu`, the default, `cuda12` or `cuda13`),
 //!   3. an installed wheel found through `python3 -c 'import mlx'`.
 //!
@@ -20,7 +20,11 @@ use std::{
 
 use crate::{fail, Built};
 
+/// laya's cache: `$LAYA_CACHE_DIR`, else `${XDG_CACHE_HOME:-~/.cache}/laya` (as src/paths.rs).
 fn cache_root() -> Option<PathBuf> {
+    if let Some(dir) = env::var_os("LAYA_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
     env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
