@@ -11,10 +11,17 @@ position only, after a 16-token warm-up; decode = a 128-token random prompt, the
 one llama_decode each, ms per token excluding the first (which comes from the prompt's logits);
 weight_bytes_per_token = GGUF tensor bytes minus token_embd.weight plus one row of it (all of it
 when there is no output.weight); bandwidth = --bandwidth or a 256 MiB copy (2 * n / best time).
+
+llama.cpp's defaults are kept. On a CPU shared with other work its OpenMP threads spin at
+every barrier and a descheduled thread stalls the rest: there OMP_WAIT_POLICY=PASSIVE (or
+--threads 1) is faster, but neither is what llama.cpp does by default.
 """
 
 import argparse
 import json
+import math
+import mmap
+import struct
 import sys
 import time
 from pathlib import Path
@@ -23,7 +30,7 @@ try:
     import numpy as np
     import llama_cpp
     from llama_cpp import Llama
-    from gguf import GGUFReader
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 except ImportError as e:
     sys.exit(
         f"bench_llama_cpp: cannot import llama_cpp/gguf ({e}); run scripts/peer-setup.sh and use "
@@ -54,14 +61,68 @@ def host_copy_bandwidth_gbs():
     return 2.0 * n / best / 1e9
 
 
+def gguf_tensor_bytes(path):
+    """{name: bytes} of a GGUF file's tensors, read from its header (gguf's GGUFReader takes
+    ~15 s on these files because it decodes the whole tokenizer)."""
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, buf, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0] if len(v) == 1 else v
+
+    def string():
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return bytes(buf[pos - n : pos]).decode()
+
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def skip(t):
+        nonlocal pos
+        if t == 8:
+            n = take("Q")  # (not `pos += take(...)`: that reads pos before take moves it)
+            pos += n
+        elif t == 9:
+            et, n = take("I"), take("Q")
+            if et in scalar:
+                pos += n * struct.calcsize(scalar[et])
+            else:
+                for _ in range(n):
+                    skip(et)
+        else:
+            pos += struct.calcsize(scalar[t])
+
+    magic, _version, n_tensors, n_kv = take("4sIQQ")
+    if magic != b"GGUF":
+        sys.exit(f"bench_llama_cpp: {path} is not a GGUF file")
+    for _ in range(n_kv):
+        string()
+        skip(take("I"))
+    sizes = {}
+    for _ in range(n_tensors):
+        name = string()
+        n_dims = take("I")
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, pos)  # ne0 (row length) first
+        pos += 8 * n_dims
+        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(take("I"))]
+        take("Q")  # offset
+        n = math.prod(dims)
+        sizes[name] = (n // block * type_size, n // dims[0])  # (bytes, rows)
+    return sizes
+
+
 def weight_bytes_per_token(path):
-    tensors = {t.name: t for t in GGUFReader(path).tensors}
-    total = sum(int(t.n_bytes) for t in tensors.values())
-    embd = tensors["token_embd.weight"]
-    if "output.weight" not in tensors:  # tied: the whole embedding is read as the LM head
+    sizes = gguf_tensor_bytes(path)
+    total = sum(b for b, _ in sizes.values())
+    if "output.weight" not in sizes:  # tied: the whole embedding is read as the LM head
         return total
-    rows = int(embd.n_elements) // int(embd.shape[0])
-    return total - int(embd.n_bytes) + int(embd.n_bytes) // rows
+    embd, rows = sizes["token_embd.weight"]
+    return total - embd + embd // rows
 
 
 def last_logits(llm):

@@ -4,7 +4,7 @@
 #   scripts/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
 #                               # deps: the GPU machine has them), builds tests/mlx_ops.rs into
 #                               # .device/ (debug info stripped) and packs the 135 MiB libmlx.so
-#                               # (xz) into parts of 40 MiB, each under the 64 MiB a call carries
+#                               # and its JIT headers (xz) into 40 MiB parts (64 MiB a call)
 #   scripts/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
 #                               # /tmp/laya-cuda, points the loader at them and at the machine's
 #                               # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu, then
@@ -43,9 +43,12 @@ for l in sys.stdin:
   rm -rf "$OUTD" && mkdir -p "$OUTD"
   # Debug info is ~45 MB of the binary; symbols stay for backtraces.
   strip --strip-debug -o "$OUTD/mlx_ops" "$bin"
-  # libmlx.so plus its bundled BLAS/LAPACK, split under the 64 MiB carry limit. xz, not zstd:
-  # the GPU machine may have no zstd, while python3's lzma module can always unpack xz.
-  tar -C "$CUDA_HOME_MLX" -cf - mlx/lib/libmlx.so mlx_cuda_13.libs | xz -9 -T2 | split -b 40m - "$OUTD/$PART."
+  # libmlx.so, its bundled BLAS/LAPACK, and the CCCL/CUTLASS/CuTe headers that MLX's NVRTC
+  # kernels include at run time (found at <dir of libmlx.so>/../include; without them the
+  # quantized matmul for M > 16 fails with "cannot open source file cute/..."), split under
+  # the 64 MiB carry limit. xz, not zstd: the GPU machine has no zstd (seen), while xz or
+  # python3's lzma module can unpack xz.
+  tar -C "$CUDA_HOME_MLX" -cf - mlx/lib/libmlx.so mlx/include mlx_cuda_13.libs | xz -9 -T2 | split -b 40m - "$OUTD/$PART."
   ls -la "$OUTD"
   ;;
 stage)

@@ -1,6 +1,11 @@
 //! The `laya` command line.
 
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode, sync::atomic::AtomicBool};
+use std::{
+    io::IsTerminal,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{atomic::AtomicBool, Arc},
+};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -34,6 +39,11 @@ struct Cli {
 enum Command {
     /// Report the MLX library, backend, device and models, with the fix for anything missing.
     Doctor,
+    /// Serve the Language Server Protocol on stdin/stdout (what editors start).
+    Lsp {
+        #[command(flatten)]
+        model: ModelArgs,
+    },
     /// Complete the code at FILE:LINE:COL (1-based) with the model and print the middle.
     Complete {
         /// `path/to/file:LINE:COL`, 1-based, column in characters.
@@ -178,6 +188,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::FAILURE
             })
+        }
+        Command::Lsp { model } => {
+            lsp(model, cli.device)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Complete {
             location,
@@ -384,5 +398,23 @@ fn bench_engine(
             let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
         }
     })?;
+    Ok(())
+}
+
+fn lsp(args: ModelArgs, device: DevicePref) -> Result<()> {
+    use laya::{
+        engine::worker::{Engine, ModelWorker},
+        lsp::{serve_stdio, EngineSource},
+    };
+    // Resolve the model before the editor connects, so a missing one is a clear error in the
+    // editor's log right away; loading itself happens after `initialized`.
+    let path = args.path()?;
+    let mut opts = args.options();
+    opts.progress = false; // stderr belongs to the editor's log
+    let source = EngineSource::Deferred(Box::new(move |report| {
+        Arc::new(ModelWorker::spawn(path, opts, device, report)) as Arc<dyn Engine>
+    }));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(serve_stdio(source));
     Ok(())
 }

@@ -1,5 +1,5 @@
 ; Context for completions. Capture names: queries/README.md.
-; tsx/context.scm is the same file: keep the two in step.
+; tsx/context.scm inherits this file.
 
 [
   (function_declaration body: (_) @body)

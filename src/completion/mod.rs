@@ -1,3 +1,4 @@
 //! Turning raw model output into what an editor should insert.
 
+pub mod pipeline;
 pub mod postprocess;

@@ -85,3 +85,256 @@ mod tests {
         assert!(byte_offset(text, LineCol { line: 0, col: 1 }).is_err());
     }
 }
+
+/// How many tokens a prompt may take, and how they are shared. Sizes are estimated from bytes
+/// (`BYTES_PER_TOKEN`): the prompt is built before a tokenizer is at hand (the engine may be
+/// another process or machine), and code averages a little over 3 bytes per Qwen token.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Budget {
+    pub max_tokens: usize,
+    /// Share of `max_tokens` for the text after the cursor.
+    pub suffix_share: f32,
+    /// Share of `max_tokens` for context from other files and far parts of this file.
+    pub context_share: f32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_tokens: 2048,
+            suffix_share: 0.15,
+            context_share: 0.2,
+        }
+    }
+}
+
+pub const BYTES_PER_TOKEN: usize = 3;
+
+/// A snippet of another file that the prompt shows before the current file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snippet {
+    pub path: String,
+    pub text: String,
+}
+
+/// Everything a prompt is made of, already extracted.
+#[derive(Clone, Debug, Default)]
+pub struct PromptInput<'a> {
+    pub repo_name: &'a str,
+    /// Path of the current file as shown to the model (relative when possible).
+    pub path: &'a str,
+    pub prefix: &'a str,
+    pub suffix: &'a str,
+    /// Import statements of the current file (shown when the prefix window cuts them off).
+    pub imports: &'a [String],
+    /// Definitions from this file that the prefix window may cut off.
+    pub local_context: &'a [String],
+    /// Snippets of other files, most relevant first.
+    pub other_files: &'a [Snippet],
+}
+
+/// The prompt text and what it kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompt {
+    pub text: String,
+    /// Bytes of the prefix and suffix that made it in.
+    pub prefix_bytes: usize,
+    pub suffix_bytes: usize,
+    pub context_files: usize,
+}
+
+/// The last `max` bytes of `s`, cut at a line start (or at a char boundary for one long line).
+fn tail_lines(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    match s[start..].find('\n') {
+        Some(i) if start + i + 1 < s.len() => &s[start + i + 1..],
+        _ => &s[start..],
+    }
+}
+
+/// The first `max` bytes of `s`, cut at a line end (or a char boundary for one long line).
+fn head_lines(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    match s[..end].rfind('\n') {
+        Some(i) if i > 0 => &s[..=i],
+        _ => &s[..end],
+    }
+}
+
+/// Build a Qwen FIM prompt inside `budget`. Stable parts come first so consecutive
+/// keystrokes share the longest token prefix: other files (repo-level form, only when there
+/// are any), then the current file's path, the context cut off from its prefix, the prefix
+/// window, and last the suffix. Indentation is kept byte for byte.
+pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
+    let total = budget.max_tokens * BYTES_PER_TOKEN;
+    let context_max = (total as f32 * budget.context_share) as usize;
+    let suffix_max = (total as f32 * budget.suffix_share) as usize;
+
+    let mut header = String::new();
+    let mut context_files = 0;
+    if !input.other_files.is_empty() {
+        header.push_str("<|repo_name|>");
+        header.push_str(input.repo_name);
+        header.push('\n');
+        let mut used = 0;
+        for s in input.other_files {
+            let entry = format!("<|file_sep|>{}\n{}\n", s.path, s.text.trim_end());
+            if used + entry.len() > context_max {
+                break;
+            }
+            used += entry.len();
+            header.push_str(&entry);
+            context_files += 1;
+        }
+        header.push_str("<|file_sep|>");
+        header.push_str(input.path);
+        header.push('\n');
+    }
+
+    let suffix = head_lines(input.suffix, suffix_max);
+    let prefix_max = total.saturating_sub(header.len() + suffix.len());
+    let mut prefix = tail_lines(input.prefix, prefix_max).to_owned();
+    if prefix.len() < input.prefix.len() {
+        // The window cut off the top of the file: bring back its imports and the local
+        // definitions in reach of the cursor, as long as they fit.
+        let mut lead = String::new();
+        for part in input.imports.iter().chain(input.local_context) {
+            if prefix.contains(part.as_str()) {
+                continue;
+            }
+            if lead.len() + part.len() + 1 > context_max {
+                break;
+            }
+            lead.push_str(part.trim_end());
+            lead.push('\n');
+        }
+        if !lead.is_empty() {
+            let room = prefix_max.saturating_sub(lead.len() + 1);
+            prefix = format!("{lead}\n{}", tail_lines(input.prefix, room));
+        }
+    }
+    let text = format!("{header}{}", fim(&prefix, suffix));
+    Prompt {
+        text,
+        prefix_bytes: prefix.len(),
+        suffix_bytes: suffix.len(),
+        context_files,
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn small_file_is_a_plain_fim_prompt() {
+        let p = build(
+            &PromptInput {
+                path: "a.py",
+                prefix: "def f():\n\t",
+                suffix: "\nf()\n",
+                ..Default::default()
+            },
+            &Budget::default(),
+        );
+        assert_eq!(
+            p.text,
+            "<|fim_prefix|>def f():\n\t<|fim_suffix|>\nf()\n<|fim_middle|>"
+        );
+    }
+
+    #[test]
+    fn other_files_use_the_repo_level_form_first() {
+        let others = [Snippet {
+            path: "types.rs".into(),
+            text: "pub struct P { x: i32 }\n".into(),
+        }];
+        let p = build(
+            &PromptInput {
+                repo_name: "demo",
+                path: "main.rs",
+                prefix: "fn main() {\n    let p = P",
+                suffix: "\n}\n",
+                other_files: &others,
+                ..Default::default()
+            },
+            &Budget::default(),
+        );
+        assert_eq!(
+            p.text,
+            "<|repo_name|>demo\n<|file_sep|>types.rs\npub struct P { x: i32 }\n<|file_sep|>main.rs\n<|fim_prefix|>fn main() {\n    let p = P<|fim_suffix|>\n}\n<|fim_middle|>"
+        );
+        assert_eq!(p.context_files, 1);
+    }
+
+    #[test]
+    fn long_prefix_is_cut_at_a_line_and_keeps_imports() {
+        let mut prefix = String::from("import os\n");
+        for i in 0..2000 {
+            prefix.push_str(&format!("x{i} = {i}\n"));
+        }
+        prefix.push_str("y = ");
+        let imports = ["import os".to_owned()];
+        let budget = Budget {
+            max_tokens: 256,
+            ..Budget::default()
+        };
+        let p = build(
+            &PromptInput {
+                path: "a.py",
+                prefix: &prefix,
+                suffix: "",
+                imports: &imports,
+                ..Default::default()
+            },
+            &budget,
+        );
+        assert!(p.text.len() <= 256 * BYTES_PER_TOKEN + 64, "{}", p.text.len());
+        assert!(
+            p.text.starts_with("<|fim_prefix|>import os\n\nx"),
+            "{}",
+            &p.text[..40]
+        );
+        assert!(p.text.contains("y = <|fim_suffix|>"));
+        // Every kept line is whole.
+        let body = &p.text["<|fim_prefix|>import os\n\n".len()..p.text.find("y = ").unwrap()];
+        assert!(
+            body.lines().all(|l| l.starts_with('x') && l.contains(" = ")),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn long_suffix_is_cut_at_a_line_end() {
+        let suffix: String = (0..1000).map(|i| format!("z{i}()\n")).collect();
+        let budget = Budget {
+            max_tokens: 200,
+            ..Budget::default()
+        };
+        let p = build(
+            &PromptInput {
+                path: "a.py",
+                prefix: "a = 1\n",
+                suffix: &suffix,
+                ..Default::default()
+            },
+            &budget,
+        );
+        let kept =
+            &p.text[p.text.find("<|fim_suffix|>").unwrap() + 14..p.text.find("<|fim_middle|>").unwrap()];
+        assert!(kept.ends_with(")\n") && kept.len() <= 90, "{kept:?}");
+    }
+}

@@ -5,15 +5,16 @@
 //! a string; the enclosing functions/classes with their signatures; signatures of nearby
 //! functions; definitions of the types named near the cursor; the file's imports; and the
 //! cursor line split at the cursor. Every list and text is capped ([`Limits`]) so a huge
-//! file cannot blow up the prompt, and every search is bounded (a byte range around the
-//! cursor, or a start depth for whole-file lists) so a large file stays fast.
+//! file cannot blow up the prompt, and every search is bounded so a large file stays fast:
+//! scopes and cursor kind look at a byte range around the cursor, the whole-file lists
+//! (types, imports) walk the file's outline and skip function bodies.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use tree_sitter::{Node, QueryCursor, StreamingIterator, Tree};
 
-use super::query::{self, KindSet, UseQuery};
+use super::query::{self, ContextQueries, UseQuery};
 use super::Language;
 
 /// Another open document, searched for type definitions.
@@ -72,9 +73,11 @@ pub struct Context {
     pub signatures: Vec<String>,
     /// Types whose name appears within [`Limits::window_lines`] of the cursor line: this
     /// document's first (source order), then the other documents' (in the order given).
-    /// A type whose definition contains the cursor is left out.
+    /// A type whose definition contains the cursor is left out, and so are types defined
+    /// inside function bodies.
     pub type_definitions: Vec<TypeDef>,
-    /// Import statements of this document, in source order.
+    /// Import statements of this document, in source order (those inside function bodies
+    /// are left out).
     pub imports: Vec<String>,
     /// Leading spaces and tabs of the cursor line, exactly.
     pub indent: String,
@@ -123,7 +126,7 @@ impl Default for Limits {
             import_chars: 400,
             imports_total_chars: 4_000,
             line_part_chars: 1_000,
-            other_documents: 32,
+            other_documents: 16,
             outline_depth: 12,
             outline_nodes: 100_000,
         }
@@ -174,7 +177,10 @@ pub fn extract_with_limits(
     let root = tree.root_node();
     let bytes = text.as_bytes();
 
-    cx.cursor_kind = cursor_kind(&queries.cursor, language, root, text, cursor);
+    cx.cursor_kind = match cursor_kind(&queries.cursor, language, root, text, cursor) {
+        CursorKind::Code => lexical_cursor_kind_in_error(language, root, text, cursor),
+        kind => kind,
+    };
 
     let enclosing = enclosing_scopes(&queries.scopes, language, root, text, cursor, &line);
     cx.signatures = sibling_signatures(&queries.scopes, root, text, cursor, &enclosing, limits);
@@ -202,25 +208,23 @@ pub fn extract_with_limits(
         out: Vec::new(),
         limits,
     };
-    types.collect(
-        &queries.types,
-        &queries.function_roots,
-        root,
-        bytes,
-        None,
-        Some(cursor),
-        &around_cursor,
-    );
+    let this = outline(queries, root, bytes, limits, true);
+    types.collect(this.types, bytes, None, Some(cursor), &around_cursor);
     for doc in other_docs.iter().take(limits.other_documents) {
         let Ok(q) = doc.language.context_queries() else {
             continue;
         };
         let (text, root) = (doc.text.as_bytes(), doc.tree.root_node());
-        types.collect(&q.types, &q.function_roots, root, text, Some(doc.path), None, &[]);
+        types.collect(
+            outline(q, root, text, limits, false).types,
+            text,
+            Some(doc.path),
+            None,
+            &[],
+        );
     }
     cx.type_definitions = types.out;
-
-    cx.imports = imports(&queries.imports, &queries.function_roots, root, text, limits);
+    cx.imports = import_texts(this.imports, text, limits);
     cx
 }
 
@@ -297,6 +301,113 @@ fn cursor_kind(q: &UseQuery, language: Language, root: Node, text: &str, cursor:
         }
     }
     best.map_or(CursorKind::Code, |(_, k)| k)
+}
+
+/// Where the parser gave up around the cursor (a string or comment still being typed is
+/// usually an `ERROR`, not a string), read the text the way a lexer would: from the start
+/// of the top-level node holding the cursor (at most [`LEXICAL_SCAN_BYTES`] back, else from
+/// the cursor line), with the table's comment and string delimiters. Code that parsed
+/// without errors never gets here.
+fn lexical_cursor_kind_in_error(language: Language, root: Node, text: &str, cursor: usize) -> CursorKind {
+    let Some(top) = top_level_node_before(root, cursor) else {
+        return CursorKind::Code;
+    };
+    if !top.has_error() {
+        return CursorKind::Code;
+    }
+    let line_start = text[..cursor].rfind('\n').map_or(0, |i| i + 1);
+    let start = if cursor - top.start_byte() <= LEXICAL_SCAN_BYTES {
+        top.start_byte()
+    } else {
+        line_start
+    };
+    lex_kind_at(language, &text[start..cursor])
+}
+
+/// How far back [`lexical_cursor_kind_in_error`] reads.
+const LEXICAL_SCAN_BYTES: usize = 64 * 1024;
+
+/// The child of `root` holding `cursor`, or the last one before it.
+fn top_level_node_before(root: Node, cursor: usize) -> Option<Node> {
+    let mut c = root.walk();
+    let i = c.goto_first_child_for_byte(cursor);
+    let node = c.node();
+    match i {
+        Some(_) if node.start_byte() < cursor => Some(node),
+        Some(_) => node.prev_sibling(),
+        None => root.child(root.child_count().checked_sub(1)?),
+    }
+}
+
+/// The kind of the position at the end of `text`, reading `text` as a lexer would.
+fn lex_kind_at(language: Language, text: &str) -> CursorKind {
+    enum State {
+        Code,
+        LineComment,
+        BlockComment(&'static str),
+        String { close: &'static str, multiline: bool },
+    }
+    let config = language.config();
+    let mut delimiters: Vec<(&'static str, bool)> = (config.line_strings.iter().map(|d| (*d, false)))
+        .chain(config.multiline_strings.iter().map(|d| (*d, true)))
+        .collect();
+    delimiters.sort_by_key(|(d, _)| std::cmp::Reverse(d.len()));
+    let mut state = State::Code;
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        let step = rest.chars().next().map_or(1, char::len_utf8);
+        state = match state {
+            State::Code => {
+                if let Some(open) = config.line_comment.filter(|t| rest.starts_with(*t)) {
+                    i += open.len();
+                    State::LineComment
+                } else if let Some((open, close)) = config.block_comment.filter(|(o, _)| rest.starts_with(*o))
+                {
+                    i += open.len();
+                    State::BlockComment(close)
+                } else if let Some(&(d, multiline)) = delimiters.iter().find(|(d, _)| rest.starts_with(*d)) {
+                    i += d.len();
+                    State::String { close: d, multiline }
+                } else {
+                    i += step;
+                    State::Code
+                }
+            }
+            State::LineComment if rest.starts_with('\n') => {
+                i += 1;
+                State::Code
+            }
+            State::BlockComment(close) if rest.starts_with(close) => {
+                i += close.len();
+                State::Code
+            }
+            State::String { close, multiline } => {
+                if let Some(escaped) = rest.strip_prefix('\\') {
+                    i += 1 + escaped.chars().next().map_or(0, char::len_utf8);
+                    State::String { close, multiline }
+                } else if rest.starts_with(close) {
+                    i += close.len();
+                    State::Code
+                } else if rest.starts_with('\n') && !multiline {
+                    i += 1;
+                    State::Code
+                } else {
+                    i += step;
+                    State::String { close, multiline }
+                }
+            }
+            other => {
+                i += step;
+                other
+            }
+        };
+    }
+    match state {
+        State::Code => CursorKind::Code,
+        State::LineComment | State::BlockComment(_) => CursorKind::Comment,
+        State::String { .. } => CursorKind::String,
+    }
 }
 
 /// Inside a comment: after its first byte and up to its end, but not after a closing
@@ -544,47 +655,30 @@ struct TypeCollector<'n, 'l> {
 }
 
 impl TypeCollector<'_, '_> {
-    /// Adds the matching definitions of one document. A definition that contains the
-    /// cursor, or is one of `skip`, or lies inside a definition already taken whole from
-    /// the same document, adds nothing.
-    #[allow(clippy::too_many_arguments)]
+    /// Adds the wanted definitions among `found` ((definition, name) nodes of one
+    /// document). A definition whose name is not near the cursor (in this document: not
+    /// counting the name in the definition itself), that contains the cursor, is one of
+    /// `skip`, or lies inside a definition already taken whole from the same document,
+    /// adds nothing.
     fn collect(
         &mut self,
-        q: &UseQuery,
-        function_roots: &KindSet,
-        root: Node,
+        found: Vec<(Node, Node)>,
         bytes: &[u8],
         source_path: Option<&str>,
         cursor: Option<usize>,
         skip: &[Range<usize>],
     ) {
-        let (Some(def), Some(name_idx)) = (q.capture(query::DEFINITION_TYPE), q.capture(query::NAME)) else {
-            return;
-        };
-        // (definition, name) of the definitions whose name is wanted, outer ones first
-        // (an inner struct before its typedef when a match holds both).
-        let mut found: Vec<(Node, &str)> = Vec::new();
-        let mut qc = QueryCursor::new();
-        for_each_outline_node(root, &q.roots, function_roots, self.limits, |node| {
-            qc.set_max_start_depth(Some(0));
-            let mut matches = qc.matches(&q.query, node, bytes);
-            while let Some(m) = matches.next() {
-                let node_of = |idx| m.captures.iter().find(|c| c.index == idx).map(|c| c.node);
-                let (Some(def_node), Some(name_node)) = (node_of(def), node_of(name_idx)) else {
-                    continue;
-                };
-                let Ok(name) = name_node.utf8_text(bytes) else {
-                    continue;
-                };
-                // In this document, the name written in the definition itself does not count.
-                let wanted = self.names.get(name).is_some_and(|&(count, first)| {
-                    cursor.is_none() || count > 1 || first != name_node.start_byte()
-                });
-                if wanted {
-                    found.push((def_node, name));
-                }
-            }
-        });
+        let mut found: Vec<(Node, &str)> = found
+            .into_iter()
+            .filter_map(|(def_node, name_node)| {
+                let name = name_node.utf8_text(bytes).ok()?;
+                let (count, first) = *self.names.get(name)?;
+                let wanted = cursor.is_none() || count > 1 || first != name_node.start_byte();
+                wanted.then_some((def_node, name))
+            })
+            .collect();
+        // Outer definitions first: a match completes (and so arrives) after the matches
+        // nested in it, an inner struct before its typedef.
         found.sort_by_key(|(n, _)| (n.start_byte(), std::cmp::Reverse(n.end_byte())));
 
         let first_of_document = self.out.len();
@@ -623,25 +717,87 @@ impl TypeCollector<'_, '_> {
     }
 }
 
-fn imports(q: &UseQuery, function_roots: &KindSet, root: Node, text: &str, limits: &Limits) -> Vec<String> {
-    let Some(import) = q.capture(query::IMPORT) else {
-        return Vec::new();
+/// What one walk over a document's outline found.
+struct Outline<'t> {
+    /// (`@definition.type`, `@name`) nodes.
+    types: Vec<(Node<'t>, Node<'t>)>,
+    /// `@import` ranges, in document order.
+    imports: Vec<Range<usize>>,
+}
+
+/// Matches the type and (if `with_imports`) import patterns at every node of the outline:
+/// everywhere except inside functions (kinds in `function_roots`). Types and imports live
+/// at the top, in namespaces, modules and classes; skipping function bodies — most of a
+/// file — keeps this cheap, and each query runs only at the node kinds its patterns start
+/// at. Bounded by [`Limits::outline_depth`] and [`Limits::outline_nodes`] against
+/// pathological files (a huge literal at top level).
+fn outline<'t>(
+    q: &ContextQueries,
+    root: Node<'t>,
+    bytes: &[u8],
+    limits: &Limits,
+    with_imports: bool,
+) -> Outline<'t> {
+    let mut out = Outline {
+        types: Vec::new(),
+        imports: Vec::new(),
     };
-    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let (def, name, import) = (
+        q.types.capture(query::DEFINITION_TYPE),
+        q.types.capture(query::NAME),
+        q.imports.capture(query::IMPORT),
+    );
     let mut qc = QueryCursor::new();
-    for_each_outline_node(root, &q.roots, function_roots, limits, |node| {
-        qc.set_max_start_depth(Some(0));
-        let mut matches = qc.matches(&q.query, node, text.as_bytes());
-        while let Some(m) = matches.next() {
-            ranges.extend(
-                m.captures
+    qc.set_max_start_depth(Some(0));
+    let mut cursor = root.walk();
+    let mut depth = 0u32;
+    let mut visited = 0usize;
+    loop {
+        let node = cursor.node();
+        let kind = node.kind_id();
+        if let (Some(def), Some(name), true) = (def, name, q.types.roots.contains(kind)) {
+            let mut matches = qc.matches(&q.types.query, node, bytes);
+            while let Some(m) = matches.next() {
+                let node_of = |idx| m.captures.iter().find(|c| c.index == idx).map(|c| c.node);
+                if let (Some(d), Some(n)) = (node_of(def), node_of(name)) {
+                    out.types.push((d, n));
+                }
+            }
+        }
+        if let Some(import) = import.filter(|_| with_imports && q.imports.roots.contains(kind)) {
+            let mut matches = qc.matches(&q.imports.query, node, bytes);
+            while let Some(m) = matches.next() {
+                let ranges = m
+                    .captures
                     .iter()
                     .filter(|c| c.index == import)
-                    .map(|c| c.node.byte_range()),
-            );
+                    .map(|c| c.node.byte_range());
+                out.imports.extend(ranges);
+            }
         }
-    });
-    ranges.dedup();
+        visited += 1;
+        if visited >= limits.outline_nodes {
+            break;
+        }
+        let descend = !q.function_roots.contains(kind) && depth < limits.outline_depth;
+        if descend && cursor.goto_first_child() {
+            depth += 1;
+            continue;
+        }
+        while !cursor.goto_next_sibling() {
+            if !cursor.goto_parent() {
+                out.imports.dedup();
+                return out;
+            }
+            depth -= 1;
+        }
+    }
+    out.imports.dedup();
+    out
+}
+
+/// The import statements' texts, within the caps.
+fn import_texts(ranges: Vec<Range<usize>>, text: &str, limits: &Limits) -> Vec<String> {
     let mut out = Vec::new();
     let mut budget = limits.imports_total_chars;
     for range in ranges.into_iter().take(limits.imports) {
@@ -653,45 +809,6 @@ fn imports(q: &UseQuery, function_roots: &KindSet, root: Node, text: &str, limit
         out.push(clipped.to_owned());
     }
     out
-}
-
-/// Calls `visit` on every node, in document order, whose kind is in `roots`, looking
-/// everywhere except inside functions (kinds in `function_roots`): types and imports
-/// live at the top, in namespaces, modules and classes, and skipping function bodies —
-/// most of a file — keeps this cheap. Bounded by [`Limits::outline_depth`] and
-/// [`Limits::outline_nodes`] against pathological files (a huge literal at top level).
-fn for_each_outline_node<'t>(
-    root: Node<'t>,
-    roots: &KindSet,
-    function_roots: &KindSet,
-    limits: &Limits,
-    mut visit: impl FnMut(Node<'t>),
-) {
-    let mut cursor = root.walk();
-    let mut depth = 0u32;
-    let mut visited = 0usize;
-    loop {
-        let node = cursor.node();
-        visited += 1;
-        let kind = node.kind_id();
-        let is_function = function_roots.contains(kind);
-        if roots.contains(kind) {
-            visit(node);
-        }
-        if visited >= limits.outline_nodes {
-            return;
-        }
-        if !is_function && depth < limits.outline_depth && cursor.goto_first_child() {
-            depth += 1;
-            continue;
-        }
-        while !cursor.goto_next_sibling() {
-            if !cursor.goto_parent() {
-                return;
-            }
-            depth -= 1;
-        }
-    }
 }
 
 fn floor_char_boundary(text: &str, at: usize) -> usize {

@@ -22,6 +22,11 @@ pub struct LanguageConfig {
     pub grammar: fn() -> tree_sitter::Language,
     pub line_comment: Option<&'static str>,
     pub block_comment: Option<(&'static str, &'static str)>,
+    /// String delimiters, for reading a line the parser could not make sense of (a string
+    /// or comment still being typed): ones whose strings end at the line's end, and ones
+    /// whose strings may span lines.
+    pub line_strings: &'static [&'static str],
+    pub multiline_strings: &'static [&'static str],
     /// Indentation used when the file itself gives no hint.
     pub indent_unit: &'static str,
     /// Scopes end by dedent (Python) rather than by a closing bracket: a cursor on an
@@ -41,6 +46,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_python::LANGUAGE.into(),
         line_comment: Some("#"),
         block_comment: None,
+        line_strings: &["\"", "'"],
+        multiline_strings: &["\"\"\"", "'''"],
         indent_unit: "    ",
         offside_rule: true,
         context_query: include_str!("../../queries/python/context.scm"),
@@ -52,6 +59,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_rust::LANGUAGE.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &[],
+        multiline_strings: &["\""],
         indent_unit: "    ",
         offside_rule: false,
         context_query: include_str!("../../queries/rust/context.scm"),
@@ -63,6 +72,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\"", "'"],
+        multiline_strings: &["`"],
         indent_unit: "  ",
         offside_rule: false,
         context_query: include_str!("../../queries/typescript/context.scm"),
@@ -74,6 +85,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_typescript::LANGUAGE_TSX.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\"", "'"],
+        multiline_strings: &["`"],
         indent_unit: "  ",
         offside_rule: false,
         context_query: include_str!("../../queries/tsx/context.scm"),
@@ -85,6 +98,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_javascript::LANGUAGE.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\"", "'"],
+        multiline_strings: &["`"],
         indent_unit: "  ",
         offside_rule: false,
         context_query: include_str!("../../queries/javascript/context.scm"),
@@ -96,6 +111,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_go::LANGUAGE.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\""],
+        multiline_strings: &["`"],
         indent_unit: "\t",
         offside_rule: false,
         context_query: include_str!("../../queries/go/context.scm"),
@@ -107,6 +124,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_c::LANGUAGE.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\""],
+        multiline_strings: &[],
         indent_unit: "    ",
         offside_rule: false,
         context_query: include_str!("../../queries/c/context.scm"),
@@ -118,6 +137,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_cpp::LANGUAGE.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\""],
+        multiline_strings: &[],
         indent_unit: "    ",
         offside_rule: false,
         context_query: include_str!("../../queries/cpp/context.scm"),
@@ -129,6 +150,8 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         grammar: || tree_sitter_java::LANGUAGE.into(),
         line_comment: Some("//"),
         block_comment: Some(("/*", "*/")),
+        line_strings: &["\""],
+        multiline_strings: &["\"\"\""],
         indent_unit: "    ",
         offside_rule: false,
         context_query: include_str!("../../queries/java/context.scm"),
@@ -187,8 +210,28 @@ impl Language {
         static CELLS: [OnceLock<Result<ContextQueries, tree_sitter::QueryError>>; MAX_LANGUAGES] =
             [const { OnceLock::new() }; MAX_LANGUAGES];
         CELLS[self.0 as usize]
-            .get_or_init(|| ContextQueries::new(self.ts_language(), self.config().context_query))
+            .get_or_init(|| ContextQueries::new(self.ts_language(), &self.context_query_source()))
             .as_ref()
+    }
+
+    /// `context.scm` with the files it inherits (a `; inherits: a, b` comment line, as in
+    /// helix) put before it.
+    pub fn context_query_source(self) -> String {
+        let own = self.config().context_query;
+        let mut source = String::new();
+        for line in own.lines().take_while(|l| l.starts_with(';')) {
+            let Some(parents) = line.trim_start_matches(';').trim().strip_prefix("inherits:") else {
+                continue;
+            };
+            for parent in parents.split(',').filter_map(|p| Language::from_name(p.trim())) {
+                if parent != self {
+                    source.push_str(&parent.context_query_source());
+                    source.push('\n');
+                }
+            }
+        }
+        source.push_str(own);
+        source
     }
 }
 

@@ -18,7 +18,9 @@ use std::cell::RefCell;
 
 use tree_sitter::{Parser, Tree};
 
-pub use context::{extract, Context, CursorKind, OpenDocument, Scope, ScopeKind, TypeDef};
+pub use context::{
+    extract, extract_with_limits, Context, CursorKind, Limits, OpenDocument, Scope, ScopeKind, TypeDef,
+};
 pub use languages::{Language, LanguageConfig, LANGUAGES};
 
 /// Parses `text`. With `old_tree` (already `edit`ed to match `text`) tree-sitter reuses

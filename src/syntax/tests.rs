@@ -705,6 +705,19 @@ fn cursor_kind_in_comments_strings_and_interpolations() {
         ("cpp", "auto s = R\"(raw$0)\";\n", String),
         ("java", "class A { String s = \"\"\"\n  text$0\"\"\"; }\n", String),
         ("java", "class A { void f() { int x = 1;$0 } }\n", Code),
+        // Still being typed: the parser sees an error, the lexical reading decides.
+        ("python", "x = \"abc$0", String),
+        ("python", "def f():\n    \"\"\"Doc$0\n", String),
+        ("python", "def f():\n    \"\"\"Doc\n    more$0\n", String),
+        ("python", "x = 'a' + \"b$0\ny = 2\n", String),
+        ("rust", "fn f() { let s = \"abc$0 }\n", String),
+        ("typescript", "const s = `abc$0\n", String),
+        ("typescript", "const s = \"a\\\"b$0\nlet y = 2;\n", String),
+        ("go", "package x\nvar s = \"abc$0\n", String),
+        ("java", "class A { String s = \"abc$0 }\n", String),
+        ("c", "/* open comment$0\n", Comment),
+        ("cpp", "int x = (1 + ; // broken$0\n", Comment),
+        ("typescript", "const s = (\"done\" + ;$0\n", Code),
     ];
     for (language, fixture, want) in cases {
         assert_eq!(cursor_kind(language, fixture), want, "{language}: {fixture:?}");

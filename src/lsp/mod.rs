@@ -1,0 +1,504 @@
+//! `laya lsp`: the Language Server Protocol edge. The only module that knows LSP types; it
+//! converts positions once (in `convert`) and hands byte offsets to the completion pipeline.
+//!
+//! Requests: `textDocument/inlineCompletion` (LSP 3.18, ghost text) and, for clients without
+//! it, `textDocument/completion` items carrying a `textEdit`. A newer request for a document
+//! cancels the older one (answered with RequestCancelled), as does `$/cancelRequest` (the
+//! future is dropped, which sets the engine's cancel flag). The model loads on its own thread
+//! after `initialized`, reported through `$/progress`; `initialize` never waits for it.
+
+pub mod convert;
+
+use std::sync::{
+    atomic::{AtomicBool, AtomicU64, Ordering},
+    Arc, Mutex, RwLock,
+};
+
+use dashmap::DashMap;
+use serde::Deserialize;
+use serde_json::Value;
+use tower_lsp_server::{
+    jsonrpc::Result as RpcResult,
+    lsp_types::{self as lsp, notification::Progress as ProgressNote, request::WorkDoneProgressCreate, *},
+    Client, LanguageServer, LspService, Server,
+};
+
+use crate::{
+    completion::pipeline::{Completion, CompletionSettings, Pipeline, Trigger},
+    document::{DocumentSnapshot, DocumentStore, PositionEncoding, TextChange},
+    engine::worker::{Engine, ModelState},
+};
+
+/// The command attached to every item; clients call it when the user accepts (all of it,
+/// a word or a line), so acceptance can be counted.
+pub const ACCEPT_COMMAND: &str = "laya.accept";
+
+/// Settings a client may send in `initializationOptions` or as the `laya` section of
+/// `workspace/configuration`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ClientSettings {
+    pub completion: CompletionSettings,
+}
+
+/// Where the server's engine comes from.
+pub enum EngineSource {
+    /// Already running (tests, or an engine shared by the caller).
+    Ready(Arc<dyn Engine>),
+    /// Built after `initialized`, so that loading never blocks `initialize`.
+    Deferred(Box<dyn FnOnce(Box<dyn Fn(&ModelState) + Send>) -> Arc<dyn Engine> + Send>),
+}
+
+struct State {
+    encoding: PositionEncoding,
+    settings: ClientSettings,
+    root: Option<String>,
+}
+
+/// Acceptance counters, reported in the log on shutdown.
+#[derive(Default)]
+struct Acceptance {
+    shown: AtomicU64,
+    full: AtomicU64,
+    word: AtomicU64,
+    line: AtomicU64,
+}
+
+pub struct LayaServer {
+    client: Client,
+    docs: DocumentStore,
+    state: RwLock<State>,
+    source: Mutex<Option<EngineSource>>,
+    pipeline: RwLock<Option<Arc<Pipeline>>>,
+    /// The cancel flag of the request in flight per document.
+    inflight: DashMap<String, Arc<AtomicBool>>,
+    accepted: Acceptance,
+}
+
+impl LayaServer {
+    pub fn new(client: Client, source: EngineSource) -> Self {
+        let pipeline = match &source {
+            EngineSource::Ready(engine) => Some(Arc::new(Pipeline::new(engine.clone()))),
+            EngineSource::Deferred(_) => None,
+        };
+        LayaServer {
+            client,
+            docs: DocumentStore::new(),
+            state: RwLock::new(State {
+                encoding: PositionEncoding::Utf16,
+                settings: ClientSettings::default(),
+                root: None,
+            }),
+            source: Mutex::new(Some(source).filter(|_| pipeline.is_none())),
+            pipeline: RwLock::new(pipeline),
+            inflight: DashMap::new(),
+            accepted: Acceptance::default(),
+        }
+    }
+
+    fn encoding(&self) -> PositionEncoding {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).encoding
+    }
+
+    fn settings(&self) -> CompletionSettings {
+        self.state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .settings
+            .completion
+            .clone()
+    }
+
+    fn apply_settings(&self, value: Value) {
+        match serde_json::from_value::<ClientSettings>(value) {
+            Ok(s) => self.state.write().unwrap_or_else(|p| p.into_inner()).settings = s,
+            Err(e) => {
+                let client = self.client.clone();
+                tokio::spawn(async move {
+                    client
+                        .log_message(
+                            MessageType::WARNING,
+                            format!("laya: ignoring invalid settings: {e}"),
+                        )
+                        .await;
+                });
+            }
+        }
+    }
+
+    async fn start_engine(&self) {
+        let Some(EngineSource::Deferred(make)) = self.source.lock().unwrap_or_else(|p| p.into_inner()).take()
+        else {
+            return;
+        };
+        let token = NumberOrString::String("laya/model".into());
+        let has_progress = self
+            .client
+            .send_request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams { token: token.clone() })
+            .await
+            .is_ok();
+        let client = self.client.clone();
+        let handle = tokio::runtime::Handle::current();
+        let report = move |state: &ModelState| {
+            let (value, log) = match state {
+                ModelState::Loading => (
+                    WorkDoneProgress::Begin(WorkDoneProgressBegin {
+                        title: "laya: loading model".into(),
+                        ..Default::default()
+                    }),
+                    "laya: loading model".to_owned(),
+                ),
+                ModelState::Ready { load_time, device } => {
+                    let msg = format!("ready on {device} in {:.1} s", load_time.as_secs_f64());
+                    (
+                        WorkDoneProgress::End(WorkDoneProgressEnd {
+                            message: Some(msg.clone()),
+                        }),
+                        format!("laya: model {msg}"),
+                    )
+                }
+                ModelState::Failed(e) => (
+                    WorkDoneProgress::End(WorkDoneProgressEnd {
+                        message: Some(format!("failed: {e}")),
+                    }),
+                    format!("laya: the model failed to load: {e}"),
+                ),
+            };
+            let client = client.clone();
+            let token = token.clone();
+            handle.spawn(async move {
+                if has_progress {
+                    client
+                        .send_notification::<ProgressNote>(ProgressParams {
+                            token,
+                            value: ProgressParamsValue::WorkDone(value),
+                        })
+                        .await;
+                }
+                client.log_message(MessageType::INFO, log).await;
+            });
+        };
+        report(&ModelState::Loading);
+        let engine = make(Box::new(report));
+        *self.pipeline.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Pipeline::new(engine)));
+    }
+
+    /// Snapshot + cursor offset for a request, or the error to answer with.
+    fn locate(&self, uri: &Uri, pos: lsp::Position) -> RpcResult<(DocumentSnapshot, usize)> {
+        let doc = self
+            .docs
+            .snapshot(uri.as_str())
+            .map_err(|e| convert::invalid_params(e.to_string()))?;
+        let offset = convert::offset(&doc, pos, self.encoding())?;
+        Ok((doc, offset))
+    }
+
+    /// Run the pipeline for one request: cancel the document's older request, debounce,
+    /// then complete. `Ok(None)` when there is nothing to show.
+    async fn run(
+        &self,
+        uri: &Uri,
+        pos: lsp::Position,
+        trigger: Trigger,
+    ) -> RpcResult<Option<(DocumentSnapshot, usize, Completion)>> {
+        let (doc, cursor) = self.locate(uri, pos)?;
+        let settings = self.settings();
+        if !settings.languages.is_empty() && !settings.languages.contains(&doc.language_id) {
+            return Ok(None);
+        }
+        let Some(pipeline) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Ok(None); // no engine yet
+        };
+        let cancel = Arc::new(AtomicBool::new(false));
+        if let Some(older) = self.inflight.insert(uri.as_str().to_owned(), cancel.clone()) {
+            older.store(true, Ordering::Relaxed);
+        }
+        if settings.debounce_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(settings.debounce_ms)).await;
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Err(convert::cancelled());
+        }
+        let others = self.docs.snapshots_except(uri.as_str());
+        let root = self.state.read().unwrap_or_else(|p| p.into_inner()).root.clone();
+        let result = pipeline
+            .complete(
+                &doc,
+                &others,
+                cursor,
+                trigger,
+                &settings,
+                root.as_deref(),
+                cancel.clone(),
+            )
+            .await;
+        self.inflight
+            .remove_if(uri.as_str(), |_, v| Arc::ptr_eq(v, &cancel));
+        if cancel.load(Ordering::Relaxed) {
+            return Err(convert::cancelled());
+        }
+        match result {
+            Ok(c) => {
+                tracing::info!(
+                    uri = uri.as_str(),
+                    items = c.edits.len(),
+                    prompt_tokens = c.timing.prompt_tokens,
+                    total_ms = c.timing.total.as_millis() as u64,
+                    "completion"
+                );
+                Ok(Some((doc, cursor, c)))
+            }
+            Err(e) => {
+                self.client
+                    .log_message(MessageType::WARNING, format!("laya: completion failed: {e}"))
+                    .await;
+                Ok(None)
+            }
+        }
+    }
+
+    fn accept_command(&self, id: u64) -> Command {
+        Command {
+            title: "laya: accepted".into(),
+            command: ACCEPT_COMMAND.into(),
+            arguments: Some(vec![serde_json::json!({ "id": id, "kind": "full" })]),
+        }
+    }
+
+    pub async fn inline_completion(
+        &self,
+        params: InlineCompletionParams,
+    ) -> RpcResult<Option<InlineCompletionResponse>> {
+        let tdp = params.text_document_position;
+        let trigger = if params.context.trigger_kind == InlineCompletionTriggerKind::Invoked {
+            Trigger::Invoked
+        } else {
+            Trigger::Automatic
+        };
+        let Some((doc, cursor, c)) = self.run(&tdp.text_document.uri, tdp.position, trigger).await? else {
+            return Ok(None);
+        };
+        let enc = self.encoding();
+        let mut items = vec![];
+        for edit in c.edits {
+            let id = self.accepted.shown.fetch_add(1, Ordering::Relaxed);
+            items.push(InlineCompletionItem {
+                insert_text: edit.text,
+                filter_text: None,
+                range: Some(convert::range(&doc, cursor, cursor + edit.replace_len, enc)?),
+                command: Some(self.accept_command(id)),
+                insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
+            });
+        }
+        Ok(Some(InlineCompletionResponse::Array(items)))
+    }
+
+    /// `laya/acceptance`: counts of items shown and accepted (full, word, line).
+    pub async fn acceptance(&self, _: Value) -> RpcResult<Value> {
+        let a = &self.accepted;
+        Ok(serde_json::json!({
+            "shown": a.shown.load(Ordering::Relaxed),
+            "full": a.full.load(Ordering::Relaxed),
+            "word": a.word.load(Ordering::Relaxed),
+            "line": a.line.load(Ordering::Relaxed),
+        }))
+    }
+}
+
+impl LanguageServer for LayaServer {
+    async fn initialize(&self, params: InitializeParams) -> RpcResult<InitializeResult> {
+        let offered = params
+            .capabilities
+            .general
+            .as_ref()
+            .and_then(|g| g.position_encodings.as_deref());
+        let encoding = convert::negotiate_encoding(offered);
+        {
+            let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+            st.encoding = encoding;
+            st.root = params
+                .workspace_folders
+                .as_ref()
+                .and_then(|f| f.first())
+                .map(|f| f.uri.as_str().to_owned());
+        }
+        if let Some(opts) = params.initialization_options {
+            self.apply_settings(opts);
+        }
+        Ok(InitializeResult {
+            capabilities: ServerCapabilities {
+                position_encoding: Some(convert::encoding_kind(encoding)),
+                text_document_sync: Some(TextDocumentSyncCapability::Options(TextDocumentSyncOptions {
+                    open_close: Some(true),
+                    change: Some(TextDocumentSyncKind::INCREMENTAL),
+                    ..Default::default()
+                })),
+                inline_completion_provider: Some(OneOf::Left(true)),
+                completion_provider: Some(CompletionOptions {
+                    resolve_provider: Some(false),
+                    ..Default::default()
+                }),
+                execute_command_provider: Some(ExecuteCommandOptions {
+                    commands: vec![ACCEPT_COMMAND.into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            server_info: Some(ServerInfo {
+                name: "laya".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
+            offset_encoding: None,
+        })
+    }
+
+    async fn initialized(&self, _: InitializedParams) {
+        self.start_engine().await;
+    }
+
+    async fn shutdown(&self) -> RpcResult<()> {
+        for flag in self.inflight.iter() {
+            flag.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn did_open(&self, p: DidOpenTextDocumentParams) {
+        let d = p.text_document;
+        self.docs.open(d.uri.as_str(), &d.text, d.version, &d.language_id);
+    }
+
+    async fn did_change(&self, p: DidChangeTextDocumentParams) {
+        let changes: Vec<TextChange> = p
+            .content_changes
+            .iter()
+            .map(|c| TextChange {
+                range: c
+                    .range
+                    .map(|r| (convert::position(r.start), convert::position(r.end))),
+                text: &c.text,
+            })
+            .collect();
+        if let Err(e) = self.docs.change(
+            p.text_document.uri.as_str(),
+            p.text_document.version,
+            &changes,
+            self.encoding(),
+        ) {
+            // The document may now differ from the editor's: say so, keep serving.
+            self.client
+                .log_message(MessageType::ERROR, format!("laya: edit not applied: {e}"))
+                .await;
+        }
+    }
+
+    async fn did_close(&self, p: DidCloseTextDocumentParams) {
+        let uri = p.text_document.uri.as_str().to_owned();
+        if let Some((_, flag)) = self.inflight.remove(&uri) {
+            flag.store(true, Ordering::Relaxed);
+        }
+        let _ = self.docs.close(&uri);
+    }
+
+    async fn did_change_configuration(&self, p: DidChangeConfigurationParams) {
+        let value = match p.settings.get("laya") {
+            Some(v) => v.clone(),
+            None => match self
+                .client
+                .configuration(vec![ConfigurationItem {
+                    scope_uri: None,
+                    section: Some("laya".into()),
+                }])
+                .await
+            {
+                Ok(mut v) if !v.is_empty() => v.remove(0),
+                _ => return,
+            },
+        };
+        if !value.is_null() {
+            self.apply_settings(value);
+        }
+    }
+
+    async fn completion(&self, params: CompletionParams) -> RpcResult<Option<CompletionResponse>> {
+        let tdp = params.text_document_position;
+        let trigger = match params.context.map(|c| c.trigger_kind) {
+            Some(CompletionTriggerKind::INVOKED) => Trigger::Invoked,
+            _ => Trigger::Automatic,
+        };
+        let Some((doc, cursor, c)) = self.run(&tdp.text_document.uri, tdp.position, trigger).await? else {
+            return Ok(None);
+        };
+        let enc = self.encoding();
+        let mut items = vec![];
+        for (rank, edit) in c.edits.into_iter().enumerate() {
+            let id = self.accepted.shown.fetch_add(1, Ordering::Relaxed);
+            let first = edit
+                .text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim();
+            let label: String = first.chars().take(60).collect();
+            items.push(CompletionItem {
+                label,
+                kind: Some(CompletionItemKind::TEXT),
+                detail: Some("laya".into()),
+                documentation: Some(Documentation::MarkupContent(MarkupContent {
+                    kind: MarkupKind::Markdown,
+                    value: format!("```\n{}\n```", edit.text),
+                })),
+                sort_text: Some(format!("{rank:04}")),
+                preselect: Some(rank == 0),
+                // A whole edit, so clients that insert plain text only up to the first
+                // whitespace (Neovim's popup) still insert every line.
+                text_edit: Some(CompletionTextEdit::Edit(TextEdit {
+                    range: convert::range(&doc, cursor, cursor + edit.replace_len, enc)?,
+                    new_text: edit.text,
+                })),
+                insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
+                command: Some(self.accept_command(id)),
+                ..Default::default()
+            });
+        }
+        Ok(Some(CompletionResponse::List(CompletionList {
+            is_incomplete: true,
+            items,
+        })))
+    }
+
+    async fn execute_command(&self, p: ExecuteCommandParams) -> RpcResult<Option<Value>> {
+        if p.command != ACCEPT_COMMAND {
+            return Err(convert::invalid_params(format!("unknown command {}", p.command)));
+        }
+        let kind = p
+            .arguments
+            .first()
+            .and_then(|a| a.get("kind"))
+            .and_then(Value::as_str)
+            .unwrap_or("full");
+        let counter = match kind {
+            "word" => &self.accepted.word,
+            "line" => &self.accepted.line,
+            _ => &self.accepted.full,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+}
+
+/// Build the service with laya's custom methods.
+pub fn build_service(source: EngineSource) -> (LspService<LayaServer>, tower_lsp_server::ClientSocket) {
+    LspService::build(move |client| LayaServer::new(client, source))
+        .custom_method("textDocument/inlineCompletion", LayaServer::inline_completion)
+        .custom_method("laya/acceptance", LayaServer::acceptance)
+        .finish()
+}
+
+/// Serve LSP on stdin/stdout until the client exits.
+pub async fn serve_stdio(source: EngineSource) {
+    let (service, socket) = build_service(source);
+    Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
+        .serve(service)
+        .await;
+}

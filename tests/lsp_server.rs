@@ -1,0 +1,401 @@
+//! The LSP server driven in-process through `tower::Service`, message by message, as an
+//! editor would: no sockets, no sleeps in the protocol. The engine is a deterministic fake
+//! (these tests are about the LSP layer and the pipeline around the engine).
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use laya::{
+    engine::{
+        worker::{Engine, ModelState},
+        Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
+    },
+    lsp::{build_service, EngineSource, LayaServer},
+};
+use serde_json::{json, Value};
+use tower::{Service, ServiceExt};
+use tower_lsp_server::{jsonrpc::Request, LspService};
+
+/// Answers every request with `answer(prompt)`, after `delay`, and records the prompts.
+struct FakeEngine {
+    answer: Box<dyn Fn(&str) -> Vec<String> + Send + Sync>,
+    delay: Duration,
+    prompts: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Engine for FakeEngine {
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError> {
+        self.prompts.lock().unwrap().push(req.prompt.clone());
+        let mut waited = Duration::ZERO;
+        while waited < self.delay {
+            if cancel.load(Ordering::Relaxed) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            waited += Duration::from_millis(5);
+        }
+        let choices = (self.answer)(&req.prompt)
+            .into_iter()
+            .map(|text| Choice {
+                text,
+                finish_reason: FinishReason::StopToken,
+                tokens: 1,
+            })
+            .collect();
+        Ok(CompletionOutput {
+            choices,
+            timing: Timing::default(),
+        })
+    }
+
+    fn state(&self) -> ModelState {
+        ModelState::Ready {
+            load_time: Duration::ZERO,
+            device: "fake".into(),
+        }
+    }
+}
+
+struct Client {
+    service: LspService<LayaServer>,
+    next_id: i64,
+    engine: Arc<FakeEngine>,
+}
+
+impl Client {
+    async fn start(
+        answer: impl Fn(&str) -> Vec<String> + Send + Sync + 'static,
+        delay: Duration,
+        utf8: bool,
+        init: Value,
+    ) -> Client {
+        let engine = Arc::new(FakeEngine {
+            answer: Box::new(answer),
+            delay,
+            prompts: Mutex::new(vec![]),
+        });
+        let (service, socket) = build_service(EngineSource::Ready(engine.clone()));
+        // Drain server→client messages (logs, progress) as an editor would.
+        tokio::spawn(socket.for_each(|_| async {}));
+        let mut c = Client {
+            service,
+            next_id: 1,
+            engine,
+        };
+        let encodings = if utf8 {
+            json!(["utf-8", "utf-16"])
+        } else {
+            json!(["utf-16"])
+        };
+        let r = c
+            .request(
+                "initialize",
+                json!({
+                    "capabilities": { "general": { "positionEncodings": encodings } },
+                    "initializationOptions": init,
+                    "workspaceFolders": [{ "uri": "file:///work/demo", "name": "demo" }],
+                }),
+            )
+            .await;
+        let caps = &r["result"]["capabilities"];
+        assert_eq!(caps["positionEncoding"], if utf8 { "utf-8" } else { "utf-16" });
+        assert_eq!(caps["inlineCompletionProvider"], true);
+        assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync");
+        c.notify("initialized", json!({})).await;
+        c
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = Request::build(method.to_owned()).id(id).params(params).finish();
+        let resp = self
+            .service
+            .ready()
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap()
+            .expect("a response");
+        serde_json::to_value(resp).unwrap()
+    }
+
+    async fn notify(&mut self, method: &str, params: Value) {
+        let req = Request::build(method.to_owned()).params(params).finish();
+        let resp = self.service.ready().await.unwrap().call(req).await.unwrap();
+        assert!(resp.is_none(), "notifications get no response");
+    }
+
+    /// Open `uri` with `fixture` (which holds one `$0`); returns the cursor's (line, utf-16 col).
+    async fn open(&mut self, uri: &str, language: &str, fixture: &str) -> (u32, u32) {
+        let cursor = fixture.find("$0").expect("$0 in fixture");
+        let text = fixture.replace("$0", "");
+        let before = &text[..cursor];
+        let line = before.matches('\n').count() as u32;
+        let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+            .encode_utf16()
+            .count() as u32;
+        self.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": language, "version": 1, "text": text } }),
+        )
+        .await;
+        (line, col)
+    }
+
+    async fn inline(&mut self, uri: &str, (line, character): (u32, u32)) -> Value {
+        self.request(
+            "textDocument/inlineCompletion",
+            json!({
+                "textDocument": { "uri": uri },
+                "position": { "line": line, "character": character },
+                "context": { "triggerKind": 2 },
+            }),
+        )
+        .await
+    }
+}
+
+fn no_debounce() -> Value {
+    json!({ "completion": { "debounceMs": 0 } })
+}
+
+#[tokio::test]
+async fn inline_completion_lifecycle() {
+    let answer = |_: &str| vec!["    return a + b\n\n\ndef main():\n    pass".to_owned()];
+    let mut c = Client::start(answer, Duration::ZERO, false, no_debounce()).await;
+    let uri = "file:///work/demo/calc.py";
+    let fixture = "import math\n\ndef add(a, b):\n$0\n\ndef main():\n    print(add(1, 2))\n";
+    let pos = c.open(uri, "python", fixture).await;
+
+    let r = c.inline(uri, pos).await;
+    let items = r["result"].as_array().expect("items");
+    assert_eq!(items.len(), 1);
+    // Post-processing cut the re-created suffix.
+    assert_eq!(items[0]["insertText"], "    return a + b");
+    assert_eq!(
+        items[0]["range"],
+        json!({ "start": { "line": 3, "character": 0 }, "end": { "line": 3, "character": 0 } })
+    );
+    assert_eq!(items[0]["command"]["command"], "laya.accept");
+    // The prompt is Qwen FIM with the path relative to the workspace folder.
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        prompt.starts_with("<|fim_prefix|>import math\n\ndef add(a, b):\n<|fim_suffix|>\n\ndef main():"),
+        "{prompt}"
+    );
+    assert!(prompt.ends_with("<|fim_middle|>"));
+
+    // The completion fallback carries the same text as a textEdit.
+    let r = c
+        .request(
+            "textDocument/completion",
+            json!({ "textDocument": { "uri": uri }, "position": { "line": pos.0, "character": pos.1 } }),
+        )
+        .await;
+    let item = &r["result"]["items"][0];
+    assert_eq!(item["textEdit"]["newText"], "    return a + b");
+    assert_eq!(item["label"], "return a + b");
+
+    // Incremental edit: type "    ret" on the cursor line; the server's text follows.
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 2 },
+            "contentChanges": [{ "range": { "start": { "line": 3, "character": 0 }, "end": { "line": 3, "character": 0 } }, "text": "    ret" }],
+        }),
+    )
+    .await;
+    let r = c.inline(uri, (3, 7)).await;
+    assert!(r["result"].is_array(), "{r}");
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        prompt.contains("def add(a, b):\n    ret<|fim_suffix|>"),
+        "{prompt}"
+    );
+
+    // Acceptance is counted.
+    let r = c
+        .request(
+            "workspace/executeCommand",
+            json!({ "command": "laya.accept", "arguments": [{ "id": 0, "kind": "word" }] }),
+        )
+        .await;
+    assert!(r.get("error").is_none(), "{r}");
+    let r = c.request("laya/acceptance", json!(null)).await;
+    assert_eq!(r["result"]["word"], 1);
+
+    // Closed documents are forgotten: asking for one is an error, not a panic.
+    c.notify("textDocument/didClose", json!({ "textDocument": { "uri": uri } }))
+        .await;
+    let r = c.inline(uri, (0, 0)).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = c.request("shutdown", json!(null)).await;
+    assert!(r.get("error").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn out_of_range_positions_and_unknown_documents_are_errors() {
+    let mut c = Client::start(|_| vec!["x".into()], Duration::ZERO, true, no_debounce()).await;
+    let uri = "file:///work/demo/a.rs";
+    c.open(uri, "rust", "fn main() {\n    $0\n}\n").await;
+    for (line, ch) in [(10, 0), (0, 999_999), (u32::MAX, u32::MAX)] {
+        let r = c.inline(uri, (line, ch)).await;
+        // A character past the line end means the line end (LSP); a line past the end is an error.
+        if line == 0 {
+            assert!(r["result"].is_array(), "{r}");
+        } else {
+            assert_eq!(r["error"]["code"], -32602, "{r}");
+        }
+    }
+    let r = c.inline("file:///work/demo/never-opened.rs", (0, 0)).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+#[tokio::test]
+async fn utf16_positions_count_surrogate_pairs() {
+    let mut c = Client::start(|_| vec!["1".into()], Duration::ZERO, false, no_debounce()).await;
+    let uri = "file:///work/demo/e.ts";
+    let pos = c
+        .open(uri, "typescript", "const s = \"🙂é\"; const n = $0;\n")
+        .await;
+    assert_eq!(pos, (0, 27), "🙂 is two UTF-16 units");
+    let r = c.inline(uri, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "1");
+    assert_eq!(r["result"][0]["range"]["start"]["character"], 27);
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(prompt.contains("const n = <|fim_suffix|>;"), "{prompt}");
+    // Inside the surrogate pair is not a position.
+    let r = c.inline(uri, (0, 12)).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+#[tokio::test]
+async fn a_newer_request_cancels_the_older_one() {
+    let mut c = Client::start(
+        |_| vec!["done".into()],
+        Duration::from_millis(400),
+        true,
+        no_debounce(),
+    )
+    .await;
+    let uri = "file:///work/demo/c.go";
+    let pos = c
+        .open(uri, "go", "package main\n\nfunc f() int {\n\treturn $0\n}\n")
+        .await;
+    let params = json!({
+        "textDocument": { "uri": uri }, "position": { "line": pos.0, "character": pos.1 }, "context": { "triggerKind": 2 },
+    });
+    let first = Request::build("textDocument/inlineCompletion")
+        .id(100)
+        .params(params.clone())
+        .finish();
+    let second = Request::build("textDocument/inlineCompletion")
+        .id(101)
+        .params(params)
+        .finish();
+    let f1 = c.service.ready().await.unwrap().call(first);
+    let f2 = c.service.ready().await.unwrap().call(second);
+    let (r1, r2) = tokio::join!(f1, f2);
+    let r1 = serde_json::to_value(r1.unwrap().unwrap()).unwrap();
+    let r2 = serde_json::to_value(r2.unwrap().unwrap()).unwrap();
+    assert_eq!(r1["error"]["code"], -32800, "older request is cancelled: {r1}");
+    assert_eq!(r2["result"][0]["insertText"], "done", "{r2}");
+}
+
+#[tokio::test]
+async fn malformed_messages_never_panic() {
+    let mut c = Client::start(|_| vec!["y".into()], Duration::ZERO, true, no_debounce()).await;
+    c.open("file:///work/demo/m.py", "python", "x = $0\n").await;
+    let bad_params = [
+        json!(null),
+        json!(42),
+        json!("text"),
+        json!([1, 2, 3]),
+        json!({}),
+        json!({ "textDocument": {} }),
+        json!({ "textDocument": { "uri": 7 }, "position": { "line": -1, "character": "a" } }),
+        json!({ "textDocument": { "uri": "file:///work/demo/m.py" }, "position": { "line": 0 } }),
+        json!({ "textDocument": { "uri": "file:///work/demo/m.py", "version": 1 }, "contentChanges": [{ "range": { "start": { "line": 99, "character": 0 }, "end": { "line": 0, "character": 0 } }, "text": "z" }] }),
+    ];
+    let methods = [
+        "textDocument/inlineCompletion",
+        "textDocument/completion",
+        "textDocument/didOpen",
+        "textDocument/didChange",
+        "textDocument/didClose",
+        "workspace/executeCommand",
+        "workspace/didChangeConfiguration",
+        "laya/acceptance",
+        "no/suchMethod",
+    ];
+    for m in methods {
+        for p in &bad_params {
+            let req = Request::build(m.to_owned()).id(1).params(p.clone()).finish();
+            let _ = c.service.ready().await.unwrap().call(req).await;
+        }
+    }
+    // Still serving, and the bad edits changed nothing.
+    let r = c.inline("file:///work/demo/m.py", (0, 4)).await;
+    assert_eq!(r["result"][0]["insertText"], "y", "{r}");
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(prompt, "<|fim_prefix|>x = <|fim_suffix|>\n<|fim_middle|>");
+}
+
+#[tokio::test]
+async fn settings_from_initialization_options_apply() {
+    // Only Rust is enabled: a Python document gets no completion and the engine is not called.
+    let init = json!({ "completion": { "debounceMs": 0, "languages": ["rust"] } });
+    let mut c = Client::start(|_| vec!["z".into()], Duration::ZERO, true, init).await;
+    let pos = c.open("file:///work/demo/s.py", "python", "a = $0\n").await;
+    let r = c.inline("file:///work/demo/s.py", pos).await;
+    assert!(r["result"].is_null(), "{r}");
+    assert!(c.engine.prompts.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn other_open_files_contribute_types_in_the_repo_level_form() {
+    let mut c = Client::start(
+        |_| vec!["Point { x: 0, y: 0 }".into()],
+        Duration::ZERO,
+        true,
+        no_debounce(),
+    )
+    .await;
+    c.open(
+        "file:///work/demo/src/geom.rs",
+        "rust",
+        "pub struct Point {\n    pub x: i32,\n    pub y: i32,\n}\n$0",
+    )
+    .await;
+    let pos = c
+        .open(
+            "file:///work/demo/src/main.rs",
+            "rust",
+            "use geom::Point;\n\nfn origin() -> Point {\n    $0\n}\n",
+        )
+        .await;
+    let r = c.inline("file:///work/demo/src/main.rs", pos).await;
+    assert_eq!(r["result"][0]["insertText"], "Point { x: 0, y: 0 }", "{r}");
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        prompt.starts_with("<|repo_name|>demo\n<|file_sep|>src/geom.rs\npub struct Point {"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("<|file_sep|>src/main.rs\n<|fim_prefix|>use geom::Point;"),
+        "{prompt}"
+    );
+}
