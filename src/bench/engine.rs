@@ -143,8 +143,9 @@ pub fn run(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> an
                 }
             };
             let load_s = t.elapsed().as_secs_f64();
-            // Warm-up: the first run of each shape pays for kernel compilation and allocation.
-            prefill_time(&model, 16)?;
+            // Warm-up: the first run of each shape pays for kernel compilation (MLX CUDA compiles
+            // its quantized matmul kernels for more than 16 rows at first use) and allocation.
+            prefill_time(&model, 64)?;
             decode_ms(&model, 4)?;
             let mut prefill = vec![];
             for &n in &s.prefill_lengths {
