@@ -2,17 +2,23 @@
 # Builds laya's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
 #
 #   scripts/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
-#                               # deps: the GPU machine has them), builds tests/mlx_ops.rs into
-#                               # .device/ (debug info stripped) and packs the 135 MiB libmlx.so
-#                               # and its JIT headers (xz) into 40 MiB parts (64 MiB a call)
+#                               # deps: the GPU machine has them), builds tests/mlx_ops.rs and the
+#                               # laya binary into .device/ (debug info stripped) and packs the
+#                               # 135 MiB libmlx.so and its JIT headers (xz) into 40 MiB parts
+#                               # (64 MiB a call)
 #   scripts/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
 #                               # /tmp/laya-cuda, points the loader at them and at the machine's
 #                               # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu, then
 #                               # the same binary on the CPU for reference
 #   scripts/cuda-ops.sh stage N # on the GPU machine: copy part N to /tmp/laya-cuda (for
 #                               # transports that carry one part per call)
+#   scripts/cuda-ops.sh bench [SHAPE...]
+#                               # on the GPU machine: libs as for `run`, then `laya bench engine`
+#                               # on synthetic weights of each SHAPE (default: qwen2.5-coder-3b
+#                               # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
+#                               # rows appended to $OUT/bench-h200.jsonl ($OUT: /tmp if unset)
 #
-# Environment for `run`: NVIDIA_SITE, the site-packages holding nvidia/{cu13,cudnn,nccl}
+# Environment for `run` and `bench`: NVIDIA_SITE, the site-packages holding nvidia/{cu13,cudnn,nccl}
 # (default: found through python3's torch installation).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +28,26 @@ CUDA_HOME_MLX="$CACHE/mlx/cuda13-$MLX_VERSION"
 OUTD=.device
 STAGE=/tmp/laya-cuda
 PART=mlx.tar.xz
+
+# Joins the carried parts in $STAGE (once per machine), points the loader at libmlx and the
+# machine's NVIDIA libraries, and checks that binary $1 resolves every library.
+setup_libs() {
+  mkdir -p "$STAGE"
+  cp "$OUTD/$PART".* "$STAGE/" 2>/dev/null || true
+  if [[ ! -f "$STAGE/mlx/lib/libmlx.so" ]]; then
+    ls -la "$STAGE"
+    if command -v xz >/dev/null; then
+      cat "$STAGE/$PART".* | xz -d | tar -C "$STAGE" -xf -
+    else
+      cat "$STAGE/$PART".* | python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1<<20)' \
+        | tar -C "$STAGE" -xf -
+    fi
+  fi
+  local site
+  site=${NVIDIA_SITE:-$(python3 -c 'import torch,os; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
+  export LD_LIBRARY_PATH="$STAGE/mlx/lib:$STAGE/mlx_cuda_13.libs:$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib:$site/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
+  if ldd "$1" | grep 'not found'; then echo "cuda-ops: unresolved libraries (above)" >&2; exit 1; fi
+}
 
 case "${1:-}" in
 build)
@@ -40,9 +66,12 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="mlx_ops": print(m["executable"])' <<<"$json" | tail -1)
   [[ -x "$bin" ]] || { echo "cuda-ops: no mlx_ops test executable in cargo's output" >&2; exit 1; }
+  cargo build --release --locked --bin laya \
+    || { echo "cuda-ops: cargo build of laya failed (see the errors above)" >&2; exit 1; }
   rm -rf "$OUTD" && mkdir -p "$OUTD"
   # Debug info is ~45 MB of the binary; symbols stay for backtraces.
   strip --strip-debug -o "$OUTD/mlx_ops" "$bin"
+  strip --strip-debug -o "$OUTD/laya" "$CARGO_TARGET_DIR/release/laya"
   # libmlx.so, its bundled BLAS/LAPACK, and the CCCL/CUTLASS/CuTe headers that MLX's NVRTC
   # kernels include at run time (found at <dir of libmlx.so>/../include; without them the
   # quantized matmul for M > 16 fails with "cannot open source file cute/..."), split under
@@ -55,20 +84,7 @@ stage)
   mkdir -p "$STAGE" && cp "$OUTD/$PART.$2" "$STAGE/"
   ;;
 run)
-  mkdir -p "$STAGE"
-  cp "$OUTD/$PART".* "$STAGE/" 2>/dev/null || true
-  if [[ ! -f "$STAGE/mlx/lib/libmlx.so" ]]; then
-    ls -la "$STAGE"
-    if command -v xz >/dev/null; then
-      cat "$STAGE/$PART".* | xz -d | tar -C "$STAGE" -xf -
-    else
-      cat "$STAGE/$PART".* | python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1<<20)' \
-        | tar -C "$STAGE" -xf -
-    fi
-  fi
-  site=${NVIDIA_SITE:-$(python3 -c 'import torch,os; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
-  export LD_LIBRARY_PATH="$STAGE/mlx/lib:$STAGE/mlx_cuda_13.libs:$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib:$site/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
-  if ldd "$OUTD/mlx_ops" | grep 'not found'; then echo "cuda-ops: unresolved libraries (above)" >&2; exit 1; fi
+  setup_libs "$OUTD/mlx_ops"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   # Evidence that the GPU is used: sample the GPU's compute processes while the tests run.
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader -lms 100 >/tmp/laya-cuda-apps.txt 2>&1 &

@@ -417,21 +417,24 @@ fn random_params_never_panic() {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
             proptest::collection::vec(
-                (prop_oneof![
-                    Just("textDocument".to_owned()),
-                    Just("uri".to_owned()),
-                    Just("position".to_owned()),
-                    Just("line".to_owned()),
-                    Just("character".to_owned()),
-                    Just("range".to_owned()),
-                    Just("start".to_owned()),
-                    Just("end".to_owned()),
-                    Just("text".to_owned()),
-                    Just("version".to_owned()),
-                    Just("contentChanges".to_owned()),
-                    Just("context".to_owned()),
-                    Just("triggerKind".to_owned()),
-                ], inner),
+                (
+                    prop_oneof![
+                        Just("textDocument".to_owned()),
+                        Just("uri".to_owned()),
+                        Just("position".to_owned()),
+                        Just("line".to_owned()),
+                        Just("character".to_owned()),
+                        Just("range".to_owned()),
+                        Just("start".to_owned()),
+                        Just("end".to_owned()),
+                        Just("text".to_owned()),
+                        Just("version".to_owned()),
+                        Just("contentChanges".to_owned()),
+                        Just("context".to_owned()),
+                        Just("triggerKind".to_owned()),
+                    ],
+                    inner
+                ),
                 0..5
             )
             .prop_map(|kv| Value::Object(kv.into_iter().collect())),
@@ -446,19 +449,37 @@ fn random_params_never_panic() {
         "workspace/executeCommand",
         "workspace/didChangeConfiguration",
     ];
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let mut c = rt.block_on(Client::start(|_| vec!["ok".into()], Duration::ZERO, true, no_debounce()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut c = rt.block_on(Client::start(
+        |_| vec!["ok".into()],
+        Duration::ZERO,
+        true,
+        no_debounce(),
+    ));
     rt.block_on(c.open("file:///work/demo/f.py", "python", "a = $0\n"));
     let c = std::cell::RefCell::new(c);
-    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config { cases: 2000, ..Default::default() });
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: 2000,
+        ..Default::default()
+    });
     runner
         .run(&(0..methods.len(), value), |(m, params)| {
-            let req = Request::build(methods[m].to_owned()).id(1).params(params).finish();
+            let req = Request::build(methods[m].to_owned())
+                .id(1)
+                .params(params)
+                .finish();
             let mut c = c.borrow_mut();
-            rt.block_on(async { c.service.ready().await.unwrap().call(req).await }).expect("the service answers");
+            rt.block_on(async { c.service.ready().await.unwrap().call(req).await })
+                .expect("the service answers");
             Ok(())
         })
         .unwrap();
     let r = rt.block_on(c.borrow_mut().inline("file:///work/demo/f.py", (0, 4)));
-    assert!(r["result"].is_array() || r["error"]["code"] == -32602, "still serving: {r}");
+    assert!(
+        r["result"].is_array() || r["error"]["code"] == -32602,
+        "still serving: {r}"
+    );
 }
