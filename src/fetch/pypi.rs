@@ -22,20 +22,19 @@ fn index_url() -> String {
     std::env::var("LAYA_PYPI_URL").unwrap_or_else(|_| "https://pypi.org".into())
 }
 
+/// The wheel of `package==version`, from the project's JSON (`/pypi/<package>/json`; its
+/// `releases` map lists every version's files).
 fn wheel_of(agent: &ureq::Agent, package: &str, version: &str) -> Result<Wheel, String> {
-    let url = format!(
-        "{}/pypi/{package}/{version}/json",
-        index_url().trim_end_matches('/')
-    );
+    let url = format!("{}/pypi/{package}/json", index_url().trim_end_matches('/'));
     let json: serde_json::Value = agent
         .get(&url)
         .call()
         .map_err(|e| format!("{url}: {e}"))?
         .into_json()
         .map_err(|e| format!("{url}: {e}"))?;
-    let files = json["urls"]
+    let files = json["releases"][version]
         .as_array()
-        .ok_or_else(|| format!("{url}: no `urls` list"))?;
+        .ok_or_else(|| format!("{url}: no release {version}"))?;
     let wheel = files
         .iter()
         .find(|f| f["packagetype"] == "bdist_wheel")
