@@ -144,6 +144,13 @@ enum BenchCommand {
         /// Also write the rows as JSON lines to this file.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Python with llama-cpp-python (`scripts/peer-setup.sh` prints it): also run llama.cpp
+        /// on each GGUF, same prompts, in the same run, and print the ratios.
+        #[arg(long)]
+        peer_python: Option<PathBuf>,
+        /// Threads for the llama.cpp peer.
+        #[arg(long, default_value_t = 2)]
+        peer_threads: usize,
     },
 }
 
@@ -213,10 +220,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     decode,
                     bandwidth,
                     json,
+                    peer_python,
+                    peer_threads,
                 },
         } => {
+            let peer = peer_python.map(|p| (p, peer_threads));
             bench_engine(
-                models, synthetic, precision, group_size, prefill, decode, bandwidth, json, cli.device,
+                models, synthetic, precision, group_size, prefill, decode, bandwidth, json, peer, cli.device,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -338,6 +348,7 @@ fn bench_engine(
     decode: usize,
     bandwidth: Option<f64>,
     json: Option<PathBuf>,
+    peer: Option<(PathBuf, usize)>,
     device: DevicePref,
 ) -> Result<()> {
     use laya::bench::engine::{self as be, Source, Target};
@@ -390,14 +401,42 @@ fn bench_engine(
         Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
         None => None,
     };
-    println!("{}", be::header());
-    be::run(&targets, &settings, |row| {
+    // One bandwidth for every row (laya's and the peer's), so floors compare.
+    let bandwidth = settings.bandwidth_gbs.unwrap_or_else(be::host_copy_bandwidth_gbs);
+    let settings = be::Settings { bandwidth_gbs: Some(bandwidth), ..settings };
+    let mut emit = |row: &be::Row| {
         println!("{}", be::format_row(row));
         if let Some(f) = out.as_mut() {
             use std::io::Write;
             let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
         }
-    })?;
+    };
+    println!("{}", be::header());
+    let rows = be::run(&targets, &settings, &mut emit)?;
+    if let Some((python, threads)) = peer {
+        for t in &targets {
+            let be::Source::File(path) = &t.source else { continue };
+            if !path.is_file() {
+                continue; // llama.cpp reads GGUF files only
+            }
+            let peer = be::peer_llama_cpp(&python, path, &t.label, &settings, bandwidth, threads)?;
+            emit(&peer);
+            for r in rows.iter().filter(|r| r.model == t.label) {
+                println!(
+                    "  {} {} vs llama.cpp: decode {:.2}x the time, prefill {}",
+                    r.model,
+                    r.precision,
+                    r.decode_ms_per_token / peer.decode_ms_per_token,
+                    r.prefill_tok_s
+                        .iter()
+                        .zip(&peer.prefill_tok_s)
+                        .map(|((n, a), (_, b))| format!("{n}: {:.2}x the speed", a / b))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -41,7 +41,7 @@ pub struct Settings {
     pub device: String,
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     pub model: String,
     pub synthetic: bool,
@@ -204,4 +204,34 @@ pub fn format_row(r: &Row) -> String {
         r.floor_ms_per_token,
         r.share_of_floor * 100.0
     )
+}
+
+/// Run llama.cpp (through `scripts/bench_llama_cpp.py` and the Python that has
+/// llama-cpp-python, see `scripts/peer-setup.sh`) on the same GGUF with the same prompt
+/// lengths, token ids and bandwidth, and return its row.
+pub fn peer_llama_cpp(
+    python: &std::path::Path,
+    gguf: &std::path::Path,
+    label: &str,
+    s: &Settings,
+    bandwidth_gbs: f64,
+    threads: usize,
+) -> anyhow::Result<Row> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_llama_cpp.py");
+    let prefill: Vec<String> = s.prefill_lengths.iter().map(usize::to_string).collect();
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .arg(gguf)
+        .args(["--threads", &threads.to_string(), "--prefill", &prefill.join(",")])
+        .args(["--decode", &s.decode_tokens.to_string(), "--label", label])
+        .args(["--bandwidth", &bandwidth_gbs.to_string()])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "llama.cpp peer failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    let last = line.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+    Ok(serde_json::from_str(last)?)
 }
