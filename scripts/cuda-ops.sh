@@ -16,7 +16,8 @@
 #                               # on the GPU machine: libs as for `run`, then `laya bench engine`
 #                               # on synthetic weights of each SHAPE (default: qwen2.5-coder-3b
 #                               # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
-#                               # rows appended to $OUT/bench-h200.jsonl ($OUT: /tmp if unset)
+#                               # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
+#                               # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
 #
 # Environment for `run` and `bench`: NVIDIA_SITE, the site-packages holding nvidia/{cu13,cudnn,nccl}
 # (default: found through python3's torch installation).
@@ -99,6 +100,33 @@ run)
   LAYA_DEVICE=cpu "$OUTD/mlx_ops" --test-threads=1 --nocapture 2>&1 || true
   exit "$rc"
   ;;
+bench)
+  shift
+  setup_libs "$OUTD/laya"
+  out=${OUT:-/tmp}
+  shapes=("$@")
+  [[ ${#shapes[@]} -gt 0 ]] || shapes=(qwen2.5-coder-3b qwen3-4b qwen2.5-coder-32b)
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader || true
+  # Evidence that the GPU is used: sample the GPU's compute processes while the benches run.
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader -lms 200 >/tmp/laya-cuda-apps.txt 2>&1 &
+  smi=$!
+  rc=0
+  # One process per shape, each writing its rows as they come to its own file: a run stopped at
+  # the call's limit keeps every finished row. MLX's JIT cache (/tmp/mlx) carries over.
+  for shape in "${shapes[@]}"; do
+    echo "== laya bench engine --synthetic $shape ($(date +%T))"
+    "$OUTD/laya" --device gpu bench engine --synthetic "$shape" --precision q4,q6,q8 \
+      --prefill 128,512,2048 --decode 64 --json "$out/bench-h200-$shape.jsonl" || rc=$?
+  done
+  echo "== done ($(date +%T))"
+  kill "$smi" 2>/dev/null || true
+  for shape in "${shapes[@]}"; do cat "$out/bench-h200-$shape.jsonl" 2>/dev/null || true; done >"$out/bench-h200.jsonl"
+  echo "== GPU compute processes seen during the runs (last sample per process):"
+  awk -F, '{last[$1]=$0} END {for (p in last) print "  " last[p]}' /tmp/laya-cuda-apps.txt
+  echo "== JSON rows ($out/bench-h200.jsonl):"
+  cat "$out/bench-h200.jsonl"
+  exit "$rc"
+  ;;
 *)
-  sed -n '2,17p' "$0"; exit 2 ;;
+  sed -n '2,24p' "$0"; exit 2 ;;
 esac

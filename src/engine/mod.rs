@@ -94,6 +94,21 @@ impl LocalModel {
         Ok(LocalModel { loaded, specials })
     }
 
+    /// Run a short request once, so the first real one does not pay for kernel compilation
+    /// and buffer allocation (MLX compiles GPU kernels at first use). Returns its duration.
+    pub fn warmup(&self) -> Result<Duration, EngineError> {
+        let start = Instant::now();
+        let req = CompletionRequest {
+            prompt: "<|fim_prefix|>def add(a, b):\n    return<|fim_suffix|>\n<|fim_middle|>".into(),
+            max_tokens: 2,
+            n: 1,
+            sampling: SamplingParams::default(),
+            stop: vec![],
+        };
+        self.complete(&req, &AtomicBool::new(false))?;
+        Ok(start.elapsed())
+    }
+
     /// Run one completion from an empty KV cache. `cancel` is checked between decode steps.
     pub fn complete(
         &self,

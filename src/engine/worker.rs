@@ -73,6 +73,11 @@ impl ModelWorker {
                 let loaded = use_device(device)
                     .map_err(EngineError::Request)
                     .and_then(|dev| LocalModel::load(&path, &opts).map(|m| (m, dev)));
+                let loaded = loaded.and_then(|(model, device)| {
+                    let warm = model.warmup()?;
+                    tracing::info!(warmup_ms = warm.as_millis() as u64, "model warmed up");
+                    Ok((model, device))
+                });
                 match loaded {
                     Ok((model, device)) => {
                         set(ModelState::Ready {
