@@ -18,6 +18,8 @@
 #                               # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
 #                               # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                               # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
+#   scripts/cuda-ops.sh exec CMD...
+#                               # on the GPU machine: libs as for `run`, then CMD (diagnostics)
 #
 # Environment for `run` and `bench`: NVIDIA_SITE, the site-packages holding nvidia/{cu13,cudnn,nccl}
 # (default: found through python3's torch installation).
@@ -31,7 +33,7 @@ STAGE=/tmp/laya-cuda
 PART=mlx.tar.xz
 
 # Joins the carried parts in $STAGE (once per machine), points the loader at libmlx and the
-# machine's NVIDIA libraries, and checks that binary $1 resolves every library.
+# machine's NVIDIA libraries, and checks that binary $1 (if given) resolves every library.
 setup_libs() {
   mkdir -p "$STAGE"
   cp "$OUTD/$PART".* "$STAGE/" 2>/dev/null || true
@@ -47,7 +49,7 @@ setup_libs() {
   local site
   site=${NVIDIA_SITE:-$(python3 -c 'import torch,os; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
   export LD_LIBRARY_PATH="$STAGE/mlx/lib:$STAGE/mlx_cuda_13.libs:$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib:$site/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
-  if ldd "$1" | grep 'not found'; then echo "cuda-ops: unresolved libraries (above)" >&2; exit 1; fi
+  if [[ -n "${1:-}" ]] && ldd "$1" | grep 'not found'; then echo "cuda-ops: unresolved libraries (above)" >&2; exit 1; fi
 }
 
 case "${1:-}" in
@@ -127,6 +129,11 @@ bench)
   cat "$out/bench-h200.jsonl"
   exit "$rc"
   ;;
+exec)
+  shift
+  setup_libs
+  exec "$@"
+  ;;
 *)
-  sed -n '2,24p' "$0"; exit 2 ;;
+  sed -n '2,26p' "$0"; exit 2 ;;
 esac
