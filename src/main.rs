@@ -403,7 +403,10 @@ fn bench_engine(
     };
     // One bandwidth for every row (laya's and the peer's), so floors compare.
     let bandwidth = settings.bandwidth_gbs.unwrap_or_else(be::host_copy_bandwidth_gbs);
-    let settings = be::Settings { bandwidth_gbs: Some(bandwidth), ..settings };
+    let settings = be::Settings {
+        bandwidth_gbs: Some(bandwidth),
+        ..settings
+    };
     let mut emit = |row: &be::Row| {
         println!("{}", be::format_row(row));
         if let Some(f) = out.as_mut() {
@@ -415,7 +418,9 @@ fn bench_engine(
     let rows = be::run(&targets, &settings, &mut emit)?;
     if let Some((python, threads)) = peer {
         for t in &targets {
-            let be::Source::File(path) = &t.source else { continue };
+            let be::Source::File(path) = &t.source else {
+                continue;
+            };
             if !path.is_file() {
                 continue; // llama.cpp reads GGUF files only
             }

@@ -22,9 +22,11 @@ use serde_json::{json, Value};
 use tower::{Service, ServiceExt};
 use tower_lsp_server::{jsonrpc::Request, LspService};
 
+type Answer = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+
 /// Answers every request with `answer(prompt)`, after `delay`, and records the prompts.
 struct FakeEngine {
-    answer: Box<dyn Fn(&str) -> Vec<String> + Send + Sync>,
+    answer: Answer,
     delay: Duration,
     prompts: Mutex<Vec<String>>,
 }

@@ -50,7 +50,7 @@ fn matmul_matches_reference() {
     for (m, k, n) in [(1, 896, 128), (37, 96, 53), (64, 256, 192)] {
         let x = rng.vec(m * k);
         let w = rng.vec(n * k);
-        let y = ops::matmul(&arr(&x, &[m, k]), &arr(&w, &[n, k]).t()).unwrap();
+        let y = ops::matmul(arr(&x, &[m, k]), arr(&w, &[n, k]).t()).unwrap();
         assert_close(
             &format!("matmul {m}x{k}x{n}"),
             &host(&y),
@@ -88,7 +88,7 @@ fn quantize_and_quantized_matmul_at_4_6_8_bits() {
     let mut rng = Lcg(2);
     let w = rng.vec(n * k);
     for bits in [4usize, 6, 8] {
-        let (wq, s, b) = ops::quantize(&arr(&w, &[n, k]), gs as i32, bits as i32).unwrap();
+        let (wq, s, b) = ops::quantize(arr(&w, &[n, k]), gs as i32, bits as i32).unwrap();
         wq.eval().unwrap();
         assert_eq!(
             wq.shape(),
@@ -108,7 +108,7 @@ fn quantize_and_quantized_matmul_at_4_6_8_bits() {
         for m in [1usize, 3, 17] {
             let x = rng.vec(m * k);
             let y =
-                ops::quantized_matmul(&arr(&x, &[m, k]), &wq, &s, &b, true, gs as i32, bits as i32).unwrap();
+                ops::quantized_matmul(arr(&x, &[m, k]), &wq, &s, &b, true, gs as i32, bits as i32).unwrap();
             assert_close(
                 &format!("q{bits} quantized_matmul M={m}"),
                 &host(&y),
@@ -126,7 +126,7 @@ fn rms_norm_matches_reference() {
     let mut rng = Lcg(3);
     let x = rng.vec(m * d);
     let w = rng.vec(d);
-    let y = fast::rms_norm(&arr(&x, &[m, d]), Some(&arr(&w, &[d])), eps).unwrap();
+    let y = fast::rms_norm(arr(&x, &[m, d]), Some(&arr(&w, &[d])), eps).unwrap();
     let mut want = vec![0f32; m * d];
     for i in 0..m {
         let r = &x[i * d..(i + 1) * d];
@@ -252,9 +252,9 @@ fn scaled_dot_product_attention_causal_and_gqa() {
         let v = rng.vec(hkv * s * d);
         let mask = causal.then_some(ScaledDotProductAttentionMask::Causal);
         let o = fast::scaled_dot_product_attention(
-            &arr(&q, &[1, hq, l, d]),
-            &arr(&k, &[1, hkv, s, d]),
-            &arr(&v, &[1, hkv, s, d]),
+            arr(&q, &[1, hq, l, d]),
+            arr(&k, &[1, hkv, s, d]),
+            arr(&v, &[1, hkv, s, d]),
             1.0 / (d as f32).sqrt(),
             mask,
             None,

@@ -232,6 +232,10 @@ pub fn peer_llama_cpp(
         String::from_utf8_lossy(&out.stderr).trim()
     );
     let line = String::from_utf8_lossy(&out.stdout);
-    let last = line.lines().rev().find(|l| l.starts_with('{')).unwrap_or_default();
+    let last = line
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_default();
     Ok(serde_json::from_str(last)?)
 }

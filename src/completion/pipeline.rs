@@ -67,6 +67,18 @@ fn display_path(uri: &str, root: Option<&str>) -> String {
         .unwrap_or_else(|| path.rsplit('/').next().unwrap_or(path).to_owned())
 }
 
+/// What one completion request needs besides the engine.
+pub struct Request<'a> {
+    pub doc: &'a DocumentSnapshot,
+    /// The other open documents.
+    pub others: &'a [DocumentSnapshot],
+    /// Byte offset of the cursor in `doc`.
+    pub cursor: usize,
+    pub trigger: Trigger,
+    pub settings: &'a CompletionSettings,
+    pub workspace_root: Option<&'a str>,
+}
+
 pub struct Pipeline {
     engine: Arc<dyn Engine>,
 }
@@ -80,17 +92,16 @@ impl Pipeline {
         &self.engine
     }
 
-    /// Complete at byte `cursor` of `doc`; `others` are the other open documents.
-    pub async fn complete(
-        &self,
-        doc: &DocumentSnapshot,
-        others: &[DocumentSnapshot],
-        cursor: usize,
-        trigger: Trigger,
-        settings: &CompletionSettings,
-        workspace_root: Option<&str>,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<Completion, EngineError> {
+    /// Complete at the request's cursor; setting `cancel` stops the engine.
+    pub async fn complete(&self, r: Request<'_>, cancel: Arc<AtomicBool>) -> Result<Completion, EngineError> {
+        let Request {
+            doc,
+            others,
+            cursor,
+            trigger,
+            settings,
+            workspace_root,
+        } = r;
         let text: &str = &doc.text;
         if cursor > text.len() || !text.is_char_boundary(cursor) {
             return Err(EngineError::Request(format!(

@@ -24,7 +24,7 @@ use tower_lsp_server::{
 };
 
 use crate::{
-    completion::pipeline::{Completion, CompletionSettings, Pipeline, Trigger},
+    completion::pipeline::{Completion, CompletionSettings, Pipeline, Request, Trigger},
     document::{DocumentSnapshot, DocumentStore, PositionEncoding, TextChange},
     engine::worker::{Engine, ModelState},
 };
@@ -41,12 +41,18 @@ pub struct ClientSettings {
     pub completion: CompletionSettings,
 }
 
+/// Hears every model state change (loading, ready, failed).
+pub type StateReport = Box<dyn Fn(&ModelState) + Send>;
+
+/// Makes the engine, given where to report its state.
+pub type EngineFactory = Box<dyn FnOnce(StateReport) -> Arc<dyn Engine> + Send>;
+
 /// Where the server's engine comes from.
 pub enum EngineSource {
     /// Already running (tests, or an engine shared by the caller).
     Ready(Arc<dyn Engine>),
     /// Built after `initialized`, so that loading never blocks `initialize`.
-    Deferred(Box<dyn FnOnce(Box<dyn Fn(&ModelState) + Send>) -> Arc<dyn Engine> + Send>),
+    Deferred(EngineFactory),
 }
 
 struct State {
@@ -221,17 +227,15 @@ impl LayaServer {
         }
         let others = self.docs.snapshots_except(uri.as_str());
         let root = self.state.read().unwrap_or_else(|p| p.into_inner()).root.clone();
-        let result = pipeline
-            .complete(
-                &doc,
-                &others,
-                cursor,
-                trigger,
-                &settings,
-                root.as_deref(),
-                cancel.clone(),
-            )
-            .await;
+        let request = Request {
+            doc: &doc,
+            others: &others,
+            cursor,
+            trigger,
+            settings: &settings,
+            workspace_root: root.as_deref(),
+        };
+        let result = pipeline.complete(request, cancel.clone()).await;
         self.inflight
             .remove_if(uri.as_str(), |_, v| Arc::ptr_eq(v, &cancel));
         if cancel.load(Ordering::Relaxed) {
