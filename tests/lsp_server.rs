@@ -170,6 +170,19 @@ impl Client {
     }
 }
 
+/// Every method the server handles, plus one it does not: targets for malformed input.
+const METHODS: [&str; 9] = [
+    "textDocument/inlineCompletion",
+    "textDocument/completion",
+    "textDocument/didOpen",
+    "textDocument/didChange",
+    "textDocument/didClose",
+    "workspace/executeCommand",
+    "workspace/didChangeConfiguration",
+    "laya/acceptance",
+    "no/suchMethod",
+];
+
 fn no_debounce() -> Value {
     json!({ "completion": { "debounceMs": 0 } })
 }
@@ -332,17 +345,7 @@ async fn malformed_messages_never_panic() {
         json!({ "textDocument": { "uri": "file:///work/demo/m.py" }, "position": { "line": 0 } }),
         json!({ "textDocument": { "uri": "file:///work/demo/m.py", "version": 1 }, "contentChanges": [{ "range": { "start": { "line": 99, "character": 0 }, "end": { "line": 0, "character": 0 } }, "text": "z" }] }),
     ];
-    let methods = [
-        "textDocument/inlineCompletion",
-        "textDocument/completion",
-        "textDocument/didOpen",
-        "textDocument/didChange",
-        "textDocument/didClose",
-        "workspace/executeCommand",
-        "workspace/didChangeConfiguration",
-        "laya/acceptance",
-        "no/suchMethod",
-    ];
+    let methods = METHODS;
     for m in methods {
         for p in &bad_params {
             let req = Request::build(m.to_owned()).id(1).params(p.clone()).finish();
@@ -442,15 +445,7 @@ fn random_params_never_panic() {
             .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
     });
-    let methods = [
-        "textDocument/inlineCompletion",
-        "textDocument/completion",
-        "textDocument/didOpen",
-        "textDocument/didChange",
-        "textDocument/didClose",
-        "workspace/executeCommand",
-        "workspace/didChangeConfiguration",
-    ];
+    let methods = METHODS;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
