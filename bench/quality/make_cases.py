@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Builds bench/quality/cases.jsonl: masked-line completion cases from real third-party code.
+
+    python3 bench/quality/make_cases.py [--out bench/quality/cases.jsonl] [--per-language 20]
+        [--python-lib DIR] [--cargo-src DIR] [--npm-dir DIR] [--go-dir DIR] [--jdk-src-zip ZIP]
+
+Each case masks one line of a source file: `prefix` is the text before the line (whole lines,
+at most PREFIX_BYTES bytes, cut at a line boundary from the start) plus the line's indentation,
+`expected` is the rest of the line without trailing whitespace, and `suffix` is "\\n" plus the
+following whole lines (at most SUFFIX_BYTES bytes). The sources are listed in SOURCES below and
+in README.md, with where each root comes from. Selection is deterministic (seeded per file):
+eligible lines are split into as many contiguous runs as cases wanted from the file and one
+line is drawn from each run, so the cases spread over the whole file.
+
+Only the Python standard library is used.
+"""
+
+import argparse
+import glob
+import io
+import json
+import os
+import random
+import re
+import sys
+import tokenize
+import zipfile
+from pathlib import Path
+
+PREFIX_BYTES = 1200
+SUFFIX_BYTES = 400
+MIN_CHARS = 12  # non-space characters in the masked line
+MAX_CHARS = 120  # characters in `expected`: longer lines do not fit a 48-token completion
+SEED = "laya-quality-v1"
+
+# (language, slug, root, path under the root, description, license). One slug per file; a
+# language's cases are shared out evenly over its files (20 over 4 files: 5 each).
+SOURCES = [
+    ("python", "json-decoder", "python", "json/decoder.py",
+     "CPython 3.11.7 Lib/json/decoder.py", "PSF-2.0"),
+    ("python", "textwrap", "python", "textwrap.py",
+     "CPython 3.11.7 Lib/textwrap.py", "PSF-2.0"),
+    ("python", "shlex", "python", "shlex.py",
+     "CPython 3.11.7 Lib/shlex.py", "PSF-2.0"),
+    ("python", "argparse", "python", "argparse.py",
+     "CPython 3.11.7 Lib/argparse.py", "PSF-2.0"),
+    ("rust", "anyhow-error", "cargo", "anyhow-1.0.105/src/error.rs",
+     "crate anyhow 1.0.105 src/error.rs", "MIT OR Apache-2.0"),
+    ("rust", "bytes-bytes-mut", "cargo", "bytes-1.12.2/src/bytes_mut.rs",
+     "crate bytes 1.12.2 src/bytes_mut.rs", "MIT"),
+    ("rust", "aho-corasick-automaton", "cargo", "aho-corasick-1.1.5/src/automaton.rs",
+     "crate aho-corasick 1.1.5 src/automaton.rs", "Unlicense OR MIT"),
+    ("rust", "clap-lex", "cargo", "clap_lex-1.1.2/src/lib.rs",
+     "crate clap_lex 1.1.2 src/lib.rs", "MIT OR Apache-2.0"),
+    ("typescript", "rxjs-subscriber", "npm", "rxjs-7.8.2/package/src/internal/Subscriber.ts",
+     "npm rxjs 7.8.2 src/internal/Subscriber.ts", "Apache-2.0"),
+    ("typescript", "rxjs-timeout", "npm", "rxjs-7.8.2/package/src/internal/operators/timeout.ts",
+     "npm rxjs 7.8.2 src/internal/operators/timeout.ts", "Apache-2.0"),
+    ("typescript", "zod-util", "npm", "zod-4.6.7/package/src/v4/core/util.ts",
+     "npm zod 4.6.7 src/v4/core/util.ts", "MIT"),
+    ("typescript", "zod-schemas", "npm", "zod-4.6.7/package/src/v4/core/schemas.ts",
+     "npm zod 4.6.7 src/v4/core/schemas.ts", "MIT"),
+    ("go", "cobra-command", "go", "cobra/command.go",
+     "spf13/cobra @adbc8813 command.go", "Apache-2.0"),
+    ("go", "cobra-completions", "go", "cobra/completions.go",
+     "spf13/cobra @adbc8813 completions.go", "Apache-2.0"),
+    ("go", "mux-mux", "go", "mux/mux.go",
+     "gorilla/mux @db9d1d00 mux.go", "BSD-3-Clause"),
+    ("go", "mux-route", "go", "mux/route.go",
+     "gorilla/mux @db9d1d00 route.go", "BSD-3-Clause"),
+    ("c", "tree-sitter-query", "cargo", "tree-sitter-0.27.1/src/query.c",
+     "tree-sitter 0.27.1 lib/src/query.c (crate tree-sitter)", "MIT"),
+    ("c", "tree-sitter-subtree", "cargo", "tree-sitter-0.27.1/src/subtree.c",
+     "tree-sitter 0.27.1 lib/src/subtree.c (crate tree-sitter)", "MIT"),
+    ("c", "oniguruma-regexec", "cargo", "onig_sys-69.9.3/oniguruma/src/regexec.c",
+     "Oniguruma 6.9 src/regexec.c (crate onig_sys 69.9.3)", "BSD-2-Clause"),
+    ("c", "tree-sitter-python-scanner", "cargo", "tree-sitter-python-0.25.0/src/scanner.c",
+     "tree-sitter-python 0.25.0 src/scanner.c (crate tree-sitter-python)", "MIT"),
+    ("java", "jdk-arraylist", "jdk", "java.base/java/util/ArrayList.java",
+     "OpenJDK 25 (Temurin 25.0.3) java.base/java/util/ArrayList.java",
+     "GPL-2.0-only WITH Classpath-exception-2.0"),
+    ("java", "jdk-hashmap", "jdk", "java.base/java/util/HashMap.java",
+     "OpenJDK 25 (Temurin 25.0.3) java.base/java/util/HashMap.java",
+     "GPL-2.0-only WITH Classpath-exception-2.0"),
+    ("java", "jdk-arraydeque", "jdk", "java.base/java/util/ArrayDeque.java",
+     "OpenJDK 25 (Temurin 25.0.3) java.base/java/util/ArrayDeque.java",
+     "GPL-2.0-only WITH Classpath-exception-2.0"),
+    ("java", "jdk-scanner", "jdk", "java.base/java/util/Scanner.java",
+     "OpenJDK 25 (Temurin 25.0.3) java.base/java/util/Scanner.java",
+     "GPL-2.0-only WITH Classpath-exception-2.0"),
+]
+
+LANGUAGES = ["python", "rust", "typescript", "go", "c", "java"]
+
+
+def default_roots():
+    cargo = sorted(glob.glob(os.path.expanduser("~/.cargo/registry/src/*/")))
+    return {
+        "python": "/root/.pyenv/versions/3.11.7/lib/python3.11",
+        "cargo": cargo[0] if cargo else "",
+        "npm": "/work/scratch/quality-src/npm",
+        "go": "/work/scratch/quality-src/go",
+        "jdk": "/usr/lib/jvm/temurin-25-jdk-amd64/lib/src.zip",
+    }
+
+
+def read_source(roots, root, rel):
+    if root == "jdk":
+        with zipfile.ZipFile(roots["jdk"]) as z:
+            data = z.read(rel)
+    else:
+        data = (Path(roots[root]) / rel).read_bytes()
+    return data.decode("utf-8")  # strict: only UTF-8 files
+
+
+# ---------------------------------------------------------------------------------------------
+# Which lines are code. `blocked[i]` is true when line i starts inside a block comment or a
+# multi-line string, starts with a comment, or carries a trailing comment.
+
+
+def python_blocked(text, nlines):
+    blocked = [False] * nlines
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    first_tok = {}
+    for tok in tokens:
+        (sr, _), (er, _) = tok.start, tok.end
+        if tok.type == tokenize.COMMENT:
+            blocked[sr - 1] = True
+        if tok.type == tokenize.STRING and er > sr:
+            for r in range(sr + 1, er + 1):  # lines that start inside the string
+                blocked[r - 1] = True
+        if tok.type not in (tokenize.INDENT, tokenize.DEDENT, tokenize.NL, tokenize.NEWLINE):
+            first_tok.setdefault(sr, tok)
+    # A line that starts with a string token and is only strings: a docstring or string data.
+    for row, tok in first_tok.items():
+        if tok.type == tokenize.STRING and _only_strings(tokens, row):
+            blocked[row - 1] = True
+    return blocked
+
+
+def _only_strings(tokens, row):
+    kinds = [t.type for t in tokens if t.start[0] == row and t.type not in (
+        tokenize.INDENT, tokenize.DEDENT, tokenize.NL, tokenize.NEWLINE)]
+    return all(k == tokenize.STRING for k in kinds)
+
+
+def clike_blocked(text, nlines, language):
+    """A small lexer for C, Java, Rust, Go and TypeScript: comments and string literals."""
+    blocked = [False] * nlines
+    code_seen = [False] * nlines  # line has code before any comment
+    state = "code"  # code | line | block | str | raw
+    depth = 0  # nested block comments (Rust)
+    close = ""  # closing delimiter of the current string
+    line = 0
+    line_start_state = ["code"] * nlines
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            if state == "line":
+                state = "code"
+            line += 1
+            if line < nlines:
+                line_start_state[line] = state
+            i += 1
+            continue
+        if state == "code":
+            two = text[i:i + 2]
+            if two == "//":
+                state = "line"
+                blocked[line] = True  # comment-only or trailing comment
+                i += 2
+                continue
+            if two == "/*":
+                state, depth = "block", 1
+                blocked[line] = True
+                i += 2
+                continue
+            if not c.isspace():
+                code_seen[line] = True
+            if language == "java" and text.startswith('"""', i):
+                state, close = "raw", '"""'
+                i += 3
+                continue
+            if language == "rust":
+                m = re.match(r'(?:b|c)?r(#*)"', text[i:i + 260])
+                if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+                    state, close = "raw", '"' + m.group(1)
+                    i += m.end()
+                    continue
+            if c == '"':
+                state, close = "str", '"'
+                i += 1
+                continue
+            if c == "`" and language in ("go", "typescript"):
+                state, close = ("raw", "`") if language == "go" else ("str", "`")
+                i += 1
+                continue
+            if c == "'":
+                if language == "rust":
+                    m = re.match(r"'(?:\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F]+\}|.)|[^\\'\n])'",
+                                 text[i:i + 16])
+                    if m:
+                        i += m.end()
+                    else:
+                        i += 1  # a lifetime or label
+                    continue
+                state, close = "str", "'"
+                i += 1
+                continue
+            i += 1
+            continue
+        if state == "line":
+            i += 1
+            continue
+        if state == "block":
+            if text.startswith("*/", i):
+                depth -= 1
+                i += 2
+                if depth == 0:
+                    state = "code"
+                continue
+            if language == "rust" and text.startswith("/*", i):
+                depth += 1
+                i += 2
+                continue
+            i += 1
+            continue
+        if state == "str":
+            if c == "\\" and text[i + 1:i + 2] != "\n":  # the newline is counted above
+                i += 2
+                continue
+            if c == close:
+                state = "code"
+            i += 1
+            continue
+        if state == "raw":
+            if text.startswith(close, i):
+                state = "code"
+                i += len(close)
+                continue
+            i += 1
+            continue
+    for k in range(nlines):
+        if line_start_state[k] != "code":
+            blocked[k] = True
+    return blocked
+
+
+TRIVIAL = re.compile(r"^[\s{}()\[\];,:]*(?:else|end|pass|break|continue|return|default)?[\s{}()\[\];,:]*$")
+
+
+def make_cases_for_file(text, language, k, rng):
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    nlines = len(lines)
+    if language == "python":
+        blocked = python_blocked(text, nlines)
+    else:
+        blocked = clike_blocked(text, nlines, language)
+    raw = [ln + "\n" for ln in lines]
+
+    def window(i):
+        before, size = [], 0
+        for j in range(i - 1, -1, -1):
+            b = len(raw[j].encode("utf-8"))
+            if size + b > PREFIX_BYTES:
+                break
+            before.append(raw[j])
+            size += b
+        before.reverse()
+        after, size = [], 0
+        for j in range(i + 1, nlines):
+            b = len(raw[j].encode("utf-8"))
+            if size + b > SUFFIX_BYTES:
+                break
+            after.append(raw[j])
+            size += b
+        return before, after
+
+    candidates = []
+    for i, ln in enumerate(lines):
+        body = ln.rstrip()
+        stripped = body.strip()
+        if blocked[i] or not stripped:
+            continue
+        if len(re.sub(r"\s", "", stripped)) < MIN_CHARS or len(stripped) > MAX_CHARS:
+            continue
+        if TRIVIAL.match(stripped):
+            continue
+        if language == "python" and stripped.endswith(":") and re.match(
+                r"(else|try|finally)\b", stripped):
+            continue
+        before, after = window(i)
+        if not before:
+            continue
+        if any(x.strip() == stripped for x in before + after):
+            continue  # the answer is visible in the window
+        indent = ln[: len(ln) - len(ln.lstrip())]
+        candidates.append({
+            "line": i + 1,
+            "prefix": "".join(before) + indent,
+            "suffix": "\n" + "".join(after),
+            "expected": body[len(indent):],
+        })
+    if len(candidates) < k:
+        raise SystemExit(f"only {len(candidates)} eligible lines, {k} wanted")
+    picked = []
+    for r in range(k):
+        lo, hi = r * len(candidates) // k, (r + 1) * len(candidates) // k
+        picked.append(candidates[rng.randrange(lo, hi)])
+    return picked
+
+
+def main():
+    roots = default_roots()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(Path(__file__).with_name("cases.jsonl")))
+    ap.add_argument("--per-language", type=int, default=20)
+    ap.add_argument("--python-lib", default=roots["python"],
+                    help="CPython 3.11.7 Lib/ directory (default: %(default)s)")
+    ap.add_argument("--cargo-src", default=roots["cargo"],
+                    help="unpacked crates, <name>-<version>/ (default: %(default)s)")
+    ap.add_argument("--npm-dir", default=roots["npm"],
+                    help="`npm pack` tarballs unpacked to <name>-<version>/ (default: %(default)s)")
+    ap.add_argument("--go-dir", default=roots["go"],
+                    help="Go repositories as cobra/ and mux/ (default: %(default)s)")
+    ap.add_argument("--jdk-src-zip", default=roots["jdk"], help="default: %(default)s")
+    args = ap.parse_args()
+    roots = {"python": args.python_lib, "cargo": args.cargo_src, "npm": args.npm_dir,
+             "go": args.go_dir, "jdk": args.jdk_src_zip}
+
+    out = []
+    for language in LANGUAGES:
+        files = [s for s in SOURCES if s[0] == language]
+        for idx, (lang, slug, root, rel, desc, lic) in enumerate(files):
+            k = args.per_language // len(files) + (1 if idx < args.per_language % len(files) else 0)
+            text = read_source(roots, root, rel)
+            rng = random.Random(f"{SEED}:{lang}:{slug}")
+            try:
+                picked = make_cases_for_file(text, lang, k, rng)
+            except SystemExit as e:
+                raise SystemExit(f"{rel}: {e}")
+            for n, c in enumerate(picked, 1):
+                out.append({
+                    "id": f"{lang}/{slug}-{n}",
+                    "language": lang,
+                    "source": f"{desc} line {c['line']} ({lic})",
+                    "file_name": os.path.basename(rel),
+                    "prefix": c["prefix"],
+                    "suffix": c["suffix"],
+                    "expected": c["expected"],
+                })
+    with open(args.out, "w", encoding="utf-8") as f:
+        for case in out:
+            f.write(json.dumps(case, ensure_ascii=False) + "\n")
+    counts = {}
+    for case in out:
+        counts[case["language"]] = counts.get(case["language"], 0) + 1
+    print(f"wrote {len(out)} cases to {args.out}: "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Scores a results file of the masked-line benchmark against bench/quality/cases.jsonl.
+
+    python3 bench/quality/score.py RESULTS.json [RESULTS.json ...] [--cases FILE] [--json]
+
+RESULTS.json is {"results": [{"id": ..., "output": <raw completion>, ...}, ...]} (what
+scripts/bench_infill.py writes). Per case, with `line` = the completion's first line (up to the
+first "\\n") with trailing whitespace trimmed:
+  exact-line       line == expected
+  edit similarity  1 - levenshtein(line, expected) / max(len(line), len(expected)), in
+                   characters (Unicode code points); 1.0 when both are empty
+Prints per language: cases scored, exact-line rate and mean edit similarity, then all cases.
+Cases missing from the results file are counted as not scored (listed under `missing`).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+LANGUAGES = ["python", "rust", "typescript", "go", "c", "java"]
+
+
+def first_line(output):
+    return output.split("\n", 1)[0].rstrip()
+
+
+def levenshtein(a, b):
+    if len(a) < len(b):
+        a, b = b, a
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def edit_similarity(line, expected):
+    m = max(len(line), len(expected))
+    return 1.0 if m == 0 else 1.0 - levenshtein(line, expected) / m
+
+
+def score(cases, results):
+    by_id = {r["id"]: r for r in results}
+    rows = {}
+    for c in cases:
+        r = by_id.get(c["id"])
+        if r is None:
+            continue
+        line = first_line(r["output"])
+        rows.setdefault(c["language"], []).append(
+            (line == c["expected"], edit_similarity(line, c["expected"])))
+    table = {}
+    order = [lang for lang in LANGUAGES if lang in rows] + sorted(set(rows) - set(LANGUAGES))
+    for lang in order + ["all"]:
+        rs = [x for v in rows.values() for x in v] if lang == "all" else rows[lang]
+        if not rs:
+            continue
+        table[lang] = {"n": len(rs), "exact_line": sum(e for e, _ in rs) / len(rs),
+                       "edit_similarity": sum(s for _, s in rs) / len(rs)}
+    missing = [c["id"] for c in cases if c["id"] not in by_id]
+    return table, missing
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--cases", default=str(Path(__file__).with_name("cases.jsonl")))
+    ap.add_argument("--json", action="store_true", help="print the tables as JSON")
+    args = ap.parse_args()
+    cases = [json.loads(line) for line in Path(args.cases).read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    out = {}
+    for path in args.results:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        table, missing = score(cases, doc["results"])
+        out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
+                     "table": table, "missing": len(missing)}
+        if args.json:
+            continue
+        print(f"{path}: {doc.get('engine')} {doc.get('version', '')} {doc.get('model', '')}"
+              + (f" ({len(missing)} of {len(cases)} cases missing)" if missing else ""))
+        print(f"  {'language':<12}{'n':>4}{'exact-line':>12}{'edit sim':>10}")
+        for lang, t in table.items():
+            print(f"  {lang:<12}{t['n']:>4}{t['exact_line']:>12.3f}{t['edit_similarity']:>10.3f}")
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+
+
+if __name__ == "__main__":
+    main()
