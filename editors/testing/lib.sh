@@ -4,7 +4,7 @@
 start_stub() {
   local log="$1" dir
   dir="$(mktemp -d)"
-  python3 "$(dirname "${BASH_SOURCE[0]}")/stub_openai.py" --port-file "$dir/port" --log "$log" &
+  python3 "$(dirname "${BASH_SOURCE[0]}")/stub_openai.py" --port-file "$dir/port" --log "$log" 2> "$log.stderr" &
   STUB_PID=$!
   for _ in $(seq 100); do
     [ -s "$dir/port" ] && break

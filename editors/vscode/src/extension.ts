@@ -233,7 +233,9 @@ async function startClient(context: vscode.ExtensionContext): Promise<void> {
     await lc.start();
     // A remote tier has nothing to load; a local model reports its loading through progress.
     if (modelState === 'starting') {
-      setState(config().get<string>('remote.url', '') ? 'ready' : 'loading', 'waiting for the model');
+      const remote = config().get<string>('remote.url', '').trim();
+      if (remote) setState('ready', `remote tier ${remote}`);
+      else setState('loading', 'waiting for the model');
     }
   } catch (e) {
     setState('error', `could not start ${cmd.command}: ${e instanceof Error ? e.message : e}`);
