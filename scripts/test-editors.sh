@@ -128,9 +128,9 @@ test_zed() {
   local t=$SECONDS
   if ! have cargo; then record zed SKIP "no cargo" $((SECONDS - t)); return; fi
   # The extension is its own workspace; its build products stay in the cache.
-  if run_logged zed env CARGO_TARGET_DIR="$CACHE/zed-target" \
-    cargo test --locked --manifest-path editors/zed/Cargo.toml; then
-    local note="unit tests and host build; Zed itself is not installable here"
+  if run_logged zed bash -c 'python3 editors/zed/test_manifest.py -v &&
+    CARGO_TARGET_DIR="$1" cargo test --locked --manifest-path editors/zed/Cargo.toml' _ "$CACHE/zed-target"; then
+    local note="manifest check, unit tests and host build; Zed itself is not installable here"
     if rustup target list --installed 2> /dev/null | grep -q wasm32-wasip1; then
       if env CARGO_TARGET_DIR="$CACHE/zed-target" cargo build --locked --release \
         --target wasm32-wasip1 --manifest-path editors/zed/Cargo.toml >> "$ARTIFACTS/zed.log" 2>&1; then
