@@ -86,7 +86,8 @@ check(wait_for(15000, [[
 ]]) ~= nil, 'laya attached to the Python buffer')
 check(lua([[return require('laya').status()]]) == 'ready', 'status() reports ready (remote tier)', lua([[return require('laya').status()]]))
 
---- Types `header` on a new line, asks for a suggestion with <C-Space>, accepts it, and
+--- Types `header` on a new line, waits for the ghost text (0.12+) or asks for the popup with
+--- <C-Space> (0.11), accepts the suggestion, and
 --- returns the buffer's lines from the header on.
 local function complete_after(header, expected)
   log(('case %q'):format(header))
@@ -94,8 +95,8 @@ local function complete_after(header, expected)
   -- A fresh line at the end, then the header; Enter gives Python's indent.
   input('<Esc>Go' .. header:gsub('<', '<lt>') .. '<CR>')
   check(wait_for(3000, [[return vim.fn.mode() == 'i' and vim.fn.getline('.') == '    ']]), 'auto-indent in insert mode', lua([[return vim.inspect({vim.fn.mode(), vim.fn.getline('.')})]]))
-  input('<C-Space>')
   if inline then
+    -- Ghost text asks by itself once typing pauses.
     local shown = wait_for(5000, [[
       local ns = vim.api.nvim_get_namespaces()['nvim.lsp.inline_completion']
       if not ns then return nil end
@@ -109,6 +110,7 @@ local function complete_after(header, expected)
     check(shown ~= nil and vim.trim(expected):find(vim.trim(shown), 1, true) ~= nil, 'ghost text shown', vim.inspect(shown))
     input('<Tab>')
   else
+    input('<C-Space>')
     local menu = wait_for(5000, [[
       if vim.fn.pumvisible() == 0 then return nil end
       return vim.fn.complete_info({ 'items', 'selected' })

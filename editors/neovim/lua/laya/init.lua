@@ -43,8 +43,8 @@ M.defaults = {
   --- Insert-mode key that accepts the ghost text (falls through to the key itself when none
   --- is shown); false for no mapping.
   accept_key = '<Tab>',
-  --- Insert-mode key that asks for a suggestion: ghost text on 0.12+, the popup menu before;
-  --- false for no mapping.
+  --- Insert-mode key that opens the popup menu with a suggestion (before 0.12; ghost text asks
+  --- by itself); false for no mapping.
   trigger_key = '<C-Space>',
   --- Popup fallback (before 0.12): 'completeopt' for laya's buffers, so that a single
   --- suggestion still shows a menu (menuone) and is accepted with <C-y> (noinsert); false
@@ -122,14 +122,13 @@ local function as_snippet(item)
   return {}
 end
 
---- Asks for a suggestion now: ghost text on 0.12+, else the completion popup.
+--- Asks for a suggestion now in the completion popup (before 0.12). Ghost text (0.12+) asks by
+--- itself whenever typing pauses, so it needs no key.
 function M.trigger()
   if not enabled then
     return
   end
-  if M.options.inline and has_inline() then
-    vim.lsp.inline_completion.get()
-  elseif vim.lsp.completion and vim.lsp.completion.get then
+  if vim.lsp.completion and vim.lsp.completion.get then
     vim.lsp.completion.get()
   else
     vim.api.nvim_feedkeys(keycode('<C-x><C-o>'), 'n', false)
@@ -182,7 +181,7 @@ local function on_attach(client, bufnr)
   else
     attach_popup(client, bufnr)
   end
-  if M.options.trigger_key then
+  if M.options.trigger_key and not (M.options.inline and has_inline()) then
     vim.keymap.set('i', M.options.trigger_key, M.trigger, { buffer = bufnr, desc = 'laya: suggest' })
   end
   if M.options.on_attach then
