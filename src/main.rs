@@ -43,6 +43,8 @@ enum Command {
     Lsp {
         #[command(flatten)]
         model: ModelArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
     },
     /// Complete the code at FILE:LINE:COL (1-based) with the model and print the middle.
     Complete {
@@ -84,6 +86,35 @@ struct ModelArgs {
     /// Do not read or write the converted-weights cache.
     #[arg(long)]
     no_cache: bool,
+}
+
+/// A model served elsewhere through the OpenAI completions API, instead of a local one.
+#[derive(clap::Args, Clone)]
+struct RemoteArgs {
+    /// Base URL of an OpenAI-compatible server (vLLM, llama.cpp server), e.g.
+    /// http://127.0.0.1:8080/v1; the prompt is sent to {URL}/completions.
+    #[arg(long, value_name = "URL")]
+    remote_url: Option<String>,
+    /// The `model` to ask the remote server for (default: the first of its /models).
+    #[arg(long, requires = "remote_url")]
+    remote_model: Option<String>,
+    /// Environment variable holding a bearer token for the remote server.
+    #[arg(long, default_value = "LAYA_REMOTE_API_KEY", requires = "remote_url")]
+    remote_api_key_env: String,
+    /// Seconds a remote request may take.
+    #[arg(long, default_value_t = 30, requires = "remote_url")]
+    remote_timeout: u64,
+}
+
+impl RemoteArgs {
+    fn config(&self) -> Option<laya::engine::remote::RemoteConfig> {
+        let url = self.remote_url.as_ref()?;
+        let mut cfg = laya::engine::remote::RemoteConfig::new(url.clone());
+        cfg.model = self.remote_model.clone();
+        cfg.api_key = std::env::var(&self.remote_api_key_env).ok().filter(|k| !k.is_empty());
+        cfg.timeout = std::time::Duration::from_secs(self.remote_timeout);
+        Some(cfg)
+    }
 }
 
 impl ModelArgs {
@@ -152,6 +183,32 @@ enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         peer_threads: usize,
     },
+    /// Exact-line and edit similarity per language on masked-line cases from real code,
+    /// through the whole completion pipeline, beside another engine's answers.
+    Quality {
+        /// JSON-lines case file (bench/quality/README.md).
+        #[arg(long, default_value = "bench/quality/cases.jsonl")]
+        cases: PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        /// Only these languages (repeatable).
+        #[arg(long = "language")]
+        languages: Vec<String>,
+        /// At most this many cases per language.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Most tokens per completion (the same for every engine compared).
+        #[arg(long, default_value_t = 48)]
+        max_tokens: usize,
+        /// Write laya's answers here (JSON), for `--compare` in a later run.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Another engine's answers to the same cases (scripts/bench_infill.py writes them).
+        #[arg(long)]
+        compare: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -196,8 +253,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Lsp { model } => {
-            lsp(model, cli.device)?;
+        Command::Lsp { model, remote } => {
+            lsp(model, remote, cli.device)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Complete {
@@ -228,6 +285,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             bench_engine(
                 models, synthetic, precision, group_size, prefill, decode, bandwidth, json, peer, cli.device,
             )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Quality {
+                    cases,
+                    model,
+                    remote,
+                    languages,
+                    limit,
+                    max_tokens,
+                    out,
+                    compare,
+                },
+        } => {
+            bench_quality(&cases, &model, &remote, &languages, limit, max_tokens, out, compare, cli.device)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Models {
@@ -339,6 +412,95 @@ fn complete(
 }
 
 #[allow(clippy::too_many_arguments)]
+fn bench_quality(
+    cases: &std::path::Path,
+    args: &ModelArgs,
+    remote: &RemoteArgs,
+    languages: &[String],
+    limit: Option<usize>,
+    max_tokens: usize,
+    out: Option<PathBuf>,
+    compare: Option<PathBuf>,
+    device: DevicePref,
+) -> Result<()> {
+    use laya::{
+        bench::quality as q,
+        completion::pipeline::CompletionSettings,
+        engine::{
+            remote::RemoteEngine,
+            worker::{Engine, ModelState, ModelWorker},
+        },
+    };
+    let mut all = q::load_cases(cases)?;
+    if !languages.is_empty() {
+        all.retain(|c| languages.contains(&c.language));
+    }
+    if let Some(limit) = limit {
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        all.retain(|c| {
+            let n = seen.entry(c.language.clone()).or_default();
+            *n += 1;
+            *n <= limit
+        });
+    }
+    if all.is_empty() {
+        bail!("{}: no cases left to run", cases.display());
+    }
+    let peer = compare.as_deref().map(q::load_results).transpose()?;
+    let (engine, label): (Arc<dyn Engine>, String) = match remote.config() {
+        Some(cfg) => {
+            let label = format!("remote {}", cfg.url);
+            (Arc::new(RemoteEngine::new(cfg)), label)
+        }
+        None => {
+            let path = args.path()?;
+            let label = format!("{} {}", args.model, args.precision.label());
+            let worker = ModelWorker::spawn(path, args.options(), device, |s| {
+                if let ModelState::Ready { load_time, device } = s {
+                    eprintln!("loaded in {:.1} s on {device}", load_time.as_secs_f64());
+                }
+            });
+            (Arc::new(worker), label)
+        }
+    };
+    let settings = CompletionSettings {
+        max_tokens_line: max_tokens,
+        max_tokens_block: max_tokens,
+        ..CompletionSettings::default()
+    };
+    eprintln!("{} cases from {} on {label}", all.len(), cases.display());
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let total = all.len();
+    let results = rt.block_on(q::run(engine.clone(), &all, &settings, |i, case, r| {
+        let (exact, _) = q::score(&r.output, &case.expected);
+        eprintln!(
+            "[{}/{total}] {} {} {:.0} ms",
+            i + 1,
+            case.id,
+            if exact { "exact" } else { "miss" },
+            r.ms
+        );
+    }));
+    if let ModelState::Failed(e) = engine.state() {
+        bail!("the model failed to load: {e}");
+    }
+    let ours = q::Results {
+        engine: "laya".into(),
+        model: label,
+        results,
+    };
+    if let Some(out) = out {
+        std::fs::write(&out, serde_json::to_string_pretty(&ours)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let Some(p) = &peer {
+        println!("laya: {} · {}: {}", ours.model, p.engine, p.model);
+    }
+    print!("{}", q::table(&all, &ours, peer.as_ref()));
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn bench_engine(
     models: Vec<String>,
     synthetic: Vec<String>,
@@ -445,19 +607,26 @@ fn bench_engine(
     Ok(())
 }
 
-fn lsp(args: ModelArgs, device: DevicePref) -> Result<()> {
+fn lsp(args: ModelArgs, remote: RemoteArgs, device: DevicePref) -> Result<()> {
     use laya::{
-        engine::worker::{Engine, ModelWorker},
+        engine::{
+            remote::RemoteEngine,
+            worker::{Engine, ModelWorker},
+        },
         lsp::{serve_stdio, EngineSource},
     };
-    // Resolve the model before the editor connects, so a missing one is a clear error in the
-    // editor's log right away; loading itself happens after `initialized`.
-    let path = args.path()?;
-    let mut opts = args.options();
-    opts.progress = false; // stderr belongs to the editor's log
-    let source = EngineSource::Deferred(Box::new(move |report| {
-        Arc::new(ModelWorker::spawn(path, opts, device, report)) as Arc<dyn Engine>
-    }));
+    let source = if let Some(cfg) = remote.config() {
+        EngineSource::Ready(Arc::new(RemoteEngine::new(cfg)) as Arc<dyn Engine>)
+    } else {
+        // Resolve the model before the editor connects, so a missing one is a clear error in
+        // the editor's log right away; loading itself happens after `initialized`.
+        let path = args.path()?;
+        let mut opts = args.options();
+        opts.progress = false; // stderr belongs to the editor's log
+        EngineSource::Deferred(Box::new(move |report| {
+            Arc::new(ModelWorker::spawn(path, opts, device, report)) as Arc<dyn Engine>
+        }))
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(serve_stdio(source));
     Ok(())

@@ -82,6 +82,8 @@ pub enum GenerateError {
     EmptyPrompt,
     #[error("n must be at least 1")]
     NoCandidates,
+    #[error("token id {0} is outside the model's vocabulary of {1}")]
+    TokenOutOfRange(u32, i32),
     #[error("caches must have batch 1, one has {0}")]
     CacheBatch(i32),
     #[error(transparent)]
@@ -108,6 +110,11 @@ pub fn generate(
     }
     if prompt_ids.is_empty() {
         return Err(GenerateError::EmptyPrompt);
+    }
+    // An id past the embedding table would read outside it.
+    let vocab = model.config().vocab_size;
+    if let Some(&bad) = prompt_ids.iter().find(|&&t| t as i64 >= vocab as i64) {
+        return Err(GenerateError::TokenOutOfRange(bad, vocab));
     }
     if let Some(b) = caches.iter().find_map(|c| c.batch_size().filter(|&b| b != 1)) {
         return Err(GenerateError::CacheBatch(b));
@@ -307,6 +314,16 @@ mod tests {
             seq.push(id.item_exact::<u32>());
         }
         seq.split_off(PROMPT.len())
+    }
+
+    #[test]
+    fn ids_outside_the_vocabulary_are_an_error_not_a_read_past_the_table() {
+        let model = tiny_model(Arch::Qwen2, 21);
+        let mut caches = model.new_caches();
+        let err = generate(&model, &mut caches, &[5, 97], &req(2, 1), &AtomicBool::new(false), |_, _| Control::Continue)
+            .unwrap_err();
+        assert!(matches!(err, GenerateError::TokenOutOfRange(97, 97)), "{err}");
+        assert_eq!(caches[0].offset(), 0);
     }
 
     #[test]

@@ -6,8 +6,10 @@ pub mod cache;
 pub mod generate;
 pub mod load;
 pub mod models;
+pub mod prefix;
 pub mod runtime;
 pub mod sample;
+pub mod remote;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod worker;
@@ -23,7 +25,7 @@ pub use load::{LoadOptions, Precision};
 pub use sample::SamplingParams;
 
 use self::{
-    generate::{generate, Control, GenerateError, GenerateRequest},
+    generate::{Control, GenerateError, GenerateRequest},
     load::{EngineLoadError, Loaded},
     tokenizer::{SpecialTokens, TokenizerError},
 };
@@ -85,13 +87,30 @@ pub struct CompletionOutput {
 pub struct LocalModel {
     pub loaded: Loaded,
     pub specials: SpecialTokens,
+    /// Prompts (and continuations) already run, with their KV caches.
+    prefix: std::sync::Mutex<prefix::PrefixStore>,
 }
 
 impl LocalModel {
     pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineError> {
         let loaded = load::load(path, opts)?;
         let specials = loaded.tokenizer.special_tokens()?;
-        Ok(LocalModel { loaded, specials })
+        Ok(LocalModel {
+            loaded,
+            specials,
+            prefix: std::sync::Mutex::new(prefix::PrefixStore::new(prefix::PrefixLimits::default())),
+        })
+    }
+
+    /// Bound the prefix store (`max_entries: 0` turns reuse off); drops what it held.
+    pub fn set_prefix_limits(&self, limits: prefix::PrefixLimits) {
+        *self.prefix.lock().unwrap_or_else(|p| p.into_inner()) = prefix::PrefixStore::new(limits);
+    }
+
+    /// (entries, bytes) held by the prefix store.
+    pub fn prefix_usage(&self) -> (usize, usize) {
+        let s = self.prefix.lock().unwrap_or_else(|p| p.into_inner());
+        (s.len(), s.bytes())
     }
 
     /// Run a short request once, so the first real one does not pay for kernel compilation
@@ -109,7 +128,8 @@ impl LocalModel {
         Ok(start.elapsed())
     }
 
-    /// Run one completion from an empty KV cache. `cancel` is checked between decode steps.
+    /// Run one completion, reusing the longest prefix of the prompt already run. `cancel` is
+    /// checked between prefill chunks and decode steps.
     pub fn complete(
         &self,
         req: &CompletionRequest,
@@ -124,7 +144,6 @@ impl LocalModel {
         if ids.is_empty() {
             return Err(EngineError::Request("the prompt is empty".into()));
         }
-        let mut caches = self.loaded.model.new_caches();
         let greq = GenerateRequest {
             max_tokens: req.max_tokens,
             n: req.n,
@@ -132,7 +151,9 @@ impl LocalModel {
             stop_token_ids: self.specials.eog.clone(),
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
-        let out = generate(&self.loaded.model, &mut caches, &ids, &greq, cancel, |i, tok| {
+        let store = (self.prefix.lock().unwrap_or_else(|p| p.into_inner()).limits().max_entries > 0)
+            .then_some(&self.prefix);
+        let (out, reused) = prefix::generate_with_store(&self.loaded.model, store, &ids, &greq, cancel, |i, tok| {
             texts.push(i, tok)
         })?;
         let choices = out
@@ -150,7 +171,7 @@ impl LocalModel {
             choices,
             timing: Timing {
                 prompt_tokens: ids.len(),
-                reused_tokens: 0,
+                reused_tokens: reused,
                 prefilled_tokens: out.prefill_tokens,
                 generated_tokens: out.candidates.iter().map(Vec::len).sum(),
                 prefill: out.prefill_time,

@@ -1,0 +1,321 @@
+//! `laya bench quality`: masked-line cases from real code, run through the whole completion
+//! pipeline (document, syntax context, prompt, engine, post-processing), scored by exact line
+//! and edit similarity per language, beside another engine's answers to the same cases.
+//!
+//! A case is a file cut at the start of one line (after its indentation): the model sees the
+//! text before and after, and the first line it produces is compared with the line that was
+//! there. The case set and how it was built: `bench/quality/README.md`.
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    sync::{atomic::AtomicBool, Arc},
+    time::Instant,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
+    document::Document,
+    engine::worker::Engine,
+};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Case {
+    pub id: String,
+    /// LSP language id (`python`, `rust`, `typescript`, `go`, `c`, `java`, …).
+    pub language: String,
+    #[serde(default)]
+    pub source: String,
+    pub file_name: String,
+    pub prefix: String,
+    pub suffix: String,
+    pub expected: String,
+}
+
+/// One engine's answer to one case.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct CaseResult {
+    pub id: String,
+    /// The completion as inserted at the cursor.
+    pub output: String,
+    #[serde(default)]
+    pub ms: f64,
+}
+
+/// An engine's answers to a case set, as `--out` writes and `--compare` reads them.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Results {
+    pub engine: String,
+    #[serde(default)]
+    pub model: String,
+    pub results: Vec<CaseResult>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QualityError {
+    #[error("{file}:{line}: {msg}")]
+    Case { file: String, line: usize, msg: String },
+    #[error("{file}: {source}")]
+    Io { file: String, source: std::io::Error },
+    #[error("{file}: {source}")]
+    Json { file: String, source: serde_json::Error },
+}
+
+/// Read a JSON-lines case file.
+pub fn load_cases(path: &Path) -> Result<Vec<Case>, QualityError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| QualityError::Io {
+        file: file.clone(),
+        source,
+    })?;
+    let mut cases = vec![];
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let case: Case = serde_json::from_str(line).map_err(|e| QualityError::Case {
+            file: file.clone(),
+            line: i + 1,
+            msg: e.to_string(),
+        })?;
+        if case.expected.contains('\n') {
+            return Err(QualityError::Case {
+                file: file.clone(),
+                line: i + 1,
+                msg: format!("case {}: expected must be one line", case.id),
+            });
+        }
+        cases.push(case);
+    }
+    Ok(cases)
+}
+
+pub fn load_results(path: &Path) -> Result<Results, QualityError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| QualityError::Io {
+        file: file.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| QualityError::Json { file, source })
+}
+
+/// The line a completion produced: its first line, trailing whitespace trimmed.
+pub fn first_line(output: &str) -> &str {
+    output.split('\n').next().unwrap_or("").trim_end()
+}
+
+/// (exact line, edit similarity in [0, 1]) of an output against the expected line.
+pub fn score(output: &str, expected: &str) -> (bool, f64) {
+    let got = first_line(output);
+    let want = expected.trim_end();
+    (got == want, strsim::normalized_levenshtein(got, want))
+}
+
+/// Run every case through the pipeline on `engine`, one at a time, greedy.
+pub async fn run(
+    engine: Arc<dyn Engine>,
+    cases: &[Case],
+    settings: &CompletionSettings,
+    mut progress: impl FnMut(usize, &Case, &CaseResult),
+) -> Vec<CaseResult> {
+    let pipeline = Pipeline::new(engine);
+    let mut out = Vec::with_capacity(cases.len());
+    for (i, case) in cases.iter().enumerate() {
+        let text = format!("{}{}", case.prefix, case.suffix);
+        let doc = Document::new(&text, 1, &case.language).snapshot(&format!("file:///{}", case.file_name));
+        let start = Instant::now();
+        let completion = pipeline
+            .complete(
+                Request {
+                    doc: &doc,
+                    others: &[],
+                    cursor: case.prefix.len(),
+                    trigger: Trigger::Automatic,
+                    settings,
+                    workspace_root: None,
+                },
+                Arc::new(AtomicBool::new(false)),
+            )
+            .await;
+        let output = match completion {
+            Ok(c) => c.edits.first().map(|e| e.text.clone()).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(case = case.id, "completion failed: {e}");
+                String::new()
+            }
+        };
+        let r = CaseResult {
+            id: case.id.clone(),
+            output,
+            ms: start.elapsed().as_secs_f64() * 1e3,
+        };
+        progress(i, case, &r);
+        out.push(r);
+    }
+    out
+}
+
+/// Per-language totals for one engine.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scores {
+    pub cases: usize,
+    pub exact: usize,
+    pub similarity_sum: f64,
+}
+
+impl Scores {
+    pub fn exact_rate(&self) -> f64 {
+        if self.cases == 0 {
+            0.0
+        } else {
+            self.exact as f64 / self.cases as f64
+        }
+    }
+
+    pub fn similarity(&self) -> f64 {
+        if self.cases == 0 {
+            0.0
+        } else {
+            self.similarity_sum / self.cases as f64
+        }
+    }
+}
+
+/// Scores per language (and `all`) of `results` on `cases`; a case without a result counts
+/// as a miss.
+pub fn tally(cases: &[Case], results: &[CaseResult]) -> BTreeMap<String, Scores> {
+    let by_id: std::collections::HashMap<&str, &CaseResult> =
+        results.iter().map(|r| (r.id.as_str(), r)).collect();
+    let mut table: BTreeMap<String, Scores> = BTreeMap::new();
+    for case in cases {
+        let (exact, sim) = by_id
+            .get(case.id.as_str())
+            .map(|r| score(&r.output, &case.expected))
+            .unwrap_or((false, 0.0));
+        for key in [case.language.as_str(), "all"] {
+            let s = table.entry(key.to_owned()).or_default();
+            s.cases += 1;
+            s.exact += exact as usize;
+            s.similarity_sum += sim;
+        }
+    }
+    table
+}
+
+/// The side-by-side table: per language, laya's and the peer's exact-line rate and edit
+/// similarity, and the ratio of exact-line rates.
+pub fn table(cases: &[Case], ours: &Results, peer: Option<&Results>) -> String {
+    use std::fmt::Write;
+    let a = tally(cases, &ours.results);
+    let b = peer.map(|p| tally(cases, &p.results));
+    let mut s = String::new();
+    let peer_name = peer.map(|p| p.engine.as_str()).unwrap_or("-");
+    let _ = writeln!(
+        s,
+        "| language | cases | {} exact | {} similarity | {peer_name} exact | {peer_name} similarity | exact ratio |",
+        ours.engine, ours.engine
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+    let mut langs: Vec<&String> = a.keys().filter(|k| *k != "all").collect();
+    let all = "all".to_owned();
+    langs.push(&all);
+    for lang in langs {
+        let x = &a[lang];
+        let (pe, ps, ratio) = match b.as_ref().and_then(|b| b.get(lang)) {
+            Some(y) => (
+                format!("{:.1} %", 100.0 * y.exact_rate()),
+                format!("{:.3}", y.similarity()),
+                if y.exact == 0 {
+                    if x.exact == 0 { "—".to_owned() } else { "∞".to_owned() }
+                } else {
+                    format!("{:.2}×", x.exact_rate() / y.exact_rate())
+                },
+            ),
+            None => ("—".into(), "—".into(), "—".into()),
+        };
+        let _ = writeln!(
+            s,
+            "| {lang} | {} | {:.1} % | {:.3} | {pe} | {ps} | {ratio} |",
+            x.cases,
+            100.0 * x.exact_rate(),
+            x.similarity()
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(id: &str, lang: &str, expected: &str) -> Case {
+        Case {
+            id: id.into(),
+            language: lang.into(),
+            source: String::new(),
+            file_name: "f".into(),
+            prefix: String::new(),
+            suffix: String::new(),
+            expected: expected.into(),
+        }
+    }
+
+    fn result(id: &str, output: &str) -> CaseResult {
+        CaseResult {
+            id: id.into(),
+            output: output.into(),
+            ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn scoring_uses_the_first_line_without_trailing_space() {
+        assert_eq!(score("return a + b  \n    x", "return a + b"), (true, 1.0));
+        let (exact, sim) = score("return a - b", "return a + b");
+        assert!(!exact);
+        assert!((sim - (1.0 - 1.0 / 12.0)).abs() < 1e-9, "{sim}");
+        assert_eq!(score("", "x = 1"), (false, 0.0));
+        // Leading whitespace is part of the line: the cursor sits after the indentation.
+        assert!(!score(" x = 1", "x = 1").0);
+    }
+
+    #[test]
+    fn tally_counts_missing_results_as_misses_per_language_and_overall() {
+        let cases = [case("a", "python", "x = 1"), case("b", "python", "y = 2"), case("c", "rust", "let z = 3;")];
+        let results = [result("a", "x = 1\n"), result("c", "let z = 4;")];
+        let t = tally(&cases, &results);
+        assert_eq!((t["python"].cases, t["python"].exact), (2, 1));
+        assert_eq!((t["rust"].cases, t["rust"].exact), (1, 0));
+        assert_eq!((t["all"].cases, t["all"].exact), (3, 1));
+        assert!((t["python"].similarity() - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn table_shows_the_ratio_of_exact_rates() {
+        let cases = [case("a", "go", "x := 1"), case("b", "go", "y := 2")];
+        let ours = Results {
+            engine: "laya".into(),
+            model: String::new(),
+            results: vec![result("a", "x := 1"), result("b", "y := 2")],
+        };
+        let peer = Results {
+            engine: "llama.cpp".into(),
+            model: String::new(),
+            results: vec![result("a", "x := 1"), result("b", "nope")],
+        };
+        let t = table(&cases, &ours, Some(&peer));
+        assert!(t.contains("| go | 2 | 100.0 % | 1.000 | 50.0 % |"), "{t}");
+        assert!(t.contains("2.00×"), "{t}");
+    }
+
+    #[test]
+    fn case_files_with_bad_lines_name_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cases.jsonl");
+        std::fs::write(&p, "{\"id\":\"a\"}\n").unwrap();
+        let err = load_cases(&p).unwrap_err().to_string();
+        assert!(err.contains("cases.jsonl:1:"), "{err}");
+    }
+}

@@ -1,0 +1,295 @@
+//! The prefix store: token sequences a model has already run, with their KV caches, so that a
+//! request whose prompt starts like an earlier one prefills only the tail.
+//!
+//! Each entry's caches hold exactly its ids (`caches[0].offset() == ids.len()`). A lookup
+//! takes the entry with the longest common prefix *out* of the store (so the caller's updates
+//! happen in place, with no copy of the buffers), trimmed to that prefix; the caller puts the
+//! extended sequence back when it is done. Bounded by entry count and by bytes, least
+//! recently used first out.
+
+use std::sync::atomic::AtomicBool;
+
+use super::{
+    cache::KvCache,
+    generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
+    models::Model,
+};
+
+/// Limits of a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixLimits {
+    /// Most entries kept (`prefill-cache-size`); 0 turns reuse off.
+    pub max_entries: usize,
+    /// Most bytes of KV buffers kept.
+    pub max_bytes: usize,
+}
+
+impl Default for PrefixLimits {
+    fn default() -> Self {
+        PrefixLimits {
+            max_entries: 8,
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+struct Entry {
+    ids: Vec<u32>,
+    caches: Vec<KvCache>,
+    bytes: usize,
+    last_used: u64,
+}
+
+/// A hit: how many leading ids the caches already hold.
+pub struct Reuse {
+    pub reused: usize,
+    pub caches: Vec<KvCache>,
+}
+
+pub struct PrefixStore {
+    entries: Vec<Entry>,
+    limits: PrefixLimits,
+    clock: u64,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl PrefixStore {
+    pub fn new(limits: PrefixLimits) -> Self {
+        PrefixStore {
+            entries: vec![],
+            limits,
+            clock: 0,
+        }
+    }
+
+    pub fn limits(&self) -> PrefixLimits {
+        self.limits
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes of KV buffers held.
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.bytes).sum()
+    }
+
+    /// Take out the entry sharing the longest prefix with `ids`, trimmed to that prefix and
+    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits).
+    /// `None` when nothing shares even one id.
+    pub fn take(&mut self, ids: &[u32]) -> Option<Reuse> {
+        let limit = ids.len().saturating_sub(1);
+        let (best, len) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, common_prefix(&e.ids, ids).min(limit)))
+            .max_by_key(|&(i, len)| (len, self.entries[i].last_used))?;
+        if len == 0 {
+            return None;
+        }
+        let mut entry = self.entries.swap_remove(best);
+        entry.caches.iter_mut().for_each(|c| c.truncate_to(len));
+        Some(Reuse {
+            reused: len,
+            caches: entry.caches,
+        })
+    }
+
+    /// Keep `caches`, which hold `ids` (or a prefix of them: `ids` is cut to what they hold).
+    /// Entries that are a prefix of the new one go (it covers them); then the least recently
+    /// used go until the limits hold.
+    pub fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>) {
+        if self.limits.max_entries == 0 {
+            return;
+        }
+        let held = caches.first().map_or(0, KvCache::offset);
+        ids.truncate(held);
+        if ids.is_empty() || caches.iter().any(|c| c.batch_size() != Some(1)) {
+            return;
+        }
+        self.entries
+            .retain(|e| !(e.ids.len() <= ids.len() && ids[..e.ids.len()] == e.ids[..]));
+        self.clock += 1;
+        let bytes = caches.iter().map(KvCache::nbytes).sum();
+        self.entries.push(Entry {
+            ids,
+            caches,
+            bytes,
+            last_used: self.clock,
+        });
+        while self.entries.len() > self.limits.max_entries || self.bytes() > self.limits.max_bytes {
+            let oldest = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(i, _)| i)
+                .expect("over the limits means not empty");
+            self.entries.swap_remove(oldest);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Generate for the whole prompt `ids`, reusing the store's longest shared prefix and putting
+/// the result back (prompt and, for one candidate, the generated tokens, so that a request
+/// continuing this one reuses them too). Returns the output and how many ids were reused.
+pub fn generate_with_store(
+    model: &Model,
+    store: Option<&std::sync::Mutex<PrefixStore>>,
+    ids: &[u32],
+    req: &GenerateRequest,
+    cancel: &AtomicBool,
+    on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<(GenerateOutput, usize), GenerateError> {
+    let hit = store.and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take(ids));
+    let (reused, mut caches) = match hit {
+        Some(h) => (h.reused, h.caches),
+        None => (0, model.new_caches()),
+    };
+    let out = generate(model, &mut caches, &ids[reused..], req, cancel, on_token)?;
+    if let Some(s) = store {
+        let mut seq = ids.to_vec();
+        if req.n == 1 {
+            seq.extend_from_slice(&out.candidates[0]);
+        }
+        s.lock().unwrap_or_else(|p| p.into_inner()).insert(seq, caches);
+    }
+    Ok((out, reused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::models::{test_util::tiny_model, Arch};
+    use mlx_rs::Array;
+
+    fn filled(model: &crate::engine::models::Model, ids: &[u32]) -> Vec<KvCache> {
+        let mut caches = model.new_caches();
+        model
+            .forward(&Array::from_slice(ids, &[1, ids.len() as i32]), &mut caches)
+            .unwrap();
+        caches
+    }
+
+    #[test]
+    fn takes_the_longest_shared_prefix_and_leaves_one_id_to_run() {
+        let model = tiny_model(Arch::Qwen2, 3);
+        let mut store = PrefixStore::new(PrefixLimits::default());
+        store.insert(vec![1, 2, 3, 4], filled(&model, &[1, 2, 3, 4]));
+        store.insert(vec![1, 2, 9], filled(&model, &[1, 2, 9]));
+        assert_eq!(store.len(), 2);
+        let hit = store.take(&[1, 2, 3, 7, 8]).unwrap();
+        assert_eq!(hit.reused, 3);
+        assert_eq!(hit.caches[0].offset(), 3);
+        assert_eq!(store.len(), 1, "a hit is taken out");
+        // The whole prompt cached: keep the last id to run.
+        let hit = store.take(&[1, 2, 9]).unwrap();
+        assert_eq!(hit.reused, 2);
+        assert!(store.take(&[5, 6]).is_none());
+    }
+
+    #[test]
+    fn an_extension_replaces_its_prefix_and_limits_evict_the_oldest() {
+        let model = tiny_model(Arch::Qwen2, 3);
+        let mut store = PrefixStore::new(PrefixLimits {
+            max_entries: 2,
+            max_bytes: usize::MAX,
+        });
+        store.insert(vec![1, 2], filled(&model, &[1, 2]));
+        store.insert(vec![1, 2, 3], filled(&model, &[1, 2, 3]));
+        assert_eq!(store.len(), 1);
+        store.insert(vec![4], filled(&model, &[4]));
+        store.insert(vec![5], filled(&model, &[5]));
+        assert_eq!(store.len(), 2);
+        assert!(store.take(&[1, 2, 3, 4]).is_none(), "the oldest went first");
+        // Ids longer than the caches are cut to what the caches hold.
+        store.insert(vec![7, 7, 7, 7], filled(&model, &[7, 7]));
+        assert_eq!(store.take(&[7, 7, 7, 7]).unwrap().reused, 2);
+        // A byte limit below one entry keeps nothing.
+        let mut tiny = PrefixStore::new(PrefixLimits {
+            max_entries: 8,
+            max_bytes: 1,
+        });
+        tiny.insert(vec![1], filled(&model, &[1]));
+        assert!(tiny.is_empty());
+        let mut off = PrefixStore::new(PrefixLimits {
+            max_entries: 0,
+            max_bytes: usize::MAX,
+        });
+        off.insert(vec![1], filled(&model, &[1]));
+        assert!(off.is_empty());
+    }
+
+    /// Random edits of a token sequence (insert, delete, replace, append, truncate), each run
+    /// with the store and from scratch: the same greedy tokens and (nearly) the same logits.
+    #[test]
+    fn reuse_gives_the_output_of_no_reuse_for_random_edit_sequences() {
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let model = tiny_model(Arch::Qwen3, 11);
+        let store = std::sync::Mutex::new(PrefixStore::new(PrefixLimits {
+            max_entries: 3,
+            max_bytes: usize::MAX,
+        }));
+        let req = GenerateRequest {
+            max_tokens: 5,
+            n: 1,
+            sampling: crate::engine::SamplingParams::default(),
+            stop_token_ids: vec![],
+        };
+        let no = AtomicBool::new(false);
+        let mut rng = StdRng::seed_from_u64(7);
+        // Ids stay below the tiny model's vocabulary (97).
+        let mut ids: Vec<u32> = (0..40).map(|_| rng.gen_range(1..97)).collect();
+        let mut reused_total = 0;
+        for step in 0..24 {
+            let at = rng.gen_range(0..=ids.len());
+            match rng.gen_range(0..5) {
+                0 => ids.insert(at, rng.gen_range(1..97)),
+                1 if ids.len() > 2 => {
+                    ids.remove(at.min(ids.len() - 1));
+                }
+                2 if at < ids.len() => ids[at] = rng.gen_range(1..97),
+                3 => ids.extend((0..rng.gen_range(1..4)).map(|_| rng.gen_range(1..97u32))),
+                _ if ids.len() > 8 => ids.truncate(ids.len() - 3),
+                _ => ids.push(3),
+            }
+            let (cached, reused) = generate_with_store(&model, Some(&store), &ids, &req, &no, |_, _| Control::Continue).unwrap();
+            let (fresh, none) = generate_with_store(&model, None, &ids, &req, &no, |_, _| Control::Continue).unwrap();
+            assert_eq!(none, 0);
+            assert_eq!(cached.candidates, fresh.candidates, "step {step}: ids {ids:?}, reused {reused}");
+            assert_eq!(cached.prefill_tokens, ids.len() - reused);
+            reused_total += reused;
+        }
+        assert!(reused_total > 24 * 10, "edits leave long shared prefixes: reused {reused_total}");
+    }
+
+    #[test]
+    fn reused_logits_equal_fresh_logits() {
+        let model = tiny_model(Arch::Qwen2, 5);
+        let ids: Vec<u32> = (1..30).collect();
+        let mut store = PrefixStore::new(PrefixLimits::default());
+        store.insert(ids[..20].to_vec(), filled(&model, &ids[..20]));
+        let hit = store.take(&ids).unwrap();
+        let mut caches = hit.caches;
+        let tail = &ids[hit.reused..];
+        let a = model.forward(&Array::from_slice(tail, &[1, tail.len() as i32]), &mut caches).unwrap();
+        let b = model
+            .forward(&Array::from_slice(&ids, &[1, ids.len() as i32]), &mut model.new_caches())
+            .unwrap();
+        let diff = mlx_rs::ops::abs(&(&a - &b)).unwrap().max(None).unwrap().item_exact::<f32>();
+        assert!(diff < 1e-4, "max |Δlogit| {diff}");
+    }
+}
