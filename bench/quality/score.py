@@ -11,6 +11,9 @@ first "\\n") with trailing whitespace trimmed:
                    characters (Unicode code points); 1.0 when both are empty
 Prints per language: cases scored, exact-line rate and mean edit similarity, then all cases.
 Cases missing from the results file are counted as not scored (listed under `missing`).
+
+--strip-leading is a diagnostic, not the metric: it also trims the line's leading whitespace
+(completions that repeat the indentation the prefix already ends with).
 """
 
 import argparse
@@ -21,8 +24,9 @@ from pathlib import Path
 LANGUAGES = ["python", "rust", "typescript", "go", "c", "java"]
 
 
-def first_line(output):
-    return output.split("\n", 1)[0].rstrip()
+def first_line(output, strip_leading=False):
+    line = output.split("\n", 1)[0].rstrip()
+    return line.lstrip() if strip_leading else line
 
 
 def levenshtein(a, b):
@@ -42,14 +46,14 @@ def edit_similarity(line, expected):
     return 1.0 if m == 0 else 1.0 - levenshtein(line, expected) / m
 
 
-def score(cases, results):
+def score(cases, results, strip_leading=False):
     by_id = {r["id"]: r for r in results}
     rows = {}
     for c in cases:
         r = by_id.get(c["id"])
         if r is None:
             continue
-        line = first_line(r["output"])
+        line = first_line(r["output"], strip_leading)
         rows.setdefault(c["language"], []).append(
             (line == c["expected"], edit_similarity(line, c["expected"])))
     table = {}
@@ -69,19 +73,22 @@ def main():
     ap.add_argument("results", nargs="+")
     ap.add_argument("--cases", default=str(Path(__file__).with_name("cases.jsonl")))
     ap.add_argument("--json", action="store_true", help="print the tables as JSON")
+    ap.add_argument("--strip-leading", action="store_true",
+                    help="diagnostic: also trim the first line's leading whitespace")
     args = ap.parse_args()
     cases = [json.loads(line) for line in Path(args.cases).read_text(encoding="utf-8").splitlines()
              if line.strip()]
     out = {}
     for path in args.results:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        table, missing = score(cases, doc["results"])
+        table, missing = score(cases, doc["results"], args.strip_leading)
         out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
                      "table": table, "missing": len(missing)}
         if args.json:
             continue
         print(f"{path}: {doc.get('engine')} {doc.get('version', '')} {doc.get('model', '')}"
-              + (f" ({len(missing)} of {len(cases)} cases missing)" if missing else ""))
+              + (f" ({len(missing)} of {len(cases)} cases missing)" if missing else "")
+              + (" [--strip-leading diagnostic]" if args.strip_leading else ""))
         print(f"  {'language':<12}{'n':>4}{'exact-line':>12}{'edit sim':>10}")
         for lang, t in table.items():
             print(f"  {lang:<12}{t['n']:>4}{t['exact_line']:>12.3f}{t['edit_similarity']:>10.3f}")
