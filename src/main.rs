@@ -145,6 +145,7 @@ impl ModelArgs {
             group_size: self.group_size,
             use_cache: !self.no_cache,
             progress: std::io::stderr().is_terminal(),
+        ..Default::default()
         }
     }
 }
@@ -372,6 +373,7 @@ fn complete(
     let model = LocalModel::load(&path, &args.options())?;
     let loaded = &model.loaded;
     let req = CompletionRequest {
+        model: None,
         prompt: prompt::fim(prefix, suffix),
         max_tokens,
         n: 1,

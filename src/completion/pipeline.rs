@@ -156,6 +156,7 @@ impl Pipeline {
         );
         let n = settings.candidates.max(1);
         let req = CompletionRequest {
+            model: None,
             prompt: prompt.text,
             max_tokens: if mid_line
                 || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty()

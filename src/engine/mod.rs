@@ -42,9 +42,42 @@ pub enum EngineError {
     Request(String),
 }
 
+/// Which model of a pool: the size tier and the bit width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// The fast model (~3–4B; here the 0.5B).
+    Small,
+    /// The strong model (~27–32B, or a remote server; here the 1.5B).
+    Large,
+}
+
+impl Tier {
+    pub fn label(self) -> &'static str {
+        match self {
+            Tier::Small => "small",
+            Tier::Large => "large",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ModelKey {
+    pub tier: Tier,
+    pub precision: Precision,
+}
+
+impl std::fmt::Display for ModelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.tier.label(), self.precision.label())
+    }
+}
+
 /// One completion request, in engine terms.
 #[derive(Clone, Debug)]
 pub struct CompletionRequest {
+    /// The model to run it on, for engines that hold several; `None`: the default one.
+    pub model: Option<ModelKey>,
     /// The full prompt; special-token text such as `<|fim_prefix|>` is parsed as tokens.
     pub prompt: String,
     pub max_tokens: usize,
@@ -79,6 +112,8 @@ pub struct Timing {
 
 #[derive(Clone, Debug)]
 pub struct CompletionOutput {
+    /// The model that answered, where an engine holds several.
+    pub served_by: Option<ModelKey>,
     pub choices: Vec<Choice>,
     pub timing: Timing,
 }
@@ -98,7 +133,7 @@ impl LocalModel {
         Ok(LocalModel {
             loaded,
             specials,
-            prefix: std::sync::Mutex::new(prefix::PrefixStore::new(prefix::PrefixLimits::default())),
+            prefix: std::sync::Mutex::new(prefix::PrefixStore::new(opts.prefix)),
         })
     }
 
@@ -118,6 +153,7 @@ impl LocalModel {
     pub fn warmup(&self) -> Result<Duration, EngineError> {
         let start = Instant::now();
         let req = CompletionRequest {
+            model: None,
             prompt: "<|fim_prefix|>def add(a, b):\n    return<|fim_suffix|>\n<|fim_middle|>".into(),
             max_tokens: 2,
             n: 1,
@@ -168,6 +204,7 @@ impl LocalModel {
             })
             .collect();
         Ok(CompletionOutput {
+            served_by: None,
             choices,
             timing: Timing {
                 prompt_tokens: ids.len(),

@@ -204,6 +204,7 @@ impl RemoteEngine {
             .map(|u| (u.prompt_tokens, u.completion_tokens))
             .unwrap_or_default();
         Ok(CompletionOutput {
+            served_by: None,
             choices: choices.into_iter().map(|(_, c)| c).collect(),
             timing: Timing {
                 prompt_tokens,
@@ -285,6 +286,7 @@ mod tests {
 
     fn request() -> CompletionRequest {
         CompletionRequest {
+            model: None,
             prompt: "<|fim_prefix|>def f():<|fim_suffix|><|fim_middle|>".into(),
             max_tokens: 8,
             n: 2,

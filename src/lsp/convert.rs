@@ -23,6 +23,18 @@ pub fn encoding_kind(e: PositionEncoding) -> PositionEncodingKind {
     }
 }
 
+/// `text` as an LSP snippet that inserts exactly `text`: `\`, `$` and `}` escaped.
+pub fn snippet_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if matches!(c, '\\' | '$' | '}') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 pub fn position(p: lsp::Position) -> Position {
     Position {
         line: p.line,
@@ -76,4 +88,15 @@ pub fn internal(msg: impl Into<String>) -> jsonrpc::Error {
 
 pub fn cancelled() -> jsonrpc::Error {
     jsonrpc::Error::new(jsonrpc::ErrorCode::RequestCancelled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippet_escape_keeps_text_literal() {
+        assert_eq!(snippet_escape("return a + b"), "return a + b");
+        assert_eq!(snippet_escape(r#"f"${x}\n""#), r#"f"\${x\}\\n""#);
+    }
 }

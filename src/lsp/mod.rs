@@ -57,6 +57,8 @@ pub enum EngineSource {
 
 struct State {
     encoding: PositionEncoding,
+    /// The client takes snippet-format completion items.
+    snippets: bool,
     settings: ClientSettings,
     root: Option<String>,
 }
@@ -92,6 +94,7 @@ impl LayaServer {
             docs: DocumentStore::new(),
             state: RwLock::new(State {
                 encoding: PositionEncoding::Utf16,
+                snippets: false,
                 settings: ClientSettings::default(),
                 root: None,
             }),
@@ -320,6 +323,14 @@ impl LanguageServer for LayaServer {
         {
             let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
             st.encoding = encoding;
+            st.snippets = params
+                .capabilities
+                .text_document
+                .as_ref()
+                .and_then(|t| t.completion.as_ref())
+                .and_then(|c| c.completion_item.as_ref())
+                .and_then(|i| i.snippet_support)
+                .unwrap_or(false);
             st.root = params
                 .workspace_folders
                 .as_ref()
@@ -434,6 +445,7 @@ impl LanguageServer for LayaServer {
             return Ok(None);
         };
         let enc = self.encoding();
+        let snippets = self.state.read().unwrap_or_else(|p| p.into_inner()).snippets;
         let mut items = vec![];
         for (rank, edit) in c.edits.into_iter().enumerate() {
             let id = self.accepted.shown.fetch_add(1, Ordering::Relaxed);
@@ -454,13 +466,22 @@ impl LanguageServer for LayaServer {
                 })),
                 sort_text: Some(format!("{rank:04}")),
                 preselect: Some(rank == 0),
-                // A whole edit, so clients that insert plain text only up to the first
-                // whitespace (Neovim's popup) still insert every line.
+                // Neovim 0.11's popup inserts a plain-text item only up to its first
+                // whitespace, even with a textEdit; a snippet (escaped, no tab stops) goes in
+                // whole. Clients without snippets get plain text.
                 text_edit: Some(CompletionTextEdit::Edit(TextEdit {
                     range: convert::range(&doc, cursor, cursor + edit.replace_len, enc)?,
-                    new_text: edit.text,
+                    new_text: if snippets {
+                        convert::snippet_escape(&edit.text)
+                    } else {
+                        edit.text
+                    },
                 })),
-                insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
+                insert_text_format: Some(if snippets {
+                    InsertTextFormat::SNIPPET
+                } else {
+                    InsertTextFormat::PLAIN_TEXT
+                }),
                 command: Some(self.accept_command(id)),
                 ..Default::default()
             });

@@ -69,6 +69,8 @@ pub struct LoadOptions {
     pub use_cache: bool,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
+    /// Bounds of the model's prefix KV store.
+    pub prefix: crate::engine::prefix::PrefixLimits,
 }
 
 impl Default for LoadOptions {
@@ -78,6 +80,7 @@ impl Default for LoadOptions {
             group_size: 64,
             use_cache: true,
             progress: false,
+            prefix: crate::engine::prefix::PrefixLimits::default(),
         }
     }
 }
