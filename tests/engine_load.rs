@@ -26,6 +26,7 @@ fn load_err(path: &std::path::Path) -> String {
         group_size: 64,
         use_cache: false,
         progress: false,
+        ..Default::default()
     };
     match LocalModel::load(path, &opts) {
         Ok(_) => panic!("{} loaded", path.display()),

@@ -91,6 +91,7 @@ fn opts(precision: Precision) -> LoadOptions {
         group_size: 64,
         use_cache: false,
         progress: false,
+        ..Default::default()
     }
 }
 

@@ -56,6 +56,7 @@ impl Engine for FakeEngine {
             })
             .collect();
         Ok(CompletionOutput {
+            served_by: None,
             choices,
             timing: Timing::default(),
         })

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod generate;
 pub mod load;
 pub mod models;
+pub mod pool;
 pub mod prefix;
 pub mod runtime;
 pub mod sample;

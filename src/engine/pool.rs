@@ -1,0 +1,248 @@
+//! A pool of models by tier and bit width: one [`Engine`] that sends each request to the model
+//! its `model` key names, loading that model on first use. While the model asked for is still
+//! loading, a model already loaded answers instead (the same tier first), so a routing
+//! decision never makes the user wait for a load; `served_by` tells which one answered.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{atomic::AtomicBool, Arc, Mutex},
+};
+
+use super::{
+    prefix::PrefixLimits,
+    remote::{RemoteConfig, RemoteEngine},
+    runtime::DevicePref,
+    worker::{Engine, ModelState, ModelWorker},
+    CompletionOutput, CompletionRequest, EngineError, LoadOptions, ModelKey, Precision, Tier,
+};
+
+/// Where a tier's model comes from.
+#[derive(Clone, Debug)]
+pub enum TierSource {
+    /// A GGUF file or safetensors folder, loaded here at the precision a request asks for.
+    Local { path: PathBuf, group_size: i32 },
+    /// An OpenAI-compatible server; the bit width is the server's business.
+    Remote(RemoteConfig),
+}
+
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    pub tiers: HashMap<Tier, TierSource>,
+    /// The model for requests without a key; loaded at start.
+    pub default: ModelKey,
+    /// Also loaded at start.
+    pub preload: Vec<ModelKey>,
+    pub device: DevicePref,
+    pub prefix: PrefixLimits,
+}
+
+/// Hears (model, state) on every change of any model of the pool.
+pub type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
+
+pub struct ModelPool {
+    config: PoolConfig,
+    engines: Mutex<HashMap<ModelKey, Arc<dyn Engine>>>,
+    report: PoolReport,
+}
+
+impl ModelPool {
+    /// Start loading the default model and the preloads.
+    pub fn new(config: PoolConfig, report: PoolReport) -> Result<ModelPool, EngineError> {
+        if !config.tiers.contains_key(&config.default.tier) {
+            return Err(EngineError::Request(format!(
+                "the default model {} has no source",
+                config.default
+            )));
+        }
+        let pool = ModelPool {
+            engines: Mutex::new(HashMap::new()),
+            report,
+            config,
+        };
+        let mut start = vec![pool.config.default];
+        start.extend(pool.config.preload.iter().copied());
+        for key in start {
+            pool.engine(key)?;
+        }
+        Ok(pool)
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// A remote tier's bit width is fixed by its server: keys differing only in bits are one.
+    fn canonical(&self, key: ModelKey) -> ModelKey {
+        match self.config.tiers.get(&key.tier) {
+            Some(TierSource::Remote(_)) => ModelKey {
+                tier: key.tier,
+                precision: Precision::Native,
+            },
+            _ => key,
+        }
+    }
+
+    /// The engine of `key`, started (loading) if it was not yet.
+    fn engine(&self, key: ModelKey) -> Result<Arc<dyn Engine>, EngineError> {
+        let key = self.canonical(key);
+        let mut engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = engines.get(&key) {
+            return Ok(e.clone());
+        }
+        let source = self.config.tiers.get(&key.tier).ok_or_else(|| {
+            EngineError::Request(format!("no {} model is configured", key.tier.label()))
+        })?;
+        let engine: Arc<dyn Engine> = match source {
+            TierSource::Local { path, group_size } => {
+                let opts = LoadOptions {
+                    precision: key.precision,
+                    group_size: *group_size,
+                    use_cache: true,
+                    progress: false,
+                    prefix: self.config.prefix,
+                };
+                let report = self.report.clone();
+                Arc::new(ModelWorker::spawn(path.clone(), opts, self.config.device, move |s| {
+                    report(key, s)
+                }))
+            }
+            TierSource::Remote(cfg) => {
+                let e = RemoteEngine::new(cfg.clone());
+                (self.report)(key, &e.state());
+                Arc::new(e)
+            }
+        };
+        engines.insert(key, engine.clone());
+        Ok(engine)
+    }
+
+    /// Every model started so far, with its state.
+    pub fn states(&self) -> Vec<(ModelKey, ModelState)> {
+        let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = engines.iter().map(|(k, e)| (*k, e.state())).collect();
+        v.sort_by_key(|(k, _)| (k.tier as u8, k.precision.label()));
+        v
+    }
+
+    /// Models ready to answer now.
+    pub fn ready(&self) -> Vec<ModelKey> {
+        self.states()
+            .into_iter()
+            .filter(|(_, s)| matches!(s, ModelState::Ready { .. }))
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// The model that will answer a request for `want`: itself once loaded; while it loads,
+    /// a ready one of the same tier, else any ready one; else itself (the request waits).
+    pub fn resolve(&self, want: ModelKey) -> Result<(ModelKey, Arc<dyn Engine>), EngineError> {
+        let want = if self.config.tiers.contains_key(&want.tier) {
+            self.canonical(want)
+        } else {
+            self.config.default
+        };
+        let engine = self.engine(want)?;
+        if !matches!(engine.state(), ModelState::Loading) {
+            return Ok((want, engine));
+        }
+        let ready = self.ready();
+        let stand_in = ready
+            .iter()
+            .find(|k| k.tier == want.tier)
+            .or_else(|| ready.first())
+            .copied();
+        match stand_in {
+            Some(k) => Ok((k, self.engine(k)?)),
+            None => Ok((want, engine)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Engine for ModelPool {
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError> {
+        let (key, engine) = self.resolve(req.model.unwrap_or(self.config.default))?;
+        let mut out = engine.complete(req, cancel).await?;
+        out.served_by = Some(key);
+        Ok(out)
+    }
+
+    fn state(&self) -> ModelState {
+        match self.engine(self.config.default) {
+            Ok(e) => e.state(),
+            Err(e) => ModelState::Failed(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote_pool() -> ModelPool {
+        let mut tiers = HashMap::new();
+        tiers.insert(Tier::Large, TierSource::Remote(RemoteConfig::new("http://127.0.0.1:9/v1")));
+        let seen = Arc::new(Mutex::new(vec![]));
+        let log = seen.clone();
+        ModelPool::new(
+            PoolConfig {
+                tiers,
+                default: ModelKey {
+                    tier: Tier::Large,
+                    precision: Precision::Q6,
+                },
+                preload: vec![],
+                device: DevicePref::Auto,
+                prefix: PrefixLimits::default(),
+            },
+            Arc::new(move |k, s| log.lock().unwrap().push((k, s.clone()))),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn remote_tiers_ignore_bits_and_unknown_tiers_fall_back_to_the_default() {
+        let pool = remote_pool();
+        let (k, _) = pool
+            .resolve(ModelKey {
+                tier: Tier::Large,
+                precision: Precision::Q8,
+            })
+            .unwrap();
+        assert_eq!((k.tier, k.precision), (Tier::Large, Precision::Native));
+        // No small model configured: the default answers.
+        let (k, _) = pool
+            .resolve(ModelKey {
+                tier: Tier::Small,
+                precision: Precision::Q4,
+            })
+            .unwrap();
+        assert_eq!(k.tier, Tier::Large);
+        assert_eq!(pool.states().len(), 1);
+    }
+
+    #[test]
+    fn a_default_without_a_source_is_an_error() {
+        let err = ModelPool::new(
+            PoolConfig {
+                tiers: HashMap::new(),
+                default: ModelKey {
+                    tier: Tier::Small,
+                    precision: Precision::Q8,
+                },
+                preload: vec![],
+                device: DevicePref::Auto,
+                prefix: PrefixLimits::default(),
+            },
+            Arc::new(|_, _| {}),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("small/q8"), "{err}");
+    }
+}
