@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod completion;
+pub mod daemon;
 pub mod doctor;
 pub mod document;
 pub mod engine;
@@ -10,4 +11,5 @@ pub mod fetch;
 pub mod lsp;
 pub mod paths;
 pub mod prompt;
+pub mod service;
 pub mod syntax;

@@ -1,6 +1,7 @@
 //! The `laya` command line.
 
 use std::{
+    collections::HashMap,
     io::IsTerminal,
     path::PathBuf,
     process::ExitCode,
@@ -15,7 +16,7 @@ use laya::{
     doctor,
     engine::{
         runtime::{use_device, DevicePref},
-        CompletionRequest, LoadOptions, LocalModel, Precision, SamplingParams,
+        CompletionRequest, LoadOptions, LocalModel, ModelKey, Precision, SamplingParams, Tier,
     },
     fetch::{self, Fetched, Source},
     prompt::{self, LineCol},
@@ -39,12 +40,27 @@ struct Cli {
 enum Command {
     /// Report the MLX library, backend, device and models, with the fix for anything missing.
     Doctor,
-    /// Serve the Language Server Protocol on stdin/stdout (what editors start).
+    /// Serve the Language Server Protocol on stdin/stdout (what editors start). Completions
+    /// come from the resident daemon (`laya serve`), started with these flags when none runs.
     Lsp {
         #[command(flatten)]
-        model: ModelArgs,
+        serve: ServeArgs,
         #[command(flatten)]
         remote: RemoteArgs,
+        /// Run the models inside this process instead of the shared daemon.
+        #[arg(long, conflicts_with = "remote_url")]
+        in_process: bool,
+    },
+    /// The resident daemon: one copy of each model for every editor and tool, over a unix
+    /// socket (`laya lsp`) and HTTP (`/complete`, `/v1/completions`, `/v1/models`, `/health`).
+    Serve {
+        #[command(flatten)]
+        serve: ServeArgs,
+    },
+    /// Run `laya serve` as a user service (systemd on Linux, launchd on macOS).
+    Service {
+        #[command(subcommand)]
+        command: ServiceCommand,
     },
     /// Complete the code at FILE:LINE:COL (1-based) with the model and print the middle.
     Complete {
@@ -117,26 +133,326 @@ impl RemoteArgs {
     }
 }
 
-impl ModelArgs {
-    fn path(&self) -> Result<PathBuf> {
-        if let Some(m) = catalog::find(&self.model) {
-            if !m.is_present() {
-                bail!(
-                    "model {} is not downloaded: run `laya models fetch {}`",
-                    m.name,
-                    m.name
-                );
-            }
-            return Ok(m.local_path());
-        }
-        let p = PathBuf::from(&self.model);
-        if !p.exists() {
+/// A catalog name, GGUF file or model folder → its path, or the command that fixes it.
+fn resolve_model(name: &str) -> Result<PathBuf> {
+    if let Some(m) = catalog::find(name) {
+        if !m.is_present() {
             bail!(
-                "`{}` is neither a known model (`laya models list`) nor an existing file or folder",
-                self.model
+                "model {} is not downloaded: run `laya models fetch {}`",
+                m.name,
+                m.name
             );
         }
-        Ok(p)
+        return Ok(m.local_path());
+    }
+    let p = PathBuf::from(name);
+    if !p.exists() {
+        bail!("`{name}` is neither a known model (`laya models list`) nor an existing file or folder");
+    }
+    Ok(p)
+}
+
+/// The models `laya serve` holds and its own parameters. `laya lsp` takes the same flags and
+/// starts the daemon with them when none is running.
+#[derive(clap::Args, Clone, Debug)]
+struct ServeArgs {
+    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder.
+    #[arg(long, alias = "model", default_value = catalog::DEFAULT_MODEL)]
+    small: String,
+    /// Large tier: a catalog name, file or folder; `auto`: qwen2.5-coder-1.5b when it is
+    /// downloaded; `none`: no large tier (requests for it go to the small one).
+    #[arg(long, default_value = "auto")]
+    large: String,
+    /// Serve the small tier from an OpenAI-compatible server instead (base URL, e.g.
+    /// http://127.0.0.1:8080/v1).
+    #[arg(long, value_name = "URL")]
+    small_remote: Option<String>,
+    /// Serve the large tier from an OpenAI-compatible server instead.
+    #[arg(long, value_name = "URL")]
+    large_remote: Option<String>,
+    /// Bit width of the default model (the small tier), and of requests naming only a tier.
+    #[arg(long, value_enum, default_value = "q8")]
+    precision: Precision,
+    /// Quantization group size.
+    #[arg(long, default_value_t = 64)]
+    group_size: i32,
+    /// Do not read or write the converted-weights cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Also load these at start: TIER/BITS keys (small/q4, large/q6, …).
+    #[arg(long, value_name = "KEY", num_args = 1.., value_delimiter = ',')]
+    preload: Vec<String>,
+    /// HTTP address (loopback unless you mean otherwise; port 0 picks a free one, written to
+    /// the runtime directory's http.addr).
+    #[arg(long, default_value = "127.0.0.1:7723")]
+    http_addr: std::net::SocketAddr,
+    /// No HTTP, the unix socket only.
+    #[arg(long)]
+    no_http: bool,
+    /// Environment variable holding a bearer token that HTTP requests must carry.
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
+    /// Most tokens of prompt plus completion per request.
+    #[arg(long, default_value_t = 8192)]
+    max_seq_len: usize,
+    /// Most tokens a request may generate (requests giving none get 64, or this if lower).
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    /// Sampling temperature for HTTP requests that give none (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling for HTTP requests that give none.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Prompts (with their KV caches) kept per model for prefix reuse; 0 turns reuse off.
+    #[arg(long, default_value_t = 8)]
+    prefill_cache_size: usize,
+    /// Largest HTTP request body, bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// Load and warm the default model at start (false: on the first request).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    warmup: bool,
+    /// Requests sent at once to a remote tier's server (a local model runs one at a time).
+    #[arg(long, default_value_t = 4)]
+    remote_parallel: usize,
+}
+
+impl ServeArgs {
+    /// A model flag's value as the daemon should see it: files as absolute paths.
+    fn model_value(name: &str) -> String {
+        if catalog::find(name).is_none() && !matches!(name, "auto" | "none") {
+            if let Ok(p) = std::fs::canonicalize(name) {
+                return p.to_string_lossy().into_owned();
+            }
+        }
+        name.to_owned()
+    }
+
+    /// The flags that choose models (for `laya serve` and `laya lsp` alike).
+    fn model_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--small".to_owned(),
+            Self::model_value(&self.small),
+            "--large".into(),
+            Self::model_value(&self.large),
+            "--precision".into(),
+            self.precision.label().into(),
+            "--group-size".into(),
+            self.group_size.to_string(),
+            "--prefill-cache-size".into(),
+            self.prefill_cache_size.to_string(),
+        ];
+        for (flag, v) in [("--small-remote", &self.small_remote), ("--large-remote", &self.large_remote)] {
+            if let Some(v) = v {
+                a.extend([flag.to_owned(), v.clone()]);
+            }
+        }
+        if self.no_cache {
+            a.push("--no-cache".into());
+        }
+        for k in &self.preload {
+            a.extend(["--preload".to_owned(), k.clone()]);
+        }
+        a
+    }
+
+    /// `serve` and every flag, to start the same daemon elsewhere (from `laya lsp`, or as a
+    /// service).
+    fn to_args(&self, device: DevicePref) -> Vec<String> {
+        let mut a = vec!["serve".to_owned()];
+        if device != DevicePref::Auto {
+            let d = match device {
+                DevicePref::Cpu => "cpu",
+                _ => "gpu",
+            };
+            a.extend(["--device".to_owned(), d.into()]);
+        }
+        a.extend(self.model_args());
+        if self.no_http {
+            a.push("--no-http".into());
+        } else {
+            a.extend(["--http-addr".to_owned(), self.http_addr.to_string()]);
+        }
+        if let Some(v) = &self.token_env {
+            a.extend(["--token-env".to_owned(), v.clone()]);
+        }
+        a.extend([
+            "--max-seq-len".to_owned(),
+            self.max_seq_len.to_string(),
+            "--max-tokens".into(),
+            self.max_tokens.to_string(),
+            "--temperature".into(),
+            self.temperature.to_string(),
+            "--top-p".into(),
+            self.top_p.to_string(),
+            "--max-body-bytes".into(),
+            self.max_body_bytes.to_string(),
+            "--warmup".into(),
+            self.warmup.to_string(),
+            "--remote-parallel".into(),
+            self.remote_parallel.to_string(),
+        ]);
+        a
+    }
+
+    fn remote(url: &str) -> laya::engine::remote::RemoteConfig {
+        let mut cfg = laya::engine::remote::RemoteConfig::new(url);
+        cfg.api_key = std::env::var("LAYA_REMOTE_API_KEY").ok().filter(|k| !k.is_empty());
+        cfg
+    }
+
+    /// The tiers, each with the name clients see.
+    fn pool(&self, device: DevicePref) -> Result<(laya::engine::pool::PoolConfig, HashMap<Tier, String>)> {
+        use laya::engine::pool::{PoolConfig, TierSource};
+        let mut tiers = HashMap::new();
+        let mut names = HashMap::new();
+        let name_of = |spec: &str, path: &std::path::Path| match catalog::find(spec) {
+            Some(m) => m.name.to_owned(),
+            None => path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| spec.to_owned()),
+        };
+        match &self.small_remote {
+            Some(url) => {
+                tiers.insert(Tier::Small, TierSource::Remote(Self::remote(url)));
+                names.insert(Tier::Small, url.clone());
+            }
+            None => {
+                let path = resolve_model(&self.small)?;
+                names.insert(Tier::Small, name_of(&self.small, &path));
+                tiers.insert(
+                    Tier::Small,
+                    TierSource::Local {
+                        path,
+                        group_size: self.group_size,
+                    },
+                );
+            }
+        }
+        let large = match (&self.large_remote, self.large.as_str()) {
+            (Some(url), _) => {
+                tiers.insert(Tier::Large, TierSource::Remote(Self::remote(url)));
+                names.insert(Tier::Large, url.clone());
+                None
+            }
+            (None, "none") => None,
+            (None, "auto") => catalog::find("qwen2.5-coder-1.5b")
+                .filter(|m| m.is_present())
+                .map(|m| (m.name.to_owned(), m.local_path())),
+            (None, spec) => Some((spec.to_owned(), resolve_model(spec)?)),
+        };
+        if let Some((spec, path)) = large {
+            names.insert(Tier::Large, name_of(&spec, &path));
+            tiers.insert(
+                Tier::Large,
+                TierSource::Local {
+                    path,
+                    group_size: self.group_size,
+                },
+            );
+        }
+        let mut preload = vec![];
+        for k in &self.preload {
+            let parsed = k.split_once('/').and_then(|(t, b)| {
+                let tier = match t {
+                    "small" => Tier::Small,
+                    "large" => Tier::Large,
+                    _ => return None,
+                };
+                laya::daemon::server::parse_precision(b).map(|precision| ModelKey { tier, precision })
+            });
+            match parsed {
+                Some(key) if tiers.contains_key(&key.tier) => preload.push(key),
+                Some(key) => bail!("--preload {k}: no {} model is configured", key.tier.label()),
+                None => bail!("--preload {k}: expected TIER/BITS such as small/q4 or large/q6"),
+            }
+        }
+        Ok((
+            PoolConfig {
+                tiers,
+                default: ModelKey {
+                    tier: Tier::Small,
+                    precision: self.precision,
+                },
+                preload,
+                device,
+                prefix: laya::engine::prefix::PrefixLimits {
+                    max_entries: self.prefill_cache_size,
+                    ..Default::default()
+                },
+            },
+            names,
+        ))
+    }
+
+    fn daemon_config(&self, device: DevicePref) -> Result<laya::daemon::DaemonConfig> {
+        let (pool, names) = self.pool(device)?;
+        let token = match &self.token_env {
+            Some(var) => match std::env::var(var) {
+                Ok(t) if !t.trim().is_empty() => Some(t.trim().to_owned()),
+                _ => bail!("--token-env {var}: the variable is not set (or empty)"),
+            },
+            None => None,
+        };
+        if self.max_tokens == 0 || self.max_seq_len <= self.max_tokens {
+            bail!(
+                "--max-tokens must be at least 1 and below --max-seq-len ({} vs {})",
+                self.max_tokens,
+                self.max_seq_len
+            );
+        }
+        Ok(laya::daemon::DaemonConfig {
+            pool,
+            names,
+            runtime_dir: laya::daemon::paths::runtime_dir(),
+            http: (!self.no_http).then_some(self.http_addr),
+            token,
+            limits: laya::daemon::Limits {
+                max_tokens: self.max_tokens,
+                max_seq_len: self.max_seq_len,
+                max_body_bytes: self.max_body_bytes,
+                ..Default::default()
+            },
+            defaults: laya::daemon::Defaults {
+                max_tokens: 64.min(self.max_tokens),
+                temperature: self.temperature,
+                top_p: self.top_p,
+            },
+            warmup: self.warmup,
+            remote_slots: self.remote_parallel.max(1),
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum ServiceCommand {
+    /// Write the service file (ExecStart: this binary, `serve` and the flags given here), then
+    /// enable and start it.
+    Install {
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// Only write the file.
+        #[arg(long)]
+        no_start: bool,
+        /// Service manager (default: this system's).
+        #[arg(long, value_enum)]
+        platform: Option<laya::service::Platform>,
+    },
+    /// Stop and disable the service and remove its file.
+    Uninstall {
+        /// Only remove the file.
+        #[arg(long)]
+        no_stop: bool,
+        #[arg(long, value_enum)]
+        platform: Option<laya::service::Platform>,
+    },
+}
+
+impl ModelArgs {
+    fn path(&self) -> Result<PathBuf> {
+        resolve_model(&self.model)
     }
 
     fn options(&self) -> LoadOptions {
@@ -183,6 +499,21 @@ enum BenchCommand {
         /// Threads for the llama.cpp peer.
         #[arg(long, default_value_t = 2)]
         peer_threads: usize,
+    },
+    /// Resident memory of the daemon with one LSP client completing, then several at once
+    /// (one copy of the weights serves them all; the goal is at most 1.1x).
+    Memory {
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// LSP clients in the second phase.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Completions per client per phase (prompts are short, 4 tokens each).
+        #[arg(long, default_value_t = 2)]
+        requests: usize,
+        /// Skip measuring one `laya lsp --in-process` for comparison.
+        #[arg(long)]
+        no_in_process: bool,
     },
     /// Exact-line and edit similarity per language on masked-line cases from real code,
     /// through the whole completion pipeline, beside another engine's answers.
@@ -254,8 +585,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Lsp { model, remote } => {
-            lsp(model, remote, cli.device)?;
+        Command::Lsp {
+            serve,
+            remote,
+            in_process,
+        } => {
+            lsp(serve, remote, in_process, cli.device)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { serve } => {
+            let config = serve.daemon_config(cli.device)?;
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            match rt.block_on(laya::daemon::run(config)) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(e.exit_code()))
+                }
+            }
+        }
+        Command::Service { command } => service(command, cli.device),
+        Command::Bench {
+            command:
+                BenchCommand::Memory {
+                    serve,
+                    clients,
+                    requests,
+                    no_in_process,
+                },
+        } => {
+            bench_memory(&serve, clients, requests, !no_in_process)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Complete {
@@ -609,27 +968,155 @@ fn bench_engine(
     Ok(())
 }
 
-fn lsp(args: ModelArgs, remote: RemoteArgs, device: DevicePref) -> Result<()> {
+fn lsp(serve: ServeArgs, remote: RemoteArgs, in_process: bool, device: DevicePref) -> Result<()> {
     use laya::{
+        daemon::{ClientConfig, DaemonEngine, SpawnCommand},
         engine::{
+            pool::ModelPool,
             remote::RemoteEngine,
-            worker::{Engine, ModelWorker},
+            worker::{Engine, ModelState},
         },
         lsp::{serve_stdio, EngineSource},
     };
     let source = if let Some(cfg) = remote.config() {
         EngineSource::Ready(Arc::new(RemoteEngine::new(cfg)) as Arc<dyn Engine>)
-    } else {
-        // Resolve the model before the editor connects, so a missing one is a clear error in
+    } else if in_process {
+        // Resolve the models before the editor connects, so a missing one is a clear error in
         // the editor's log right away; loading itself happens after `initialized`.
-        let path = args.path()?;
-        let mut opts = args.options();
-        opts.progress = false; // stderr belongs to the editor's log
+        let (pool, _) = serve.pool(device)?;
+        let default = pool.default;
         EngineSource::Deferred(Box::new(move |report| {
-            Arc::new(ModelWorker::spawn(path, opts, device, report)) as Arc<dyn Engine>
+            let report = std::sync::Mutex::new(report);
+            let on_state = Arc::new(move |key: ModelKey, s: &ModelState| {
+                if key.tier == default.tier {
+                    (report.lock().unwrap_or_else(|p| p.into_inner()))(s);
+                }
+            });
+            match ModelPool::new(pool, on_state.clone()) {
+                Ok(p) => Arc::new(p) as Arc<dyn Engine>,
+                Err(e) => {
+                    on_state(default, &ModelState::Failed(e.to_string()));
+                    Arc::new(Unavailable(e.to_string())) as Arc<dyn Engine>
+                }
+            }
+        }))
+    } else {
+        // The same check the daemon makes, here, so a missing model shows in the editor's log
+        // at once instead of in the daemon's.
+        serve.pool(device)?;
+        let program = std::env::current_exe().context("finding this program's path")?;
+        let config = ClientConfig {
+            runtime_dir: laya::daemon::paths::runtime_dir(),
+            spawn: Some(SpawnCommand {
+                program,
+                args: serve.to_args(device),
+            }),
+            client: format!("lsp {}", std::process::id()),
+            start_timeout: std::time::Duration::from_secs(20),
+        };
+        EngineSource::Deferred(Box::new(move |report| {
+            Arc::new(DaemonEngine::new(config, report)) as Arc<dyn Engine>
         }))
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(serve_stdio(source));
+    Ok(())
+}
+
+/// An engine that only says why there is none.
+struct Unavailable(String);
+
+#[async_trait::async_trait]
+impl laya::engine::worker::Engine for Unavailable {
+    async fn complete(
+        &self,
+        _: CompletionRequest,
+        _: Arc<AtomicBool>,
+    ) -> Result<laya::engine::CompletionOutput, laya::engine::EngineError> {
+        Err(laya::engine::EngineError::Request(self.0.clone()))
+    }
+
+    fn state(&self) -> laya::engine::worker::ModelState {
+        laya::engine::worker::ModelState::Failed(self.0.clone())
+    }
+}
+
+fn service(command: ServiceCommand, device: DevicePref) -> Result<ExitCode> {
+    use laya::service::{self as svc, Platform, ServiceSpec};
+    match command {
+        ServiceCommand::Install {
+            serve,
+            no_start,
+            platform,
+        } => {
+            let platform = platform.unwrap_or_else(Platform::native);
+            // The flags must make a daemon that starts: check them here, not at login.
+            serve.daemon_config(device)?;
+            let program = std::env::current_exe()
+                .and_then(std::fs::canonicalize)
+                .context("finding this program's path")?;
+            let env = ["LAYA_MODEL_DIR", "LAYA_CACHE_DIR", "LAYA_RUNTIME_DIR", "LAYA_LOG"]
+                .iter()
+                .filter_map(|k| {
+                    std::env::var(k)
+                        .ok()
+                        .filter(|v| !v.is_empty())
+                        .map(|v| (k.to_string(), v))
+                })
+                .collect();
+            let spec = ServiceSpec {
+                program,
+                args: serve.to_args(device),
+                env,
+            };
+            let (path, ran) = svc::install(platform, &spec, !no_start)?;
+            println!("wrote {}", path.display());
+            for r in ran {
+                println!("ran `{r}`");
+            }
+            if let Some(var) = &serve.token_env {
+                println!("note: the service needs {var} in its environment for its HTTP token");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ServiceCommand::Uninstall { no_stop, platform } => {
+            let platform = platform.unwrap_or_else(Platform::native);
+            match svc::uninstall(platform, !no_stop)? {
+                Some(p) => println!("removed {}", p.display()),
+                None => println!(
+                    "no laya service installed ({} does not exist)",
+                    svc::unit_path(platform)?.display()
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn bench_memory(serve: &ServeArgs, clients: usize, requests: usize, in_process: bool) -> Result<()> {
+    use laya::daemon::memory::{self, mib, MemoryBench};
+    let bench = MemoryBench {
+        program: std::env::current_exe().context("finding this program's path")?,
+        model_args: serve.model_args(),
+        clients,
+        requests,
+        in_process,
+    };
+    let r = memory::run(&bench, |line| eprintln!("{line}")).map_err(anyhow::Error::msg)?;
+    println!("daemon RSS with 1 LSP client:  {:8.1} MiB", mib(r.one_client));
+    println!("daemon RSS with {} LSP clients: {:8.1} MiB", r.clients, mib(r.many_clients));
+    println!("ratio: {:.3} (goal <= 1.1)", r.ratio());
+    if !r.lsp.is_empty() {
+        let each: Vec<String> = r.lsp.iter().map(|b| format!("{:.1}", mib(*b))).collect();
+        println!("each laya lsp process: {} MiB", each.join(", "));
+    }
+    if let Some(ip) = r.in_process {
+        println!(
+            "one laya lsp --in-process: {:.1} MiB ({} of them: about {:.1} MiB)",
+            mib(ip),
+            r.clients,
+            mib(ip) * r.clients as f64
+        );
+    }
     Ok(())
 }

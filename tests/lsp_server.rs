@@ -172,7 +172,7 @@ impl Client {
 }
 
 /// Every method the server handles, plus one it does not: targets for malformed input.
-const METHODS: [&str; 9] = [
+const METHODS: [&str; 10] = [
     "textDocument/inlineCompletion",
     "textDocument/completion",
     "textDocument/didOpen",
@@ -181,6 +181,7 @@ const METHODS: [&str; 9] = [
     "workspace/executeCommand",
     "workspace/didChangeConfiguration",
     "laya/acceptance",
+    "laya/explain",
     "no/suchMethod",
 ];
 
@@ -191,7 +192,9 @@ fn no_debounce() -> Value {
 #[tokio::test]
 async fn inline_completion_lifecycle() {
     let answer = |_: &str| vec!["    return a + b\n\n\ndef main():\n    pass".to_owned()];
-    let mut c = Client::start(answer, Duration::ZERO, false, no_debounce()).await;
+    // Every request builds its prompt afresh here (typing-through and anchors: next test).
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    let mut c = Client::start(answer, Duration::ZERO, false, init).await;
     let uri = "file:///work/demo/calc.py";
     let fixture = "import math\n\ndef add(a, b):\n$0\n\ndef main():\n    print(add(1, 2))\n";
     let pos = c.open(uri, "python", fixture).await;
@@ -260,6 +263,82 @@ async fn inline_completion_lifecycle() {
     assert_eq!(r["error"]["code"], -32602, "{r}");
     let r = c.request("shutdown", json!(null)).await;
     assert!(r.get("error").is_none(), "{r}");
+}
+
+/// Typing the shown suggestion is answered without the model; typing something else continues
+/// the last prompt (so the engine's prefix store reuses it); moving away builds a new one.
+#[tokio::test]
+async fn typing_through_and_anchored_prompts() {
+    let answer = |_: &str| vec!["return a + b".to_owned()];
+    let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
+    let uri = "file:///work/demo/calc.py";
+    let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
+    let r = c.inline(uri, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "return a + b");
+    fn c_prompts_len(c: &Client) -> usize {
+        c.engine.prompts.lock().unwrap().len()
+    }
+    assert_eq!(c_prompts_len(&c), 1);
+    let first = c.engine.prompts.lock().unwrap()[0].clone();
+
+    let type_at = |line: u32, ch: u32, text: &str, version: i32| {
+        json!({
+            "textDocument": { "uri": uri, "version": version },
+            "contentChanges": [{ "range": { "start": { "line": line, "character": ch }, "end": { "line": line, "character": ch } }, "text": text }],
+        })
+    };
+    // Type "ret": the rest of the suggestion comes back, no model call.
+    c.notify("textDocument/didChange", type_at(1, 4, "ret", 2)).await;
+    let r = c.inline(uri, (1, 7)).await;
+    assert_eq!(r["result"][0]["insertText"], "urn a + b", "{r}");
+    assert_eq!(r["result"][0]["range"]["start"], json!({ "line": 1, "character": 7 }));
+    assert_eq!(c_prompts_len(&c), 1);
+    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
+    assert_eq!(r["result"]["source"], "typed-through", "{r}");
+
+    // Type "x", off the suggestion: a model call whose prompt continues the first one.
+    c.notify("textDocument/didChange", type_at(1, 7, "x", 3)).await;
+    c.inline(uri, (1, 8)).await;
+    assert_eq!(c_prompts_len(&c), 2);
+    let second = c.engine.prompts.lock().unwrap()[1].clone();
+    assert_eq!(second, format!("{first}retx"));
+    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
+    assert_eq!(r["result"]["anchored"], true, "{r}");
+    assert_eq!(r["result"]["source"], "model");
+
+    // An edit elsewhere (above the cursor) ends the anchor: a fresh prompt.
+    c.notify("textDocument/didChange", type_at(0, 0, "# sum\n", 4)).await;
+    c.inline(uri, (2, 8)).await;
+    let third = c.engine.prompts.lock().unwrap()[2].clone();
+    assert!(third.starts_with("<|fim_prefix|># sum\ndef add(a, b):\n    retx<|fim_suffix|>"), "{third}");
+}
+
+/// `laya/explain` says which model the router chose and why.
+#[tokio::test]
+async fn explain_reports_the_route_and_its_reason() {
+    let mut c = Client::start(|_| vec!["x = 1".to_owned()], Duration::ZERO, true, no_debounce()).await;
+    let r = c.request("laya/explain", json!({ "textDocument": { "uri": "file:///none.py" } })).await;
+    assert_eq!(r["result"], Value::Null, "nothing to explain yet");
+    let r = c.request("laya/explain", json!({})).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let uri = "file:///work/demo/a.py";
+    // In a comment: the prose policy (small q4).
+    let pos = c.open(uri, "python", "# compute the $0\nx = 1\n").await;
+    c.inline(uri, pos).await;
+    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
+    assert_eq!(r["result"]["route"]["model"], json!({ "tier": "small", "precision": "q4" }), "{r}");
+    assert!(r["result"]["route"]["reason"].as_str().unwrap().contains("comment"), "{r}");
+    assert!(r["result"]["markdown"].as_str().unwrap().contains("small/q4"), "{r}");
+    // Code on an empty line, asked for: the large tier.
+    let uri = "file:///work/demo/b.py";
+    let pos = c.open(uri, "python", "def f(a):\n    $0\n").await;
+    c.request(
+        "textDocument/inlineCompletion",
+        json!({ "textDocument": { "uri": uri }, "position": { "line": pos.0, "character": pos.1 }, "context": { "triggerKind": 1 } }),
+    )
+    .await;
+    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
+    assert_eq!(r["result"]["route"]["model"], json!({ "tier": "large", "precision": "q6" }), "{r}");
 }
 
 #[tokio::test]

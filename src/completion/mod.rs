@@ -2,3 +2,4 @@
 
 pub mod pipeline;
 pub mod postprocess;
+pub mod router;

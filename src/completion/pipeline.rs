@@ -1,12 +1,28 @@
-//! One completion request from a document snapshot to edits: context → prompt → engine →
-//! post-processing. Knows no LSP types; sees the engine only through the `Engine` trait.
+//! One completion request from a document snapshot to edits: context → prompt → route →
+//! engine → post-processing. Knows no LSP types; sees the engine only through the `Engine`
+//! trait.
+//!
+//! Keystrokes are cheap in two ways. *Typing through*: while the user types the first
+//! characters of the suggestion last shown, the rest of it is the answer, with no model call
+//! (a partial accept looks the same). *Anchored prompts*: after a model call, the document
+//! text, cursor and prompt are kept as the document's anchor; while the only change since is
+//! text inserted at the anchor's cursor (the user typing on), the next prompt is the anchor's
+//! prompt followed by that text, as the start of the middle. So the prompt grows only at its
+//! end, the engine's prefix store finds all of it but the new characters (including the
+//! tokens it generated, when the user typed what it suggested), and a keystroke costs a few
+//! tokens of prefill.
 
-use std::sync::{atomic::AtomicBool, Arc};
+use std::sync::{atomic::AtomicBool, Arc, Mutex};
 
-use super::postprocess::{self, Edit, Surroundings};
+use dashmap::DashMap;
+
+use super::{
+    postprocess::{self, Edit, Surroundings},
+    router::{self, Latencies, Route, RouteInput, RouterPolicy},
+};
 use crate::{
     document::DocumentSnapshot,
-    engine::{worker::Engine, CompletionRequest, EngineError, SamplingParams, Timing},
+    engine::{worker::Engine, CompletionRequest, EngineError, ModelKey, SamplingParams, Timing},
     prompt::{self, Budget, PromptInput, Snippet},
     syntax::CursorKind,
 };
@@ -26,6 +42,13 @@ pub struct CompletionSettings {
     pub temperature: f32,
     /// Languages (LSP ids) to complete in; empty means all.
     pub languages: Vec<String>,
+    /// Which model answers which request.
+    pub router: RouterPolicy,
+    /// Answer keystrokes that type the shown suggestion from it, without the model.
+    pub typing_through: bool,
+    /// Continue the document's last prompt while the user types at its cursor (bytes typed
+    /// at most; 0 turns it off and builds every prompt afresh).
+    pub anchor_max_bytes: usize,
 }
 
 impl Default for CompletionSettings {
@@ -38,6 +61,9 @@ impl Default for CompletionSettings {
             candidates: 1,
             temperature: 0.6,
             languages: vec![],
+            router: RouterPolicy::default(),
+            typing_through: true,
+            anchor_max_bytes: 512,
         }
     }
 }
@@ -51,12 +77,137 @@ pub enum Trigger {
     Automatic,
 }
 
+/// Where a completion's edits came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A model call.
+    Model,
+    /// The rest of the suggestion being typed; no model call.
+    TypedThrough,
+}
+
 #[derive(Debug)]
 pub struct Completion {
     /// Distinct, non-empty edits, best first.
     pub edits: Vec<Edit>,
     pub timing: Timing,
     pub cursor_kind: CursorKind,
+    pub source: Source,
+    /// The router's choice (model calls only).
+    pub route: Option<Route>,
+    /// The model that answered, where the engine says.
+    pub served_by: Option<ModelKey>,
+    /// The prompt continued the document's anchor.
+    pub anchored: bool,
+}
+
+/// What the last request of a document did, for `laya/explain`.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub source: Source,
+    pub trigger: String,
+    pub cursor_kind: String,
+    pub route: Option<Route>,
+    pub served_by: Option<String>,
+    pub anchored: bool,
+    pub prompt_tokens: usize,
+    pub reused_tokens: usize,
+    pub prefilled_tokens: usize,
+    pub generated_tokens: usize,
+    pub first_token_ms: f64,
+    pub total_ms: f64,
+    pub suggestion: Option<String>,
+}
+
+impl Explanation {
+    fn of(c: &Completion, trigger: Trigger) -> Self {
+        let t = &c.timing;
+        Explanation {
+            source: c.source,
+            trigger: format!("{trigger:?}").to_lowercase(),
+            cursor_kind: format!("{:?}", c.cursor_kind).to_lowercase(),
+            route: c.route.clone(),
+            served_by: c.served_by.map(|k| k.to_string()),
+            anchored: c.anchored,
+            prompt_tokens: t.prompt_tokens,
+            reused_tokens: t.reused_tokens,
+            prefilled_tokens: t.prefilled_tokens,
+            generated_tokens: t.generated_tokens,
+            first_token_ms: t.first_token.as_secs_f64() * 1e3,
+            total_ms: t.total.as_secs_f64() * 1e3,
+            suggestion: c.edits.first().map(|e| e.text.clone()),
+        }
+    }
+
+    /// A few lines of Markdown for people.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        match self.source {
+            Source::TypedThrough => s.push_str("**typed through**: the rest of the shown suggestion, no model call\n\n"),
+            Source::Model => {
+                if let Some(r) = &self.route {
+                    s.push_str(&format!("**model** {} — {}\n\n", r.model, r.reason));
+                }
+                if let Some(b) = &self.served_by {
+                    if self.route.as_ref().map(|r| r.model.to_string()) != Some(b.clone()) {
+                        s.push_str(&format!("answered by **{b}** (the chosen model was still loading)\n\n"));
+                    }
+                }
+                s.push_str(&format!(
+                    "prompt {} tokens ({} reused, {} prefilled{}), {} generated; first token {:.0} ms, total {:.0} ms\n\n",
+                    self.prompt_tokens,
+                    self.reused_tokens,
+                    self.prefilled_tokens,
+                    if self.anchored { ", continuing the last prompt" } else { "" },
+                    self.generated_tokens,
+                    self.first_token_ms,
+                    self.total_ms
+                ));
+            }
+        }
+        s.push_str(&format!("trigger {}, cursor in {}", self.trigger, self.cursor_kind));
+        if let Some(text) = &self.suggestion {
+            s.push_str(&format!("\n\n```\n{text}\n```"));
+        }
+        s
+    }
+}
+
+/// A document's text and cursor at some moment.
+#[derive(Clone)]
+struct Mark {
+    text: Arc<str>,
+    cursor: usize,
+}
+
+impl Mark {
+    /// The text inserted at this mark's cursor to give `text` with the cursor at `cursor`
+    /// just after it; `None` for any other change.
+    fn typed_since<'t>(&self, text: &'t str, cursor: usize) -> Option<&'t str> {
+        let old = &*self.text;
+        let n = text.len().checked_sub(old.len())?;
+        if cursor != self.cursor + n
+            || !text.is_char_boundary(self.cursor)
+            || !text.is_char_boundary(cursor)
+            || text[..self.cursor] != old[..self.cursor]
+            || text[cursor..] != old[self.cursor..]
+        {
+            return None;
+        }
+        Some(&text[self.cursor..cursor])
+    }
+}
+
+/// Per-document memory between requests.
+#[derive(Default)]
+struct DocState {
+    /// Where the last fresh prompt was built, and the prompt.
+    anchor: Option<(Mark, String)>,
+    /// Where the last suggestion was shown, and what it was.
+    shown: Option<(Mark, Edit)>,
+    explanation: Option<Explanation>,
 }
 
 /// Path shown to the model: the URI's path relative to the workspace root when inside it.
@@ -81,15 +232,57 @@ pub struct Request<'a> {
 
 pub struct Pipeline {
     engine: Arc<dyn Engine>,
+    docs: DashMap<String, DocState>,
+    latencies: Mutex<Latencies>,
 }
 
 impl Pipeline {
     pub fn new(engine: Arc<dyn Engine>) -> Self {
-        Pipeline { engine }
+        Pipeline {
+            engine,
+            docs: DashMap::new(),
+            latencies: Mutex::new(Latencies::default()),
+        }
     }
 
     pub fn engine(&self) -> &Arc<dyn Engine> {
         &self.engine
+    }
+
+    /// What the last request for `uri` did.
+    pub fn explain(&self, uri: &str) -> Option<Explanation> {
+        self.docs.get(uri).and_then(|d| d.explanation.clone())
+    }
+
+    /// Forget a document (closed).
+    pub fn forget(&self, uri: &str) {
+        self.docs.remove(uri);
+    }
+
+    /// The rest of the suggestion last shown in this document, when the only change since is
+    /// the user typing its first characters. No model call.
+    pub fn typed_through(&self, doc: &DocumentSnapshot, cursor: usize, settings: &CompletionSettings) -> Option<Completion> {
+        if !settings.typing_through {
+            return None;
+        }
+        let mut state = self.docs.get_mut(&doc.uri)?;
+        let (mark, edit) = state.shown.as_ref()?;
+        let typed = mark.typed_since(&doc.text, cursor)?;
+        let rest = edit.text.strip_prefix(typed).filter(|r| !r.trim().is_empty())?;
+        let c = Completion {
+            edits: vec![Edit {
+                text: rest.to_owned(),
+                replace_len: edit.replace_len,
+            }],
+            timing: Timing::default(),
+            cursor_kind: CursorKind::Code,
+            source: Source::TypedThrough,
+            route: None,
+            served_by: None,
+            anchored: false,
+        };
+        state.explanation = Some(Explanation::of(&c, Trigger::Automatic));
+        Some(c)
     }
 
     /// Complete at the request's cursor; setting `cancel` stops the engine.
@@ -107,6 +300,9 @@ impl Pipeline {
             return Err(EngineError::Request(format!(
                 "cursor byte {cursor} is not inside the document"
             )));
+        }
+        if let Some(c) = self.typed_through(doc, cursor, settings) {
+            return Ok(c);
         }
         let ctx = doc.context(cursor, others);
         let surroundings = Surroundings::at(text, cursor);
@@ -138,32 +334,66 @@ impl Pipeline {
             }
             None => (vec![], vec![], vec![]),
         };
-        let repo = workspace_root
-            .and_then(|r| r.trim_end_matches('/').rsplit('/').next())
-            .unwrap_or("workspace");
-        let path = display_path(&doc.uri, workspace_root);
-        let prompt = prompt::build(
-            &PromptInput {
-                repo_name: repo,
-                path: &path,
-                prefix: &text[..cursor],
-                suffix: &text[cursor..],
-                imports: &imports,
-                local_context: &local,
-                other_files: &snippets,
+        // Continue the anchor's prompt while the user types on at its cursor.
+        let anchored = self.docs.get(&doc.uri).and_then(|d| {
+            let (mark, prompt) = d.anchor.as_ref()?;
+            let typed = mark.typed_since(text, cursor)?;
+            (typed.len() <= settings.anchor_max_bytes).then(|| format!("{prompt}{typed}"))
+        });
+        let is_anchored = anchored.is_some();
+        let prompt_text = match anchored {
+            Some(p) => p,
+            None => {
+                let repo = workspace_root
+                    .and_then(|r| r.trim_end_matches('/').rsplit('/').next())
+                    .unwrap_or("workspace");
+                let path = display_path(&doc.uri, workspace_root);
+                let prompt = prompt::build(
+                    &PromptInput {
+                        repo_name: repo,
+                        path: &path,
+                        prefix: &text[..cursor],
+                        suffix: &text[cursor..],
+                        imports: &imports,
+                        local_context: &local,
+                        other_files: &snippets,
+                    },
+                    &settings.budget,
+                );
+                if settings.anchor_max_bytes > 0 {
+                    self.docs.entry(doc.uri.clone()).or_default().anchor = Some((
+                        Mark {
+                            text: doc.text.clone(),
+                            cursor,
+                        },
+                        prompt.text.clone(),
+                    ));
+                }
+                prompt.text
+            }
+        };
+        let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
+        let block = !(mid_line || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
+        let route = router::route(
+            &settings.router,
+            &RouteInput {
+                trigger,
+                cursor_kind,
+                language_id: &doc.language_id,
+                block,
+                prompt_tokens: prompt_text.len() / prompt::BYTES_PER_TOKEN,
             },
-            &settings.budget,
+            &self.latencies.lock().unwrap_or_else(|p| p.into_inner()),
         );
+        tracing::debug!(model = %route.model, reason = route.reason, "route");
         let n = settings.candidates.max(1);
         let req = CompletionRequest {
-            model: None,
-            prompt: prompt.text,
-            max_tokens: if mid_line
-                || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty()
-            {
-                settings.max_tokens_line
-            } else {
+            model: Some(route.model),
+            prompt: prompt_text,
+            max_tokens: if block {
                 settings.max_tokens_block
+            } else {
+                settings.max_tokens_line
             },
             n,
             sampling: if n == 1 {
@@ -191,10 +421,32 @@ impl Pipeline {
                 }
             }
         }
-        Ok(Completion {
+        if let Some(key) = out.served_by {
+            self.latencies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(key, out.timing.total.as_secs_f64() * 1e3);
+        }
+        let c = Completion {
             edits,
             timing: out.timing,
-            cursor_kind: ctx.map(|c| c.cursor_kind).unwrap_or(CursorKind::Code),
-        })
+            cursor_kind,
+            source: Source::Model,
+            route: Some(route),
+            served_by: out.served_by,
+            anchored: is_anchored,
+        };
+        let mut state = self.docs.entry(doc.uri.clone()).or_default();
+        state.shown = c.edits.first().map(|e| {
+            (
+                Mark {
+                    text: doc.text.clone(),
+                    cursor,
+                },
+                e.clone(),
+            )
+        });
+        state.explanation = Some(Explanation::of(&c, trigger));
+        Ok(c)
     }
 }

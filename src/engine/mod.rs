@@ -172,6 +172,18 @@ impl LocalModel {
         req: &CompletionRequest,
         cancel: &AtomicBool,
     ) -> Result<CompletionOutput, EngineError> {
+        self.complete_streaming(req, cancel, |_, _| {})
+    }
+
+    /// [`complete`](Self::complete), also handing each candidate's text to `on_piece` as it is
+    /// decoded: `(candidate, piece)`, pieces in order, never part of a stop string and never a
+    /// split character. A candidate's pieces concatenate to its final `text`.
+    pub fn complete_streaming(
+        &self,
+        req: &CompletionRequest,
+        cancel: &AtomicBool,
+        mut on_piece: impl FnMut(usize, &str),
+    ) -> Result<CompletionOutput, EngineError> {
         let start = Instant::now();
         if req.n == 0 {
             return Err(EngineError::Request("n must be at least 1".into()));
@@ -191,8 +203,17 @@ impl LocalModel {
         let store = (self.prefix.lock().unwrap_or_else(|p| p.into_inner()).limits().max_entries > 0)
             .then_some(&self.prefix);
         let (out, reused) = prefix::generate_with_store(&self.loaded.model, store, &ids, &greq, cancel, |i, tok| {
-            texts.push(i, tok)
+            let control = texts.push(i, tok);
+            if let Some(piece) = texts.settled(i, false) {
+                on_piece(i, piece);
+            }
+            control
         })?;
+        for i in 0..req.n {
+            if let Some(piece) = texts.settled(i, true) {
+                on_piece(i, piece);
+            }
+        }
         let choices = out
             .candidates
             .iter()
@@ -227,6 +248,8 @@ struct StopScanner<'t> {
     decoders: Vec<tokenizer::StreamDecoder<'t>>,
     texts: Vec<String>,
     stopped: Vec<bool>,
+    /// Bytes of each text already handed out by [`settled`](Self::settled).
+    settled: Vec<usize>,
     stop: &'t [String],
 }
 
@@ -236,8 +259,31 @@ impl<'t> StopScanner<'t> {
             decoders: (0..n).map(|_| tokenizer.stream_decoder()).collect(),
             texts: vec![String::new(); n],
             stopped: vec![false; n],
+            settled: vec![0; n],
             stop,
         }
+    }
+
+    /// Text of candidate `i` that is final and not yet handed out: all of it once the
+    /// candidate stopped or `end` is set; otherwise all but the bytes a stop string that
+    /// starts there could still claim. `None` when there is nothing new.
+    fn settled(&mut self, i: usize, end: bool) -> Option<&str> {
+        let text = &self.texts[i];
+        let mut upto = if end || self.stopped[i] {
+            text.len()
+        } else {
+            let longest = self.stop.iter().map(String::len).max().unwrap_or(0);
+            text.len().saturating_sub(longest.saturating_sub(1))
+        };
+        while !text.is_char_boundary(upto) {
+            upto -= 1;
+        }
+        let from = self.settled[i];
+        if upto <= from {
+            return None;
+        }
+        self.settled[i] = upto;
+        Some(&text[from..upto])
     }
 
     fn push(&mut self, i: usize, token: u32) -> Control {
@@ -302,6 +348,31 @@ mod tests {
         assert_eq!(text, "return a + b\n");
         let (text, at) = scan(&tok, "no stop here", &stop);
         assert_eq!((text.as_str(), at), ("no stop here", None));
+    }
+
+    #[test]
+    fn settled_pieces_concatenate_to_the_final_text_and_never_hold_a_stop_string() {
+        let tok = tokenizer();
+        let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
+        for text in ["x = 1\ny = 2\n\nprint(x)", "return a + b\ndef g():", "naïve 🙂 café", "no stop"] {
+            let ids = tok.encode(text, false).unwrap();
+            let mut s = StopScanner::new(&tok, 1, &stop);
+            let mut streamed = String::new();
+            for &id in &ids {
+                let c = s.push(0, id);
+                if let Some(p) = s.settled(0, false) {
+                    assert!(!p.contains("\n\n") && !p.contains("def "), "{p:?}");
+                    streamed.push_str(p);
+                }
+                if c == Control::Stop {
+                    break;
+                }
+            }
+            if let Some(p) = s.settled(0, true) {
+                streamed.push_str(p);
+            }
+            assert_eq!(streamed, s.text(0), "{text:?}");
+        }
     }
 
     #[test]

@@ -38,11 +38,33 @@ pub trait Engine: Send + Sync + 'static {
         cancel: Arc<AtomicBool>,
     ) -> Result<CompletionOutput, EngineError>;
     fn state(&self) -> ModelState;
+
+    /// [`complete`](Self::complete), also sending `(candidate, piece)` to `on_piece` as text
+    /// is decoded; a candidate's pieces concatenate to its final text. Engines that cannot
+    /// stream send each candidate's whole text once it is done (this default).
+    async fn complete_stream(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+        on_piece: PieceSender,
+    ) -> Result<CompletionOutput, EngineError> {
+        let out = self.complete(req, cancel).await?;
+        for (i, c) in out.choices.iter().enumerate() {
+            if !c.text.is_empty() {
+                let _ = on_piece.send((i, c.text.clone()));
+            }
+        }
+        Ok(out)
+    }
 }
+
+/// Where streamed text goes: `(candidate index, piece)`.
+pub type PieceSender = tokio::sync::mpsc::UnboundedSender<(usize, String)>;
 
 struct Job {
     req: CompletionRequest,
     cancel: Arc<AtomicBool>,
+    pieces: Option<PieceSender>,
     reply: oneshot::Sender<Result<CompletionOutput, EngineError>>,
 }
 
@@ -113,17 +135,22 @@ fn serve(model: LocalModel, rx: Receiver<Job>) {
         }
         let span = tracing::info_span!("generate", prompt_bytes = job.req.prompt.len());
         let _guard = span.enter();
-        let out = model.complete(&job.req, &job.cancel);
+        let out = match &job.pieces {
+            Some(tx) => model.complete_streaming(&job.req, &job.cancel, |i, piece| {
+                let _ = tx.send((i, piece.to_owned()));
+            }),
+            None => model.complete(&job.req, &job.cancel),
+        };
         let _ = job.reply.send(out);
     }
 }
 
-#[async_trait::async_trait]
-impl Engine for ModelWorker {
-    async fn complete(
+impl ModelWorker {
+    async fn submit(
         &self,
         req: CompletionRequest,
         cancel: Arc<AtomicBool>,
+        pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
         let (reply, answer) = oneshot::channel();
         // Cancel the job if this future is dropped (the client gave up or a newer request won).
@@ -139,13 +166,38 @@ impl Engine for ModelWorker {
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .send(Job { req, cancel, reply })
+            .send(Job {
+                req,
+                cancel,
+                pieces,
+                reply,
+            })
             .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
         let out = answer
             .await
             .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
         guard.1 = true;
         out
+    }
+}
+
+#[async_trait::async_trait]
+impl Engine for ModelWorker {
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError> {
+        self.submit(req, cancel, None).await
+    }
+
+    async fn complete_stream(
+        &self,
+        req: CompletionRequest,
+        cancel: Arc<AtomicBool>,
+        on_piece: PieceSender,
+    ) -> Result<CompletionOutput, EngineError> {
+        self.submit(req, cancel, Some(on_piece)).await
     }
 
     fn state(&self) -> ModelState {

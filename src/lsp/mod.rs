@@ -222,6 +222,13 @@ impl LayaServer {
         if let Some(older) = self.inflight.insert(uri.as_str().to_owned(), cancel.clone()) {
             older.store(true, Ordering::Relaxed);
         }
+        // Typing the shown suggestion: answer at once, no debounce, no model.
+        if let Some(c) = pipeline.typed_through(&doc, cursor, &settings) {
+            self.inflight
+                .remove_if(uri.as_str(), |_, v| Arc::ptr_eq(v, &cancel));
+            tracing::info!(uri = uri.as_str(), "completion typed through");
+            return Ok(Some((doc, cursor, c)));
+        }
         if settings.debounce_ms > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(settings.debounce_ms)).await;
         }
@@ -249,7 +256,12 @@ impl LayaServer {
                 tracing::info!(
                     uri = uri.as_str(),
                     items = c.edits.len(),
+                    model = c.route.as_ref().map(|r| r.model.to_string()),
+                    served_by = c.served_by.map(|k| k.to_string()),
+                    reason = c.route.as_ref().map(|r| r.reason.as_str()),
+                    anchored = c.anchored,
                     prompt_tokens = c.timing.prompt_tokens,
+                    reused_tokens = c.timing.reused_tokens,
                     total_ms = c.timing.total.as_millis() as u64,
                     "completion"
                 );
@@ -301,6 +313,28 @@ impl LayaServer {
     }
 
     /// `laya/acceptance`: counts of items shown and accepted (full, word, line).
+    /// `laya/explain` `{textDocument: {uri}}`: what the last request of that document did
+    /// (model and why, reuse, timing), as `{markdown, ...fields}`; `null` before any request.
+    pub async fn explain(&self, params: Value) -> RpcResult<Value> {
+        let uri = params
+            .pointer("/textDocument/uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| convert::invalid_params("laya/explain needs {textDocument: {uri}}"))?;
+        let Some(pipeline) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Ok(Value::Null);
+        };
+        Ok(match pipeline.explain(uri) {
+            Some(e) => {
+                let mut v = serde_json::to_value(&e).unwrap_or(Value::Null);
+                if let Value::Object(m) = &mut v {
+                    m.insert("markdown".into(), Value::String(e.markdown()));
+                }
+                v
+            }
+            None => Value::Null,
+        })
+    }
+
     pub async fn acceptance(&self, _: Value) -> RpcResult<Value> {
         let a = &self.accepted;
         Ok(serde_json::json!({
@@ -413,6 +447,9 @@ impl LanguageServer for LayaServer {
             flag.store(true, Ordering::Relaxed);
         }
         let _ = self.docs.close(&uri);
+        if let Some(p) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            p.forget(&uri);
+        }
     }
 
     async fn did_change_configuration(&self, p: DidChangeConfigurationParams) {
@@ -517,6 +554,7 @@ pub fn build_service(source: EngineSource) -> (LspService<LayaServer>, tower_lsp
     LspService::build(move |client| LayaServer::new(client, source))
         .custom_method("textDocument/inlineCompletion", LayaServer::inline_completion)
         .custom_method("laya/acceptance", LayaServer::acceptance)
+        .custom_method("laya/explain", LayaServer::explain)
         .finish()
 }
 

@@ -1,0 +1,228 @@
+//! A small blocking LSP client driving `laya lsp` over a child's stdin/stdout, for the
+//! memory benchmark and the daemon's tests: Content-Length framing, requests with a
+//! timeout, and answers to the server's own requests (progress tokens, configuration).
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::mpsc::{self, Receiver, RecvTimeoutError},
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+
+pub struct LspProcess {
+    child: Child,
+    stdin: ChildStdin,
+    messages: Receiver<Value>,
+    next_id: u64,
+    /// `window/logMessage` texts seen so far.
+    pub logs: Vec<String>,
+}
+
+fn read_message(r: &mut impl BufRead) -> Option<Value> {
+    let mut len = None;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse::<usize>().ok();
+        }
+    }
+    let mut body = vec![0; len?];
+    r.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+impl LspProcess {
+    /// Start `cmd` (stdin and stdout are taken over; stderr is left as the caller set it).
+    pub fn spawn(mut cmd: Command) -> std::io::Result<LspProcess> {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            while let Some(m) = read_message(&mut r) {
+                if tx.send(m).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(LspProcess {
+            child,
+            stdin,
+            messages: rx,
+            next_id: 1,
+            logs: vec![],
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn send(&mut self, v: &Value) -> Result<(), String> {
+        let body = v.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len())
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("writing to the language server: {e}"))
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) -> Result<(), String> {
+        self.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+    }
+
+    /// Handle one message from the server that is not the answer being waited for.
+    fn other(&mut self, m: Value) -> Result<(), String> {
+        match (m.get("method").and_then(Value::as_str), m.get("id")) {
+            (Some(method), Some(id)) => {
+                let result = if method == "workspace/configuration" {
+                    let n = m["params"]["items"].as_array().map(Vec::len).unwrap_or(1);
+                    Value::Array(vec![Value::Null; n])
+                } else {
+                    Value::Null
+                };
+                self.send(&json!({ "jsonrpc": "2.0", "id": id, "result": result }))
+            }
+            (Some("window/logMessage"), None) => {
+                if let Some(t) = m["params"]["message"].as_str() {
+                    self.logs.push(t.to_owned());
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Send a request and wait for its result (an error answer is `Err` with its message).
+    pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = match self.messages.recv_timeout(left) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => return Err(format!("{method}: no answer within {timeout:?}")),
+                Err(RecvTimeoutError::Disconnected) => return Err(format!("{method}: the language server exited")),
+            };
+            if m.get("method").is_none() && m.get("id") == Some(&json!(id)) {
+                if let Some(e) = m.get("error") {
+                    return Err(e["message"].as_str().unwrap_or("error").to_owned());
+                }
+                return Ok(m.get("result").cloned().unwrap_or(Value::Null));
+            }
+            self.other(m)?;
+        }
+    }
+
+    /// Read what the server sends for `wait`, handling it; returns when `until` matches a
+    /// log line (true) or the time is up (false).
+    pub fn wait_log(&mut self, until: impl Fn(&str) -> bool, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            if self.logs.iter().any(|l| until(l)) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.messages.recv_timeout(left) {
+                Ok(m) => {
+                    if self.other(m).is_err() {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// `initialize` with laya's settings, then `initialized`.
+    pub fn initialize(&mut self, settings: Value) -> Result<Value, String> {
+        let r = self.request(
+            "initialize",
+            json!({
+                "processId": std::process::id(),
+                "rootUri": null,
+                "capabilities": { "window": { "workDoneProgress": true } },
+                "initializationOptions": settings,
+            }),
+            Duration::from_secs(30),
+        )?;
+        self.notify("initialized", json!({}))?;
+        Ok(r)
+    }
+
+    pub fn open(&mut self, uri: &str, language: &str, text: &str) -> Result<(), String> {
+        self.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": language, "version": 1, "text": text } }),
+        )
+    }
+
+    /// Inline completion (invoked) at a UTF-16 position: the items' texts. `Ok(None)` when
+    /// the server answered null (no engine yet, or it failed: see [`logs`](Self::logs)).
+    pub fn inline_completion(
+        &mut self,
+        uri: &str,
+        line: u32,
+        character: u32,
+        timeout: Duration,
+    ) -> Result<Option<Vec<String>>, String> {
+        let r = self.request(
+            "textDocument/inlineCompletion",
+            json!({
+                "textDocument": { "uri": uri },
+                "position": { "line": line, "character": character },
+                "context": { "triggerKind": 1 },
+            }),
+            timeout,
+        )?;
+        if r.is_null() {
+            return Ok(None);
+        }
+        let items = r.get("items").unwrap_or(&r);
+        Ok(Some(
+            items
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|i| {
+                            let t = &i["insertText"];
+                            t.as_str().or_else(|| t["value"].as_str()).map(str::to_owned)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// `shutdown` and `exit`, then wait for the process (killed after `wait`).
+    pub fn shutdown(mut self, wait: Duration) {
+        let _ = self.request("shutdown", Value::Null, wait);
+        let _ = self.notify("exit", Value::Null);
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for LspProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}

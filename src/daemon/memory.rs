@@ -1,0 +1,211 @@
+//! `laya bench memory`: the daemon's resident memory with one LSP client completing, then
+//! with several completing at once. One copy of the weights serves them all, so the goal is
+//! at most 1.1× the one-client figure. For scale it also measures one `laya lsp
+//! --in-process`, which holds its own copy of the weights: N editors that way hold N copies.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+
+use super::{client::status_blocking, lsp_client::LspProcess, paths};
+
+pub struct MemoryBench {
+    /// The `laya` binary.
+    pub program: PathBuf,
+    /// Model flags for `laya serve` and `laya lsp` (`--small …`, `--precision …`).
+    pub model_args: Vec<String>,
+    pub clients: usize,
+    /// Completions per client in each phase.
+    pub requests: usize,
+    /// Also measure one in-process language server.
+    pub in_process: bool,
+}
+
+#[derive(Debug)]
+pub struct MemoryReport {
+    pub one_client: u64,
+    pub many_clients: u64,
+    pub clients: usize,
+    /// Each language server's own resident memory in the many-clients phase.
+    pub lsp: Vec<u64>,
+    pub in_process: Option<u64>,
+}
+
+impl MemoryReport {
+    pub fn ratio(&self) -> f64 {
+        self.many_clients as f64 / self.one_client.max(1) as f64
+    }
+}
+
+/// Resident set size of a process in bytes (`/proc` on Linux, `ps` elsewhere).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        let kb = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+        return kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|k| k * 1024);
+    }
+    let out = Command::new("ps").args(["-o", "rss=", "-p", &pid.to_string()]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().map(|k| k * 1024)
+}
+
+/// Settings that keep each completion short: no debounce, 4 tokens, and every route on the
+/// default model (so exactly one model is loaded).
+fn settings() -> Value {
+    let key = json!({ "tier": "small", "precision": "q8" });
+    json!({
+        "completion": {
+            "debounceMs": 0,
+            "maxTokensLine": 4,
+            "maxTokensBlock": 4,
+            "router": { "codeAutomatic": key, "codeInvoked": key, "codeBlock": key, "prose": key },
+        }
+    })
+}
+
+const DOC: &str = "def add(a, b):\n    return ";
+
+struct Cleanup {
+    dir: PathBuf,
+    daemon: Option<Child>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn lsp(b: &MemoryBench, dir: &Path, extra: &[&str], name: &str) -> Result<LspProcess, String> {
+    let mut cmd = Command::new(&b.program);
+    cmd.arg("lsp")
+        .args(extra)
+        .args(&b.model_args)
+        .env("LAYA_RUNTIME_DIR", dir)
+        .stderr(Stdio::null());
+    let mut p = LspProcess::spawn(cmd).map_err(|e| format!("starting laya lsp: {e}"))?;
+    p.initialize(settings())?;
+    if !p.wait_log(|l| l.contains("model ready") || l.contains("failed"), Duration::from_secs(600)) {
+        return Err(format!("the language server did not get ready: {:?}", p.logs));
+    }
+    p.open(&format!("file:///bench/{name}.py"), "python", DOC)?;
+    Ok(p)
+}
+
+fn complete(p: &mut LspProcess, name: &str) -> Result<(), String> {
+    let uri = format!("file:///bench/{name}.py");
+    let line = DOC.lines().count() as u32 - 1;
+    let col = DOC.lines().last().map(|l| l.len()).unwrap_or(0) as u32;
+    match p.inline_completion(&uri, line, col, Duration::from_secs(600))? {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "no completion; the server said: {}",
+            p.logs.last().cloned().unwrap_or_default()
+        )),
+    }
+}
+
+pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, String> {
+    let dir = std::env::temp_dir().join(format!("laya-bench-memory-{}", std::process::id()));
+    paths::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
+    let mut cleanup = Cleanup {
+        dir: dir.clone(),
+        daemon: None,
+    };
+    let log_file = std::fs::File::create(dir.join(paths::LOG)).map_err(|e| e.to_string())?;
+    let daemon = Command::new(&b.program)
+        .arg("serve")
+        .arg("--no-http")
+        .args(&b.model_args)
+        .env("LAYA_RUNTIME_DIR", &dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| format!("starting laya serve: {e}"))?;
+    let pid = daemon.id();
+    cleanup.daemon = Some(daemon);
+    log(&format!("daemon pid {pid}; loading the model"));
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        match status_blocking(&dir, Duration::from_secs(5)) {
+            Ok(s) if s.status == "ok" => break,
+            Ok(s) if s.status == "failed" => return Err(format!("the model failed to load: {:?}", s.models)),
+            _ if Instant::now() > deadline => return Err("the daemon did not get ready in 10 minutes".into()),
+            _ => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    let rss = |what: &str| rss_bytes(pid).ok_or_else(|| format!("cannot read the daemon's memory ({what})"));
+
+    let mut first = lsp(b, &dir, &[], "c0")?;
+    for _ in 0..b.requests {
+        complete(&mut first, "c0")?;
+    }
+    let one_client = rss("1 client")?;
+    log(&format!("1 client: daemon RSS {:.1} MiB", mib(one_client)));
+
+    let mut clients = vec![first];
+    for i in 1..b.clients.max(1) {
+        clients.push(lsp(b, &dir, &[], &format!("c{i}"))?);
+    }
+    let requests = b.requests;
+    let results: Vec<Result<LspProcess, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                s.spawn(move || {
+                    for _ in 0..requests {
+                        complete(&mut c, &format!("c{i}"))?;
+                    }
+                    Ok(c)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into())))
+            .collect()
+    });
+    let clients: Vec<LspProcess> = results.into_iter().collect::<Result<_, _>>()?;
+    let many_clients = rss(&format!("{} clients", clients.len()))?;
+    let lsp_rss: Vec<u64> = clients.iter().filter_map(|c| rss_bytes(c.pid())).collect();
+    log(&format!("{} clients: daemon RSS {:.1} MiB", clients.len(), mib(many_clients)));
+    for c in clients {
+        c.shutdown(Duration::from_secs(5));
+    }
+    drop(cleanup);
+
+    let in_process = if b.in_process {
+        let dir = std::env::temp_dir().join(format!("laya-bench-memory-ip-{}", std::process::id()));
+        paths::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
+        let _cleanup = Cleanup {
+            dir: dir.clone(),
+            daemon: None,
+        };
+        let mut p = lsp(b, &dir, &["--in-process"], "ip")?;
+        complete(&mut p, "ip")?;
+        let r = rss_bytes(p.pid());
+        p.shutdown(Duration::from_secs(5));
+        r
+    } else {
+        None
+    };
+    Ok(MemoryReport {
+        one_client,
+        many_clients,
+        clients: b.clients.max(1),
+        lsp: lsp_rss,
+        in_process,
+    })
+}
+
+pub fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}

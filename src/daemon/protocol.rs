@@ -1,0 +1,355 @@
+//! The socket protocol between `laya lsp` (or any local tool) and `laya serve`.
+//!
+//! One connection per request, JSON lines. The client writes one [`ClientMessage`] line:
+//!
+//! ```text
+//! {"op":"status"}
+//! {"op":"complete","client":"lsp 4242","stream":false,"request":{"prompt":"…","max_tokens":48,…}}
+//! ```
+//!
+//! and reads [`ServerMessage`] lines: for `status` one `{"type":"status",…}`; for `complete`
+//! zero or more `{"type":"piece","index":0,"text":"…"}` (only with `"stream":true`), then one
+//! `{"type":"done","output":{…}}` or `{"type":"error","error":{"message":…,"kind":…}}`, and
+//! the daemon closes the connection. Closing the connection (or its write half) before the
+//! answer cancels the request: queued, it leaves the queue; running, generation stops at the
+//! next decode step.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{
+    Choice, CompletionOutput, CompletionRequest, FinishReason, ModelKey, SamplingParams, Timing,
+};
+
+/// Bumped when a message changes incompatibly.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest request line the daemon reads (a prompt is a few hundred KiB at most).
+pub const MAX_LINE_BYTES: usize = 8 << 20;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ClientMessage {
+    /// The daemon's state: its models, their load state, its addresses.
+    Status,
+    Complete {
+        /// Who asks, for fair queueing (requests are taken round-robin across clients).
+        /// Default: the connecting process id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client: Option<String>,
+        /// Send text pieces as they are decoded.
+        #[serde(default)]
+        stream: bool,
+        request: WireRequest,
+    },
+}
+
+/// [`CompletionRequest`] on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelKey>,
+    pub prompt: String,
+    pub max_tokens: usize,
+    #[serde(default = "one")]
+    pub n: usize,
+    #[serde(default)]
+    pub temperature: f32,
+    #[serde(default = "one_f32")]
+    pub top_p: f32,
+    #[serde(default)]
+    pub top_k: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn one_f32() -> f32 {
+    1.0
+}
+
+impl From<&CompletionRequest> for WireRequest {
+    fn from(r: &CompletionRequest) -> Self {
+        WireRequest {
+            model: r.model,
+            prompt: r.prompt.clone(),
+            max_tokens: r.max_tokens,
+            n: r.n,
+            temperature: r.sampling.temperature,
+            top_p: r.sampling.top_p,
+            top_k: r.sampling.top_k,
+            seed: r.sampling.seed,
+            stop: r.stop.clone(),
+        }
+    }
+}
+
+impl From<WireRequest> for CompletionRequest {
+    fn from(w: WireRequest) -> Self {
+        CompletionRequest {
+            model: w.model,
+            prompt: w.prompt,
+            max_tokens: w.max_tokens,
+            n: w.n,
+            sampling: SamplingParams {
+                temperature: w.temperature,
+                top_p: w.top_p,
+                top_k: w.top_k,
+                seed: w.seed,
+            },
+            stop: w.stop,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Status { status: DaemonStatus },
+    Piece { index: usize, text: String },
+    Done { output: WireOutput },
+    Error { error: WireError },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireError {
+    pub message: String,
+    /// `invalid_request_error`, `rate_limit_error`, `model_unavailable`, `server_error`.
+    pub kind: String,
+}
+
+/// [`CompletionOutput`] on the wire, plus where the time went before the engine.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireOutput {
+    pub served_by: Option<ModelKey>,
+    pub choices: Vec<WireChoice>,
+    pub timing: WireTiming,
+    /// The serving model's load time (apart from the request's own time).
+    #[serde(default)]
+    pub load_time_ms: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireChoice {
+    pub text: String,
+    /// `stop`, `length`, `stop_token` or `cancelled`.
+    pub finish_reason: String,
+    pub tokens: usize,
+}
+
+/// [`Timing`] in milliseconds, with the time spent waiting in the daemon's queue.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WireTiming {
+    pub prompt_tokens: usize,
+    pub reused_tokens: usize,
+    pub prefilled_tokens: usize,
+    pub generated_tokens: usize,
+    pub queue_ms: f64,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub first_token_ms: f64,
+    pub total_ms: f64,
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn from_ms(ms: f64) -> Duration {
+    Duration::from_secs_f64((ms / 1e3).max(0.0))
+}
+
+pub fn finish_reason_name(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::Cancelled => "cancelled",
+        FinishReason::StopToken => "stop_token",
+    }
+}
+
+fn finish_reason_from(s: &str) -> FinishReason {
+    match s {
+        "length" => FinishReason::Length,
+        "cancelled" => FinishReason::Cancelled,
+        "stop_token" => FinishReason::StopToken,
+        _ => FinishReason::Stop,
+    }
+}
+
+impl WireTiming {
+    pub fn new(t: &Timing, queued: Duration) -> Self {
+        WireTiming {
+            prompt_tokens: t.prompt_tokens,
+            reused_tokens: t.reused_tokens,
+            prefilled_tokens: t.prefilled_tokens,
+            generated_tokens: t.generated_tokens,
+            queue_ms: ms(queued),
+            prefill_ms: ms(t.prefill),
+            decode_ms: ms(t.decode),
+            first_token_ms: ms(t.first_token),
+            total_ms: ms(t.total),
+        }
+    }
+}
+
+impl WireOutput {
+    pub fn new(out: &CompletionOutput, queued: Duration, load_time: Option<Duration>) -> Self {
+        WireOutput {
+            served_by: out.served_by,
+            choices: out
+                .choices
+                .iter()
+                .map(|c| WireChoice {
+                    text: c.text.clone(),
+                    finish_reason: finish_reason_name(c.finish_reason).into(),
+                    tokens: c.tokens,
+                })
+                .collect(),
+            timing: WireTiming::new(&out.timing, queued),
+            load_time_ms: load_time.map(ms),
+        }
+    }
+
+    /// Back to engine terms; the queue wait counts into the first-token and total times, as
+    /// the caller experienced them.
+    pub fn into_output(self) -> CompletionOutput {
+        let t = &self.timing;
+        CompletionOutput {
+            served_by: self.served_by,
+            choices: self
+                .choices
+                .into_iter()
+                .map(|c| Choice {
+                    finish_reason: finish_reason_from(&c.finish_reason),
+                    text: c.text,
+                    tokens: c.tokens,
+                })
+                .collect(),
+            timing: Timing {
+                prompt_tokens: t.prompt_tokens,
+                reused_tokens: t.reused_tokens,
+                prefilled_tokens: t.prefilled_tokens,
+                generated_tokens: t.generated_tokens,
+                prefill: from_ms(t.prefill_ms),
+                decode: from_ms(t.decode_ms),
+                first_token: from_ms(t.queue_ms + t.first_token_ms),
+                total: from_ms(t.queue_ms + t.total_ms),
+            },
+        }
+    }
+}
+
+/// What `status` and `GET /health` report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// `ok` (the default model is ready), `loading`, or `failed`.
+    pub status: String,
+    pub version: String,
+    pub protocol: u32,
+    pub pid: u32,
+    pub uptime_s: f64,
+    pub socket: String,
+    /// `127.0.0.1:7723`, when HTTP is served.
+    pub http: Option<String>,
+    /// The key of requests that name no model (`small/q8`).
+    pub default: String,
+    pub models: Vec<ModelStatus>,
+    pub queue: QueueStatus,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelStatus {
+    /// `small/q8`; for a tier not loaded yet, the tier alone.
+    pub id: String,
+    pub tier: String,
+    /// `q8`…; absent for a tier not loaded yet.
+    pub precision: Option<String>,
+    /// The model's name (catalog name, file name, or the remote URL).
+    pub name: String,
+    /// `local` or `remote`.
+    pub source: String,
+    /// `not_loaded`, `loading`, `ready` or `failed`.
+    pub state: String,
+    pub load_time_ms: Option<f64>,
+    pub device: Option<String>,
+    /// Loaded and run at least once (the worker runs a short request after loading; a
+    /// remote model is warm once it answered).
+    pub warm: bool,
+    /// Requests answered.
+    pub served: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct QueueStatus {
+    pub running: usize,
+    pub waiting: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Precision, Tier};
+
+    #[test]
+    fn messages_round_trip_as_one_json_line() {
+        let msg = ClientMessage::Complete {
+            client: None,
+            stream: true,
+            request: WireRequest {
+                model: Some(ModelKey {
+                    tier: Tier::Small,
+                    precision: Precision::Q4,
+                }),
+                prompt: "a\nb".into(),
+                max_tokens: 4,
+                n: 1,
+                temperature: 0.0,
+                top_p: 1.0,
+                top_k: 0,
+                seed: None,
+                stop: vec!["\n".into()],
+            },
+        };
+        let line = serde_json::to_string(&msg).unwrap();
+        assert!(!line.contains('\n'));
+        assert!(line.starts_with(r#"{"op":"complete","stream":true,"request":{"model":{"tier":"small","precision":"q4"}"#), "{line}");
+        let back: ClientMessage = serde_json::from_str(&line).unwrap();
+        assert!(matches!(back, ClientMessage::Complete { stream: true, .. }));
+        // Defaults for what a hand-written client leaves out.
+        let min: ClientMessage =
+            serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();
+        let ClientMessage::Complete { request, stream, .. } = min else { panic!() };
+        assert_eq!((request.n, request.top_p, stream), (1, 1.0, false));
+    }
+
+    #[test]
+    fn output_keeps_texts_reasons_and_adds_the_queue_wait() {
+        let w = WireOutput {
+            served_by: None,
+            choices: vec![WireChoice {
+                text: "x".into(),
+                finish_reason: "length".into(),
+                tokens: 3,
+            }],
+            timing: WireTiming {
+                queue_ms: 10.0,
+                first_token_ms: 5.0,
+                total_ms: 20.0,
+                ..Default::default()
+            },
+            load_time_ms: None,
+        };
+        let out = w.into_output();
+        assert_eq!(out.choices[0].finish_reason, FinishReason::Length);
+        assert_eq!(out.timing.first_token, Duration::from_millis(15));
+        assert_eq!(out.timing.total, Duration::from_millis(30));
+    }
+}

@@ -1,0 +1,623 @@
+//! `laya serve` as a subprocess: HTTP endpoints and errors, the private socket, one daemon
+//! shared by several `laya lsp` processes (started by the first, restarted after a kill),
+//! fair queueing and cancellation. Tiers point at a stub OpenAI-compatible server started
+//! here, so these tests are fast and deterministic; the last one runs the real 0.5B model.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    net::SocketAddr,
+    os::unix::fs::{DirBuilderExt, MetadataExt},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{routing::get, routing::post, Json, Router};
+use laya::daemon::lsp_client::LspProcess;
+use serde_json::{json, Value};
+
+const STUB_TEXT: &str = "a + b";
+
+/// An OpenAI-compatible stub: answers every completion with [`STUB_TEXT`] after `delay_ms`
+/// and records the prompts in the order it started answering them.
+struct Stub {
+    url: String,
+    prompts: Arc<Mutex<Vec<String>>>,
+    delay_ms: Arc<AtomicU64>,
+}
+
+fn stub() -> Stub {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let prompts = Arc::new(Mutex::new(vec![]));
+    let delay_ms = Arc::new(AtomicU64::new(0));
+    let (p, d) = (prompts.clone(), delay_ms.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let app = Router::new()
+                .route(
+                    "/v1/models",
+                    get(|| async { Json(json!({ "object": "list", "data": [{ "id": "stub-coder" }] })) }),
+                )
+                .route(
+                    "/v1/completions",
+                    post(move |Json(body): Json<Value>| {
+                        let (p, d) = (p.clone(), d.clone());
+                        async move {
+                            p.lock().unwrap().push(body["prompt"].as_str().unwrap_or("").to_owned());
+                            tokio::time::sleep(Duration::from_millis(d.load(Ordering::Relaxed))).await;
+                            let n = body["n"].as_u64().unwrap_or(1);
+                            let choices: Vec<Value> = (0..n)
+                                .map(|i| json!({ "index": i, "text": STUB_TEXT, "finish_reason": "stop" }))
+                                .collect();
+                            Json(json!({
+                                "choices": choices,
+                                "usage": { "prompt_tokens": 7, "completion_tokens": 3 },
+                            }))
+                        }
+                    }),
+                );
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    Stub {
+        url,
+        prompts,
+        delay_ms,
+    }
+}
+
+fn laya() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_laya"))
+}
+
+/// A `laya serve` child; killed when dropped.
+struct Serve {
+    child: Child,
+    dir: PathBuf,
+    http: Option<SocketAddr>,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `laya serve ARGS` for runtime directory `dir` and wait for its socket (and HTTP
+/// address, unless `--no-http`).
+fn serve_in(dir: &Path, args: &[&str]) -> Serve {
+    let mut child = laya()
+        .arg("serve")
+        .args(args)
+        .env("LAYA_RUNTIME_DIR", dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let want_http = !args.contains(&"--no-http");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let socket = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_ok();
+        let http = laya::daemon::paths::read_http_addr(dir);
+        if socket && (http.is_some() || !want_http) {
+            return Serve {
+                child,
+                dir: dir.to_owned(),
+                http,
+            };
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("laya serve exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "laya serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A stub-backed daemon in a fresh runtime directory.
+fn serve_stub(stub: &Stub, extra: &[&str]) -> (tempfile::TempDir, Serve) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let mut args = vec!["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let s = serve_in(&dir, &args);
+    (tmp, s)
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(20));
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let r = match body {
+        Some(b) => req.set("Content-Type", "application/json").send_string(b),
+        None => req.call(),
+    };
+    match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+fn json_of(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+fn ok_json(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Value {
+    let (code, text) = http(addr, method, path, body, &[]);
+    assert_eq!(code, 200, "{method} {path}: {text}");
+    json_of(&text)
+}
+
+#[test]
+fn http_endpoints_answer_in_openai_shapes_with_timing() {
+    let stub = stub();
+    let (_tmp, d) = serve_stub(&stub, &[]);
+    let addr = d.http.unwrap();
+
+    let h = ok_json(addr, "GET", "/health", None);
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["default"], "small/q8");
+    let small = &h["models"][0];
+    assert_eq!((small["tier"].as_str(), small["source"].as_str()), (Some("small"), Some("remote")), "{h}");
+    assert_eq!((small["state"].as_str(), small["warm"].as_bool()), (Some("ready"), Some(false)), "{h}");
+    assert_eq!(h["pid"], d.child.id());
+
+    let m = ok_json(addr, "GET", "/v1/models", None);
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], stub.url.as_str());
+
+    // laya's own endpoint builds the FIM prompt from prefix and suffix.
+    let c = ok_json(
+        addr,
+        "POST",
+        "/complete",
+        Some(r#"{"prefix":"def add(a, b):\n    return ","suffix":"\n\nprint(add(1, 2))\n","max_tokens":8,"stop":["\n"]}"#),
+    );
+    assert_eq!(c["text"], STUB_TEXT, "{c}");
+    assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    assert_eq!(c["model"], "small/native");
+    for k in ["prompt_tokens", "reused_tokens", "prefilled_tokens", "first_token_ms", "total_ms", "queue_ms"] {
+        assert!(c["timing"][k].is_number(), "timing.{k} missing: {c}");
+    }
+    assert_eq!(c["timing"]["prompt_tokens"], 7);
+    assert_eq!(
+        stub.prompts.lock().unwrap().last().unwrap(),
+        "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
+    );
+
+    // What Zed's edit prediction sends, and the fields it needs back.
+    let v = ok_json(
+        addr,
+        "POST",
+        "/v1/completions",
+        Some(r#"{"model":"qwen2.5-coder-1.5b","prompt":"<|fim_prefix|>x = <|fim_suffix|><|fim_middle|>","max_tokens":16,"stop":["\n"],"environment":"zed"}"#),
+    );
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"), "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert!(v["created"].as_u64().unwrap() > 1_600_000_000);
+    assert!(v["model"].is_string());
+    assert_eq!(v["choices"][0]["text"], STUB_TEXT);
+    assert_eq!(v["choices"][0]["index"], 0);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["prompt_tokens"], 7);
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(v["usage"]["total_tokens"], 10);
+    assert_eq!(
+        stub.prompts.lock().unwrap().last().unwrap(),
+        "<|fim_prefix|>x = <|fim_suffix|><|fim_middle|>",
+        "a prompt without suffix goes as it is"
+    );
+    // With `suffix`, the FIM prompt is built from prompt + suffix; n candidates come back.
+    let v = ok_json(
+        addr,
+        "POST",
+        "/v1/completions",
+        Some(r#"{"prompt":"y = ","suffix":"\nprint(y)","max_tokens":4,"n":2,"temperature":0.5}"#),
+    );
+    assert_eq!(v["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(v["choices"][1]["index"], 1);
+    assert_eq!(
+        stub.prompts.lock().unwrap().last().unwrap(),
+        "<|fim_prefix|>y = <|fim_suffix|>\nprint(y)<|fim_middle|>"
+    );
+
+    // Streaming: SSE chunks, then usage, then [DONE].
+    let resp = ureq::post(&format!("http://{addr}/v1/completions"))
+        .set("Content-Type", "application/json")
+        .send_string(r#"{"prompt":"z = ","max_tokens":4,"stream":true}"#)
+        .unwrap();
+    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
+    let mut data = vec![];
+    for line in BufReader::new(resp.into_reader()).lines() {
+        let line = line.unwrap();
+        if let Some(d) = line.strip_prefix("data: ") {
+            data.push(d.to_owned());
+        }
+    }
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| json_of(d)).collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, STUB_TEXT);
+    assert!(chunks.iter().all(|c| c["object"] == "text_completion" && c["id"] == chunks[0]["id"]));
+    assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == "stop"));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"]["prompt_tokens"], 7, "{last}");
+    assert!(last["timing"]["total_ms"].is_number(), "{last}");
+
+    let h = ok_json(addr, "GET", "/health", None);
+    assert_eq!(h["models"][0]["warm"], true, "warm once it answered: {h}");
+    assert_eq!(h["models"][0]["served"], 4, "{h}");
+}
+
+#[test]
+fn bad_requests_get_clear_4xx_json_errors() {
+    let stub = stub();
+    let (_tmp, d) = serve_stub(&stub, &["--max-tokens", "32", "--max-body-bytes", "4096"]);
+    let addr = d.http.unwrap();
+    let err = |method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]| {
+        let (code, text) = http(addr, method, path, body, headers);
+        let v = json_of(&text);
+        let msg = v["error"]["message"].as_str().unwrap_or_else(|| panic!("no error message: {text}")).to_owned();
+        assert!(v["error"]["type"].is_string(), "{text}");
+        (code, msg)
+    };
+    let (code, msg) = err("POST", "/v1/completions", Some("{\"prompt\": "), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("invalid JSON"), "{msg}");
+    let (code, msg) = err("POST", "/complete", Some(r#"{"suffix":"x"}"#), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("prefix"), "{msg}");
+    let big = format!(r#"{{"prompt":"{}"}}"#, "x".repeat(8000));
+    let (code, msg) = err("POST", "/v1/completions", Some(&big), &[]);
+    assert_eq!(code, 413);
+    assert!(msg.contains("size limit"), "{msg}");
+    let (code, msg) = err("POST", "/v1/completions", Some(r#"{"prompt":"x","max_tokens":33}"#), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("max_tokens 33") && msg.contains("limit of 32"), "{msg}");
+    let (code, msg) = err("POST", "/complete", Some(r#"{"prefix":"x","n":0}"#), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("n must be"), "{msg}");
+    let (code, msg) = err("POST", "/v1/completions", Some(r#"{"prompt":"x","model":"small/q5"}"#), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("small/q5"), "{msg}");
+    let (code, msg) = err("POST", "/complete", Some(r#"{"prefix":"x","model":{"tier":"small","bits":5}}"#), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("bits"), "{msg}");
+    let (code, _) = err("POST", "/v1/completions", Some(r#"{"prompt":""}"#), &[]);
+    assert_eq!(code, 400);
+    let (code, _) = err("GET", "/nope", None, &[]);
+    assert_eq!(code, 404);
+    let (code, _) = err("GET", "/v1/completions", None, &[]);
+    assert_eq!(code, 405);
+    // A form post (what a web page can send without asking) is refused, as is a foreign Host.
+    let resp = ureq::post(&format!("http://{addr}/v1/completions"))
+        .set("Content-Type", "text/plain")
+        .send_string(r#"{"prompt":"x"}"#);
+    assert!(matches!(resp, Err(ureq::Error::Status(415, _))));
+    let (code, _) = err("GET", "/health", None, &[("Host", "evil.example:7723")]);
+    assert_eq!(code, 403);
+    assert!(stub.prompts.lock().unwrap().is_empty(), "no bad request reached the model");
+}
+
+#[test]
+fn a_configured_token_is_required_over_http() {
+    let stub = stub();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let mut child = laya()
+        .args(["serve", "--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"])
+        .args(["--token-env", "LAYA_TEST_TOKEN"])
+        .env("LAYA_RUNTIME_DIR", &dir)
+        .env("LAYA_TEST_TOKEN", "s3cret")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        if let Some(a) = laya::daemon::paths::read_http_addr(&dir) {
+            break a;
+        }
+        assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "no daemon");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (code, text) = http(addr, "GET", "/health", None, &[]);
+    assert_eq!(code, 401, "{text}");
+    assert_eq!(json_of(&text)["error"]["type"], "authentication_error");
+    let (code, _) = http(addr, "GET", "/health", None, &[("Authorization", "Bearer wrong")]);
+    assert_eq!(code, 401);
+    let (code, _) = http(addr, "GET", "/health", None, &[("Authorization", "Bearer s3cret")]);
+    assert_eq!(code, 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Naming a variable that is not set is an error, not an open server.
+    let out = laya()
+        .args(["serve", "--small-remote", &stub.url, "--no-http", "--token-env", "LAYA_TEST_UNSET"])
+        .env("LAYA_RUNTIME_DIR", &dir)
+        .env_remove("LAYA_TEST_UNSET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LAYA_TEST_UNSET"));
+}
+
+/// One JSON-lines exchange over the daemon's socket.
+fn socket_request(dir: &Path, line: &str) -> Vec<Value> {
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    writeln!(s, "{line}").unwrap();
+    BufReader::new(s).lines().map(|l| json_of(&l.unwrap())).collect()
+}
+
+#[test]
+fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directory() {
+    let stub = stub();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    std::fs::DirBuilder::new().mode(0o755).create(&dir).unwrap();
+    // A socket file nobody listens on: what a killed daemon leaves behind.
+    drop(std::os::unix::net::UnixListener::bind(dir.join("laya.sock")).unwrap());
+    assert!(std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_err());
+
+    let d = serve_in(&dir, &["--small-remote", &stub.url, "--large", "none", "--no-http"]);
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    let sock = std::fs::symlink_metadata(dir.join("laya.sock")).unwrap();
+    assert_eq!(sock.mode() & 0o777, 0o600);
+    assert_eq!(laya::daemon::paths::read_pid(&dir), Some(d.child.id()));
+
+    let answer = socket_request(&dir, r#"{"op":"status"}"#);
+    assert_eq!(answer[0]["type"], "status");
+    assert_eq!(answer[0]["status"]["pid"], d.child.id());
+    assert!(answer[0]["status"]["http"].is_null());
+    // A completion with streamed pieces, then the output.
+    let answer = socket_request(
+        &dir,
+        r#"{"op":"complete","stream":true,"request":{"prompt":"<|fim_prefix|>q<|fim_suffix|><|fim_middle|>","max_tokens":4}}"#,
+    );
+    assert_eq!(answer[0], json!({ "type": "piece", "index": 0, "text": STUB_TEXT }));
+    assert_eq!(answer[1]["type"], "done");
+    assert_eq!(answer[1]["output"]["choices"][0]["text"], STUB_TEXT);
+    let answer = socket_request(&dir, r#"{"op":"fly"}"#);
+    assert_eq!(answer[0]["type"], "error");
+    assert_eq!(answer[0]["error"]["kind"], "invalid_request_error");
+
+    // A second daemon for the same directory steps back (exit status 3).
+    let out = laya()
+        .args(["serve", "--small-remote", &stub.url, "--no-http"])
+        .env("LAYA_RUNTIME_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another laya daemon is running"));
+    // It left the running daemon's socket alone.
+    assert_eq!(socket_request(&dir, r#"{"op":"status"}"#)[0]["status"]["pid"], d.child.id());
+    drop(d);
+}
+
+#[test]
+fn requests_are_taken_round_robin_across_clients_and_a_client_that_leaves_is_dropped() {
+    let stub = stub();
+    let (_tmp, d) = serve_stub(&stub, &["--remote-parallel", "1"]);
+    let addr = d.http.unwrap();
+    stub.delay_ms.store(150, Ordering::Relaxed);
+    let send = |client: &'static str, tag: String| {
+        std::thread::spawn(move || {
+            let body = json!({ "prompt": tag, "max_tokens": 2 }).to_string();
+            http(addr, "POST", "/v1/completions", Some(&body), &[("X-Laya-Client", client)]).0
+        })
+    };
+    // Client a queues five requests, then b one, then c one that gives up while waiting.
+    let mut waits = vec![];
+    for i in 1..=5 {
+        waits.push(send("a", format!("a{i}")));
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    waits.push(send("b", "b1".into()));
+    std::thread::sleep(Duration::from_millis(15));
+    let gone = std::thread::spawn(move || {
+        let r = ureq::post(&format!("http://{addr}/v1/completions"))
+            .set("Content-Type", "application/json")
+            .set("X-Laya-Client", "c")
+            .timeout(Duration::from_millis(100))
+            .send_string(r#"{"prompt":"c1","max_tokens":2}"#);
+        assert!(r.is_err(), "c gives up before its turn");
+    });
+    // Over the socket too: a request whose connection closes while queued.
+    let sock = dir_socket(&d.dir);
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    writeln!(s, r#"{{"op":"complete","client":"d","request":{{"prompt":"d1","max_tokens":2}}}}"#).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    drop(s);
+    gone.join().unwrap();
+    for w in waits {
+        assert_eq!(w.join().unwrap(), 200);
+    }
+    let seen = stub.prompts.lock().unwrap().clone();
+    assert_eq!(seen.len(), 6, "the requests of clients that left never ran: {seen:?}");
+    let b = seen.iter().position(|p| p == "b1").unwrap();
+    // First come first served would run b1 last (6th); round-robin runs it right after
+    // the a request that was waiting when it arrived.
+    assert!(b <= 2, "b1 ran at position {b}: {seen:?}");
+    let h = ok_json(addr, "GET", "/health", None);
+    assert_eq!(h["queue"], json!({ "running": 0, "waiting": 0 }), "{h}");
+}
+
+fn dir_socket(dir: &Path) -> PathBuf {
+    dir.join("laya.sock")
+}
+
+/// `laya serve` processes whose runtime directory is `dir` (Linux: /proc).
+fn daemons_for(dir: &Path) -> Vec<u32> {
+    let want = format!("LAYA_RUNTIME_DIR={}", dir.display());
+    let mut pids = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.get(1) != Some(&&b"serve"[..]) {
+            continue;
+        }
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Kills whatever daemons the language servers started for `dir`.
+struct KillDaemons(PathBuf);
+
+impl Drop for KillDaemons {
+    fn drop(&mut self) {
+        for pid in daemons_for(&self.0) {
+            kill(pid);
+        }
+    }
+}
+
+fn kill(pid: u32) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+}
+
+fn lsp(dir: &Path, stub: &Stub) -> LspProcess {
+    let mut cmd = laya();
+    cmd.args(["lsp", "--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"])
+        .env("LAYA_RUNTIME_DIR", dir)
+        .stderr(Stdio::null());
+    let mut p = LspProcess::spawn(cmd).unwrap();
+    p.initialize(json!({ "completion": { "debounceMs": 0 } })).unwrap();
+    // Completions are answered once the engine is set up (after `initialized`).
+    assert!(
+        p.wait_log(|l| l.contains("model ready"), Duration::from_secs(20)),
+        "{:?}",
+        p.logs
+    );
+    p
+}
+
+fn complete_in(p: &mut LspProcess, name: &str, text: &str) -> Option<Vec<String>> {
+    let uri = format!("file:///t/{name}.py");
+    p.open(&uri, "python", text).unwrap();
+    let line = text.lines().count() as u32 - 1;
+    let col = text.lines().last().unwrap().len() as u32;
+    p.inline_completion(&uri, line, col, Duration::from_secs(30)).unwrap()
+}
+
+#[test]
+fn lsp_clients_start_and_share_one_daemon_which_is_restarted_after_a_kill() {
+    let stub = stub();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let _cleanup = KillDaemons(dir.clone());
+    assert!(daemons_for(&dir).is_empty());
+
+    let mut a = lsp(&dir, &stub);
+    let mut b = lsp(&dir, &stub);
+    let got = complete_in(&mut a, "one", "def add(a, b):\n    return ");
+    assert_eq!(got, Some(vec![STUB_TEXT.to_owned()]), "logs: {:?}", a.logs);
+    let got = complete_in(&mut b, "two", "def sub(a, b):\n    return ");
+    assert_eq!(got, Some(vec![STUB_TEXT.to_owned()]), "logs: {:?}", b.logs);
+    let first = laya::daemon::paths::read_pid(&dir).expect("the daemon wrote its pid");
+    assert_eq!(daemons_for(&dir), vec![first], "one daemon for both editors");
+    assert_eq!(stub.prompts.lock().unwrap().len(), 2);
+
+    // Kill it: the next request starts a new one and is answered.
+    kill(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemons_for(&dir).contains(&first) {
+        assert!(Instant::now() < deadline, "the daemon did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let got = complete_in(&mut b, "three", "def mul(a, b):\n    return ");
+    assert_eq!(got, Some(vec![STUB_TEXT.to_owned()]), "logs: {:?}", b.logs);
+    let second = laya::daemon::paths::read_pid(&dir).unwrap();
+    assert_ne!(first, second);
+    assert_eq!(daemons_for(&dir), vec![second]);
+    let got = complete_in(&mut a, "four", "def div(a, b):\n    return ");
+    assert_eq!(got, Some(vec![STUB_TEXT.to_owned()]), "logs: {:?}", a.logs);
+    assert_eq!(stub.prompts.lock().unwrap().len(), 4);
+    assert_eq!(daemons_for(&dir), vec![second], "still one daemon");
+    a.shutdown(Duration::from_secs(5));
+    b.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn real_model_end_to_end_over_http() {
+    let m = laya::catalog::find("qwen2.5-coder-0.5b").unwrap();
+    assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let d = serve_in(
+        &dir,
+        &["--small", "qwen2.5-coder-0.5b", "--large", "none", "--device", "cpu", "--http-addr", "127.0.0.1:0"],
+    );
+    let addr = d.http.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let h = loop {
+        let h = ok_json(addr, "GET", "/health", None);
+        if h["status"] != "loading" {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "the model did not load: {h}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(h["status"], "ok", "{h}");
+    let model = &h["models"][0];
+    assert_eq!((model["id"].as_str(), model["warm"].as_bool()), (Some("small/q8"), Some(true)), "{h}");
+    assert!(model["load_time_ms"].as_f64().unwrap() > 0.0);
+
+    let body = r#"{"prefix":"def add(a, b):\n    return ","suffix":"\n","max_tokens":4}"#;
+    let c = ok_json(addr, "POST", "/complete", Some(body));
+    let text = c["text"].as_str().unwrap().to_owned();
+    assert!(text.contains('a') && text.contains('b'), "{c}");
+    let t = &c["timing"];
+    assert!(t["prompt_tokens"].as_u64().unwrap() > 5, "{c}");
+    assert!(t["first_token_ms"].as_f64().unwrap() > 0.0, "{c}");
+    assert!(c["load_time_ms"].as_f64().unwrap() > 0.0, "{c}");
+    // The same prompt again: its prefix comes from the store.
+    let again = ok_json(addr, "POST", "/complete", Some(body));
+    assert_eq!(again["text"], text.as_str());
+    assert!(again["timing"]["reused_tokens"].as_u64().unwrap() > 0, "{again}");
+
+    // Streamed through the model worker: the pieces make up the same greedy text.
+    let resp = ureq::post(&format!("http://{addr}/v1/completions"))
+        .set("Content-Type", "application/json")
+        .send_string(r#"{"prompt":"def add(a, b):\n    return ","suffix":"\n","max_tokens":4,"stream":true}"#)
+        .unwrap();
+    let mut streamed = String::new();
+    let mut chunks = 0;
+    for line in BufReader::new(resp.into_reader()).lines() {
+        let line = line.unwrap();
+        let Some(d) = line.strip_prefix("data: ") else { continue };
+        if d == "[DONE]" {
+            break;
+        }
+        if let Some(t) = json_of(d)["choices"][0]["text"].as_str() {
+            if !t.is_empty() {
+                chunks += 1;
+            }
+            streamed.push_str(t);
+        }
+    }
+    assert_eq!(streamed, text);
+    assert!(chunks >= 2, "{chunks} pieces: {streamed:?}");
+    drop(d);
+}
