@@ -515,6 +515,37 @@ enum BenchCommand {
         #[arg(long)]
         no_in_process: bool,
     },
+    /// Per-keystroke latency of typing a line through the LSP path: p50/p90/p99, model calls
+    /// avoided, prompt tokens reused.
+    Typing {
+        /// Traces: `FILE:LINE:LANGUAGE` of a real file (the line is typed back); repeatable.
+        #[arg(long = "file")]
+        files: Vec<String>,
+        /// Or lines of the quality cases: the first N cases of each language.
+        #[arg(long, default_value = "bench/quality/cases.jsonl")]
+        cases: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        per_language: usize,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        /// Most tokens per suggestion.
+        #[arg(long, default_value_t = 16)]
+        max_tokens: usize,
+        /// Prompt budget in tokens.
+        #[arg(long, default_value_t = 2048)]
+        budget: usize,
+        /// Build every prompt afresh: no typing-through, no anchored prompts, no prefix store.
+        #[arg(long)]
+        no_reuse: bool,
+        /// Write each keystroke's prefix/suffix here, for replaying on another engine.
+        #[arg(long)]
+        steps_out: Option<PathBuf>,
+        /// Write the keystrokes and the summary here (JSON).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Exact-line and edit similarity per language on masked-line cases from real code,
     /// through the whole completion pipeline, beside another engine's answers.
     Quality {
@@ -649,6 +680,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench {
             command:
+                BenchCommand::Typing {
+                    files,
+                    cases,
+                    per_language,
+                    model,
+                    remote,
+                    max_tokens,
+                    budget,
+                    no_reuse,
+                    steps_out,
+                    json,
+                },
+        } => {
+            bench_typing(
+                &files, &cases, per_language, &model, &remote, max_tokens, budget, no_reuse, steps_out, json,
+                cli.device,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            command:
                 BenchCommand::Quality {
                     cases,
                     model,
@@ -769,6 +821,133 @@ fn complete(
         ms(t.decode),
         out.choices[0].finish_reason,
     );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_typing(
+    files: &[String],
+    cases: &std::path::Path,
+    per_language: usize,
+    args: &ModelArgs,
+    remote: &RemoteArgs,
+    max_tokens: usize,
+    budget: usize,
+    no_reuse: bool,
+    steps_out: Option<PathBuf>,
+    json_out: Option<PathBuf>,
+    device: DevicePref,
+) -> Result<()> {
+    use laya::{
+        bench::{quality, typing as t},
+        engine::{
+            prefix::PrefixLimits,
+            remote::RemoteEngine,
+            worker::{Engine, ModelState, ModelWorker},
+        },
+    };
+    let mut traces = vec![];
+    for f in files {
+        let mut parts = f.rsplitn(3, ':');
+        let (lang, line, path) = (parts.next(), parts.next().and_then(|l| l.parse().ok()), parts.next());
+        let (Some(lang), Some(line), Some(path)) = (lang, line, path) else {
+            bail!("--file wants FILE:LINE:LANGUAGE, got `{f}`");
+        };
+        traces.push(t::trace_from_file(std::path::Path::new(path), line, lang).map_err(anyhow::Error::msg)?);
+    }
+    if traces.is_empty() {
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        for c in quality::load_cases(cases)? {
+            let n = seen.entry(c.language.clone()).or_default();
+            *n += 1;
+            if *n <= per_language {
+                traces.push(c);
+            }
+        }
+    }
+    if let Some(p) = &steps_out {
+        let steps: Vec<_> = traces
+            .iter()
+            .map(|c| serde_json::json!({ "id": c.id, "steps": t::steps(c) }))
+            .collect();
+        std::fs::write(p, serde_json::to_string(&steps)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    let (engine, label): (Arc<dyn Engine>, String) = match remote.config() {
+        Some(cfg) => {
+            let label = format!("remote {}", cfg.url);
+            (Arc::new(RemoteEngine::new(cfg)), label)
+        }
+        None => {
+            let mut opts = args.options();
+            if no_reuse {
+                opts.prefix = PrefixLimits {
+                    max_entries: 0,
+                    max_bytes: 0,
+                };
+            }
+            let label = format!("{} {}", args.model, args.precision.label());
+            let worker = ModelWorker::spawn(args.path()?, opts, device, |s| {
+                if let ModelState::Ready { load_time, device } = s {
+                    eprintln!("loaded in {:.1} s on {device}", load_time.as_secs_f64());
+                }
+            });
+            (Arc::new(worker), label)
+        }
+    };
+    let completion = serde_json::json!({
+        "debounceMs": 0,
+        "maxTokensLine": max_tokens,
+        "maxTokensBlock": max_tokens,
+        "budget": { "maxTokens": budget },
+        "typingThrough": !no_reuse,
+        "anchorMaxBytes": if no_reuse { 0 } else { 512 },
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut runs = vec![];
+    for c in &traces {
+        eprintln!("trace {} ({} keystrokes) on {label}", c.id, c.expected.chars().count());
+        let keys = rt.block_on(t::replay(engine.clone(), c, completion.clone())).map_err(anyhow::Error::msg)?;
+        for k in &keys {
+            eprintln!(
+                "  {:>3} {:>9.1} ms {:<13} prompt {:>5} reused {:>5} prefilled {:>4}",
+                k.typed, k.ms, k.source, k.prompt_tokens, k.reused_tokens, k.prefilled_tokens
+            );
+        }
+        runs.push(keys);
+    }
+    if let ModelState::Failed(e) = engine.state() {
+        bail!("the model failed to load: {e}");
+    }
+    let s = t::summarize(&runs);
+    println!(
+        "{label}{}: {} keystrokes in {} traces; latency p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms",
+        if no_reuse { " (no reuse)" } else { "" },
+        s.keystrokes,
+        runs.len(),
+        s.p50_ms,
+        s.p90_ms,
+        s.p99_ms
+    );
+    println!(
+        "model calls {} ({} avoided by typing through, {:.0} %); prompt tokens reused {:.1} %",
+        s.model_calls,
+        s.typed_through,
+        100.0 * s.typed_through as f64 / s.keystrokes.max(1) as f64,
+        100.0 * s.reused_ratio
+    );
+    println!(
+        "cold call: {:.0} prompt tokens, {:.1} ms; warm calls: {:.1} tokens prefilled ({:.2} % of cold), {:.1} ms ({:.1} % of cold)",
+        s.cold_prompt_tokens,
+        s.cold_ms,
+        s.warm_prefill_tokens,
+        100.0 * s.warm_prefill_tokens / s.cold_prompt_tokens.max(1.0),
+        s.warm_ms,
+        100.0 * s.warm_ms / s.cold_ms.max(1e-9)
+    );
+    if let Some(p) = json_out {
+        let v = serde_json::json!({ "engine": label, "summary": s, "traces": traces.iter().map(|c| &c.id).collect::<Vec<_>>(), "keystrokes": runs });
+        std::fs::write(&p, serde_json::to_string_pretty(&v)?).with_context(|| format!("writing {}", p.display()))?;
+    }
     Ok(())
 }
 

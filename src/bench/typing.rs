@@ -1,0 +1,300 @@
+//! `laya bench typing`: replays typing through the whole LSP path. A trace is a real file
+//! with one line removed; the line is typed back character by character, each keystroke a
+//! `didChange` followed by an `inlineCompletion` request, as an editor sends them. Per
+//! keystroke: latency, whether the model ran (or the suggestion was typed through), and the
+//! prompt tokens reused from the prefix store.
+
+use std::{sync::Arc, time::Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tower::{Service, ServiceExt};
+use tower_lsp_server::jsonrpc::Request;
+
+use crate::{
+    bench::quality::Case,
+    engine::worker::Engine,
+    lsp::{build_service, EngineSource},
+};
+
+/// One keystroke's outcome.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Keystroke {
+    /// Characters of the line typed so far.
+    pub typed: usize,
+    pub ms: f64,
+    /// `model`, `typed-through`, or `none` (nothing to explain: no request ran).
+    pub source: String,
+    pub prompt_tokens: usize,
+    pub reused_tokens: usize,
+    pub prefilled_tokens: usize,
+}
+
+/// The text around the cursor at each keystroke, for replaying the same trace on another
+/// engine (`prefix`/`suffix` of the whole file, as a fresh fill-in-the-middle request sees it).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerStep {
+    pub prefix: String,
+    pub suffix: String,
+}
+
+/// A trace from a real file: line `line` (1-based) is removed and typed back; the cursor
+/// starts after its indentation.
+pub fn trace_from_file(path: &std::path::Path, line: usize, language: &str) -> Result<Case, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let start = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum::<usize>();
+    let rest = &text[start..];
+    let end = start + rest.find('\n').unwrap_or(rest.len());
+    let whole = &text[start..end];
+    let indent = whole.len() - whole.trim_start().len();
+    let expected = whole[indent..].trim_end().to_owned();
+    if line == 0 || start >= text.len() || expected.is_empty() {
+        return Err(format!("{}:{line}: no such non-empty line", path.display()));
+    }
+    Ok(Case {
+        id: format!("{}:{line}", path.display()),
+        language: language.to_owned(),
+        source: path.display().to_string(),
+        file_name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        prefix: text[..start + indent].to_owned(),
+        suffix: text[end..].to_owned(),
+        expected,
+    })
+}
+
+/// Keystrokes of a trace: (prefix, suffix) after each character of `case.expected`.
+pub fn steps(case: &Case) -> Vec<PeerStep> {
+    case.expected
+        .char_indices()
+        .map(|(i, c)| {
+            let typed = &case.expected[..i + c.len_utf8()];
+            PeerStep {
+                prefix: format!("{}{typed}", case.prefix),
+                suffix: case.suffix.clone(),
+            }
+        })
+        .collect()
+}
+
+struct Driver {
+    service: tower_lsp_server::LspService<crate::lsp::LayaServer>,
+    id: i64,
+}
+
+impl Driver {
+    async fn call(&mut self, method: &str, params: Value, notification: bool) -> Result<Value, String> {
+        let mut b = Request::build(method.to_owned()).params(params);
+        if !notification {
+            self.id += 1;
+            b = b.id(self.id);
+        }
+        let resp = self
+            .service
+            .ready()
+            .await
+            .map_err(|e| e.to_string())?
+            .call(b.finish())
+            .await
+            .map_err(|e| e.to_string())?;
+        match resp {
+            Some(r) => {
+                let v = serde_json::to_value(r).map_err(|e| e.to_string())?;
+                match v.get("error") {
+                    Some(e) => Err(format!("{method}: {e}")),
+                    None => Ok(v["result"].clone()),
+                }
+            }
+            None => Ok(Value::Null),
+        }
+    }
+}
+
+/// Type `case.expected` into the file, one request per keystroke. `completion` is the
+/// `completion` settings section sent as initializationOptions.
+pub async fn replay(engine: Arc<dyn Engine>, case: &Case, completion: Value) -> Result<Vec<Keystroke>, String> {
+    let (service, socket) = build_service(EngineSource::Ready(engine));
+    tokio::spawn(futures_util_drain(socket));
+    let mut d = Driver { service, id: 0 };
+    d.call(
+        "initialize",
+        json!({
+            "capabilities": { "general": { "positionEncodings": ["utf-8"] } },
+            "initializationOptions": { "completion": completion },
+        }),
+        false,
+    )
+    .await?;
+    d.call("initialized", json!({}), true).await?;
+    let uri = format!("file:///bench/{}", case.file_name);
+    let text = format!("{}{}", case.prefix, case.suffix);
+    d.call(
+        "textDocument/didOpen",
+        json!({ "textDocument": { "uri": uri, "languageId": case.language, "version": 1, "text": text } }),
+        true,
+    )
+    .await?;
+    let line = case.prefix.matches('\n').count() as u32;
+    let mut col = (case.prefix.len() - case.prefix.rfind('\n').map_or(0, |i| i + 1)) as u32;
+    let mut out = vec![];
+    for (version, (i, c)) in case.expected.char_indices().enumerate() {
+        let pos = json!({ "line": line, "character": col });
+        d.call(
+            "textDocument/didChange",
+            json!({
+                "textDocument": { "uri": uri, "version": version as i32 + 2 },
+                "contentChanges": [{ "range": { "start": pos, "end": pos }, "text": c.to_string() }],
+            }),
+            true,
+        )
+        .await?;
+        col += c.len_utf8() as u32;
+        let start = Instant::now();
+        d.call(
+            "textDocument/inlineCompletion",
+            json!({
+                "textDocument": { "uri": uri },
+                "position": { "line": line, "character": col },
+                "context": { "triggerKind": 2 },
+            }),
+            false,
+        )
+        .await?;
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let e = d.call("laya/explain", json!({ "textDocument": { "uri": uri } }), false).await?;
+        let n = |k: &str| e[k].as_u64().unwrap_or(0) as usize;
+        out.push(Keystroke {
+            typed: i + c.len_utf8(),
+            ms,
+            source: e["source"].as_str().unwrap_or("none").to_owned(),
+            prompt_tokens: n("promptTokens"),
+            reused_tokens: n("reusedTokens"),
+            prefilled_tokens: n("prefilledTokens"),
+        });
+    }
+    Ok(out)
+}
+
+async fn futures_util_drain(socket: tower_lsp_server::ClientSocket) {
+    use futures::StreamExt;
+    socket.for_each(|_| async {}).await
+}
+
+/// p-th percentile (0–100) by nearest rank.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+/// Totals over all keystrokes of a run.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    pub keystrokes: usize,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub model_calls: usize,
+    pub typed_through: usize,
+    /// Reused / prompt tokens over the model calls.
+    pub reused_ratio: f64,
+    /// Mean prefilled tokens of the model calls after the first of each trace.
+    pub warm_prefill_tokens: f64,
+    /// Mean prompt tokens of the first call of each trace (cold).
+    pub cold_prompt_tokens: f64,
+    /// Mean latency of the first model call of each trace, and of the later ones.
+    pub cold_ms: f64,
+    pub warm_ms: f64,
+}
+
+pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
+    let all: Vec<&Keystroke> = traces.iter().flatten().collect();
+    let ms: Vec<f64> = all.iter().map(|k| k.ms).collect();
+    let calls: Vec<&&Keystroke> = all.iter().filter(|k| k.source == "model").collect();
+    let (reused, prompt) = calls
+        .iter()
+        .fold((0, 0), |(r, p), k| (r + k.reused_tokens, p + k.prompt_tokens));
+    let (mut cold, mut warm, mut cold_ms, mut warm_ms) = (vec![], vec![], vec![], vec![]);
+    for t in traces {
+        let mut first = true;
+        for k in t.iter().filter(|k| k.source == "model") {
+            if first {
+                cold.push(k.prompt_tokens as f64);
+                cold_ms.push(k.ms);
+                first = false;
+            } else {
+                warm.push(k.prefilled_tokens as f64);
+                warm_ms.push(k.ms);
+            }
+        }
+    }
+    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    Summary {
+        keystrokes: all.len(),
+        p50_ms: percentile(&ms, 50.0),
+        p90_ms: percentile(&ms, 90.0),
+        p99_ms: percentile(&ms, 99.0),
+        model_calls: calls.len(),
+        typed_through: all.iter().filter(|k| k.source == "typed-through").count(),
+        reused_ratio: if prompt == 0 { 0.0 } else { reused as f64 / prompt as f64 },
+        warm_prefill_tokens: mean(&warm),
+        cold_prompt_tokens: mean(&cold),
+        cold_ms: mean(&cold_ms),
+        warm_ms: mean(&warm_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 50.0), 2.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn steps_type_the_line_one_character_at_a_time() {
+        let case = Case {
+            id: "t".into(),
+            language: "python".into(),
+            source: String::new(),
+            file_name: "a.py".into(),
+            prefix: "def f():\n    ".into(),
+            suffix: "\n".into(),
+            expected: "é = 1".into(),
+        };
+        let s = steps(&case);
+        assert_eq!(s.len(), 5);
+        assert_eq!(s[0].prefix, "def f():\n    é");
+        assert_eq!(s[4].prefix, "def f():\n    é = 1");
+    }
+
+    #[test]
+    fn summary_splits_cold_and_warm_calls() {
+        let k = |source: &str, prompt, reused, prefilled| Keystroke {
+            typed: 1,
+            ms: 1.0,
+            source: source.into(),
+            prompt_tokens: prompt,
+            reused_tokens: reused,
+            prefilled_tokens: prefilled,
+        };
+        let s = summarize(&[vec![k("model", 100, 0, 100), k("typed-through", 0, 0, 0), k("model", 102, 99, 3)]]);
+        assert_eq!((s.model_calls, s.typed_through, s.keystrokes), (2, 1, 3));
+        assert_eq!(s.cold_prompt_tokens, 100.0);
+        assert_eq!(s.warm_prefill_tokens, 3.0);
+        assert!((s.reused_ratio - 99.0 / 202.0).abs() < 1e-9);
+    }
+}
