@@ -309,12 +309,19 @@ impl Pipeline {
         let mid_line = !surroundings.line_suffix.trim().is_empty();
         let (imports, local, snippets) = match &ctx {
             Some(c) => {
-                let local: Vec<String> = c
-                    .type_definitions
+                // Most important first: the scopes the cursor is in (innermost first), the
+                // types in reach, then the other nearby signatures.
+                let scopes: Vec<String> = c.enclosing_scopes.iter().rev().map(|s| s.signature_text.clone()).collect();
+                let local: Vec<String> = scopes
                     .iter()
-                    .filter(|t| t.source_path.is_none())
-                    .map(|t| t.text.clone())
-                    .chain(c.signatures.iter().cloned())
+                    .cloned()
+                    .chain(
+                        c.type_definitions
+                            .iter()
+                            .filter(|t| t.source_path.is_none())
+                            .map(|t| t.text.clone()),
+                    )
+                    .chain(c.signatures.iter().filter(|s| !scopes.contains(s)).cloned())
                     .collect();
                 let mut by_file: Vec<Snippet> = vec![];
                 for t in c.type_definitions.iter().filter(|t| t.source_path.is_some()) {

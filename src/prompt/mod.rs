@@ -128,7 +128,9 @@ pub struct PromptInput<'a> {
     pub suffix: &'a str,
     /// Import statements of the current file (shown when the prefix window cuts them off).
     pub imports: &'a [String],
-    /// Definitions from this file that the prefix window may cut off.
+    /// Definitions from this file that the prefix window may cut off, most important first
+    /// (the enclosing scopes' signatures, innermost first, then the types in reach, then
+    /// nearby functions' signatures).
     pub local_context: &'a [String],
     /// Snippets of other files, most relevant first.
     pub other_files: &'a [Snippet],
@@ -208,16 +210,35 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let prefix_max = total.saturating_sub(header.len() + suffix.len());
     let mut prefix = tail_lines(input.prefix, prefix_max).to_owned();
     if prefix.len() < input.prefix.len() {
-        // The window cut off the top of the file: bring back its imports and the local
-        // definitions in reach of the cursor, as long as they fit.
-        let mut lead = String::new();
-        for part in input.imports.iter().chain(input.local_context) {
-            if prefix.contains(part.as_str()) {
+        // The window cut off the top of the file: bring back the local definitions in reach
+        // of the cursor and the imports, most important first while they fit (a part that
+        // does not fit is skipped, a smaller one may still), then shown as the file would:
+        // imports first, the most important definition last, right above the window.
+        let mut used = 0;
+        let mut chosen_local: Vec<&String> = vec![];
+        let mut chosen_imports: Vec<&String> = vec![];
+        for (is_import, part) in input
+            .local_context
+            .iter()
+            .map(|p| (false, p))
+            .chain(input.imports.iter().map(|p| (true, p)))
+        {
+            let part_text = part.trim_end();
+            if part_text.is_empty() || prefix.contains(part_text) {
                 continue;
             }
-            if lead.len() + part.len() + 1 > context_max {
-                break;
+            if used + part_text.len() + 1 > context_max {
+                continue;
             }
+            used += part_text.len() + 1;
+            if is_import {
+                chosen_imports.push(part);
+            } else {
+                chosen_local.push(part);
+            }
+        }
+        let mut lead = String::new();
+        for part in chosen_imports.into_iter().chain(chosen_local.into_iter().rev()) {
             lead.push_str(part.trim_end());
             lead.push('\n');
         }

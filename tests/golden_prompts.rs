@@ -1,0 +1,396 @@
+//! Golden prompts, one per language: the exact text the pipeline sends to the model for a
+//! fixture with a `$0` cursor, with a prompt budget small enough that the prefix window cuts
+//! the top of the file, so the imports and definitions that context extraction brings back
+//! show. A change to prompt layout, budget arithmetic or context extraction shows up here as
+//! a diff (`UPDATE_EXPECT=1 cargo test --test golden_prompts` rewrites the expectations).
+
+use std::{
+    sync::{atomic::AtomicBool, Arc, Mutex},
+    time::Duration,
+};
+
+use expect_test::{expect, Expect};
+use laya::{
+    completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
+    document::Document,
+    engine::{
+        worker::{Engine, ModelState},
+        CompletionOutput, CompletionRequest, EngineError, Timing,
+    },
+    prompt::Budget,
+};
+
+/// Records the prompt and answers nothing.
+#[derive(Default)]
+struct Capture(Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl Engine for Capture {
+    async fn complete(&self, req: CompletionRequest, _: Arc<AtomicBool>) -> Result<CompletionOutput, EngineError> {
+        self.0.lock().unwrap().push(req.prompt);
+        Ok(CompletionOutput {
+            served_by: None,
+            choices: vec![],
+            timing: Timing::default(),
+        })
+    }
+
+    fn state(&self) -> ModelState {
+        ModelState::Ready {
+            load_time: Duration::ZERO,
+            device: "capture".into(),
+        }
+    }
+}
+
+fn check(language: &str, file: &str, fixture: &str, expect: Expect) {
+    let cursor = fixture.find("$0").expect("$0 in the fixture");
+    let text = fixture.replace("$0", "");
+    let doc = Document::new(&text, 1, language).snapshot(&format!("file:///repo/{file}"));
+    let engine = Arc::new(Capture::default());
+    let pipeline = Pipeline::new(engine.clone());
+    let settings = CompletionSettings {
+        budget: Budget {
+            max_tokens: 64,
+            suffix_share: 0.2,
+            context_share: 0.5,
+        },
+        ..CompletionSettings::default()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(pipeline.complete(
+        Request {
+            doc: &doc,
+            others: &[],
+            cursor,
+            trigger: Trigger::Invoked,
+            settings: &settings,
+            workspace_root: Some("file:///repo"),
+        },
+        Arc::new(AtomicBool::new(false)),
+    ))
+    .unwrap();
+    let prompt = engine.0.lock().unwrap().pop().expect("one prompt");
+    expect.assert_eq(&prompt);
+}
+
+#[test]
+fn python() {
+    check(
+        "python",
+        "shapes.py",
+        r#"import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+
+
+def distance(a: Point, b: Point) -> float:
+    dx = a.x - b.x
+    dy = a.y - b.y
+    return math.hypot(dx, dy)
+
+
+def perimeter(points: list[Point]) -> float:
+    total = 0.0
+    for i in range(len(points)):
+        $0
+    return total
+"#,
+        expect![[r#"
+            <|fim_prefix|>import math
+            def distance(a: Point, b: Point) -> float:
+            class Point:
+                x: float
+                y: float
+
+                total = 0.0
+                for i in range(len(points)):
+                    <|fim_suffix|>
+                return total
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn rust() {
+    check(
+        "rust",
+        "src/geo.rs",
+        r#"use std::collections::HashMap;
+
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+}
+
+pub fn distance(a: &Point, b: &Point) -> f64 {
+    ((a.x - b.x).powi(2) + (a.y - b.y).powi(2)).sqrt()
+}
+
+pub fn nearest(points: &[Point], to: &Point) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, p) in points.iter().enumerate() {
+        $0
+    }
+    best.map(|(i, _)| i)
+}
+"#,
+        expect![[r#"
+            <|fim_prefix|>use std::collections::HashMap;
+            pub fn nearest(points: &[Point], to: &Point) -> Option<usize>
+
+                for (i, p) in points.iter().enumerate() {
+                    <|fim_suffix|>
+                }
+                best.map(|(i, _)| i)
+            }
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn typescript() {
+    check(
+        "typescript",
+        "src/cart.ts",
+        r#"import { Money } from "./money";
+
+interface Item {
+  name: string;
+  price: Money;
+  quantity: number;
+}
+
+export function lineTotal(item: Item): Money {
+  return item.price.times(item.quantity);
+}
+
+export function cartTotal(items: Item[]): Money {
+  let total = Money.zero();
+  for (const item of items) {
+    $0
+  }
+  return total;
+}
+"#,
+        expect![[r#"
+            <|fim_prefix|>interface Item {
+              name: string;
+              price: Money;
+              quantity: number;
+            }
+
+              let total = Money.zero();
+              for (const item of items) {
+                <|fim_suffix|>
+              }
+              return total;
+            }
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn javascript() {
+    check(
+        "javascript",
+        "lib/queue.js",
+        r#"const { EventEmitter } = require("events");
+
+class Queue extends EventEmitter {
+  constructor(limit) {
+    super();
+    this.limit = limit;
+    this.items = [];
+  }
+
+  push(item) {
+    if (this.items.length >= this.limit) {
+      $0
+    }
+    this.items.push(item);
+  }
+}
+"#,
+        expect![[r#"
+            <|fim_prefix|>class Queue extends EventEmitter
+
+                this.limit = limit;
+                this.items = [];
+              }
+
+              push(item) {
+                if (this.items.length >= this.limit) {
+                  <|fim_suffix|>
+                }
+                this.items.push(item);
+              }
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn go() {
+    check(
+        "go",
+        "store/store.go",
+        r#"package store
+
+import (
+	"errors"
+	"sync"
+)
+
+type Store struct {
+	mu   sync.Mutex
+	data map[string]string
+}
+
+var ErrMissing = errors.New("missing")
+
+func (s *Store) Get(key string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	$0
+}
+"#,
+        expect![[r#"
+            <|fim_prefix|>import (
+            	"errors"
+            	"sync"
+            )
+            type Store struct {
+            	mu   sync.Mutex
+            	data map[string]string
+            }
+
+
+            func (s *Store) Get(key string) (string, error) {
+            	s.mu.Lock()
+            	defer s.mu.Unlock()
+            	<|fim_suffix|>
+            }
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn c() {
+    check(
+        "c",
+        "src/buf.c",
+        r#"#include <stdlib.h>
+#include <string.h>
+
+struct buf {
+    char *data;
+    size_t len;
+    size_t cap;
+};
+
+int buf_grow(struct buf *b, size_t need) {
+    if (b->cap >= need)
+        return 0;
+    size_t cap = b->cap ? b->cap * 2 : 16;
+    while (cap < need)
+        $0
+    return 0;
+}
+"#,
+        expect![[r#"
+            <|fim_prefix|>#include <stdlib.h>
+            struct buf {
+                char *data;
+                size_t len;
+                size_t cap;
+            }
+
+                size_t cap = b->cap ? b->cap * 2 : 16;
+                while (cap < need)
+                    <|fim_suffix|>
+                return 0;
+            }
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn cpp() {
+    check(
+        "cpp",
+        "src/stack.cpp",
+        r#"#include <vector>
+#include <stdexcept>
+
+template <typename T>
+class Stack {
+public:
+    void push(const T& v) { items_.push_back(v); }
+    T pop() {
+        if (items_.empty()) {
+            $0
+        }
+        T v = items_.back();
+        items_.pop_back();
+        return v;
+    }
+private:
+    std::vector<T> items_;
+};
+"#,
+        expect![[r#"
+            <|fim_prefix|>#include <vector>
+
+
+            template <typename T>
+            class Stack {
+            public:
+                void push(const T& v) { items_.push_back(v); }
+                T pop() {
+                    if (items_.empty()) {
+                        <|fim_suffix|>
+                    }
+            <|fim_middle|>"#]],
+    );
+}
+
+#[test]
+fn java() {
+    check(
+        "java",
+        "src/main/java/demo/Account.java",
+        r#"package demo;
+
+import java.math.BigDecimal;
+
+public class Account {
+    private BigDecimal balance = BigDecimal.ZERO;
+
+    public void deposit(BigDecimal amount) {
+        balance = balance.add(amount);
+    }
+
+    public void withdraw(BigDecimal amount) {
+        if (balance.compareTo(amount) < 0) {
+            $0
+        }
+        balance = balance.subtract(amount);
+    }
+}
+"#,
+        expect![[r#"
+            <|fim_prefix|>import java.math.BigDecimal;
+            public void deposit(BigDecimal amount)
+            public class Account
+
+                    if (balance.compareTo(amount) < 0) {
+                        <|fim_suffix|>
+                    }
+            <|fim_middle|>"#]],
+    );
+}
