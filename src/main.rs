@@ -432,7 +432,7 @@ enum ServiceCommand {
     /// enable and start it.
     Install {
         #[command(flatten)]
-        serve: ServeArgs,
+        serve: Box<ServeArgs>,
         /// Only write the file.
         #[arg(long)]
         no_start: bool,

@@ -23,7 +23,7 @@ use tokio::{
 
 use super::{
     paths,
-    protocol::{ClientMessage, DaemonStatus, ServerMessage, WireRequest, MAX_LINE_BYTES},
+    protocol::{ClientMessage, DaemonStatus, ServerMessage, WireRequest, MAX_LINE_BYTES, PROTOCOL_VERSION},
     server::read_line_limited,
 };
 use crate::engine::{
@@ -117,6 +117,14 @@ impl DaemonEngine {
             loop {
                 match this.status().await {
                     Ok(st) => {
+                        if st.version != env!("CARGO_PKG_VERSION") || st.protocol != PROTOCOL_VERSION {
+                            tracing::warn!(
+                                daemon = st.version,
+                                protocol = st.protocol,
+                                "the running laya daemon (pid {}) is another version; restart it to use this one",
+                                st.pid
+                            );
+                        }
                         let s = state_of(&st);
                         let loading = s == ModelState::Loading;
                         this.set_state(s);

@@ -329,6 +329,15 @@ impl Daemon {
             return Err(DaemonError::Unavailable(format!("model {key} failed to load: {e}")));
         }
         let remote = matches!(pool.config().tiers.get(&key.tier), Some(TierSource::Remote(_)));
+        // A remote tier is one model whatever the bits asked: one lane, one count.
+        let key = if remote {
+            ModelKey {
+                tier: key.tier,
+                precision: Precision::Native,
+            }
+        } else {
+            key
+        };
         let enqueued = Instant::now();
         let slots = if remote { self.config.remote_slots } else { 1 };
         let _permit = self.queue.acquire(key, slots, client).await?;
