@@ -18,6 +18,15 @@
 #                               # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
 #                               # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                               # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
+#   scripts/cuda-ops.sh bundle GGUF...
+#                               # here, after `build`: packs the laya binary (xz), libmlx's parts
+#                               # and the GGUF files into 60 MiB parts .device/bundle/part.NN, for
+#                               # transports that carry 64 MiB a call (one part each)
+#   scripts/cuda-ops.sh stage-part NAME
+#                               # on the GPU machine: keep carried part NAME in /tmp/laya-bundle
+#   scripts/cuda-ops.sh unbundle
+#                               # on the GPU machine: joins the parts; laya to .device/laya,
+#                               # libmlx to /tmp/laya-cuda, the GGUF files to /tmp/laya-models
 #   scripts/cuda-ops.sh exec CMD...
 #                               # on the GPU machine: libs as for `run`, then CMD (diagnostics)
 #
@@ -128,6 +137,32 @@ bench)
   echo "== JSON rows ($out/bench-h200.jsonl):"
   cat "$out/bench-h200.jsonl"
   exit "$rc"
+  ;;
+bundle)
+  shift
+  [[ -x "$OUTD/laya" ]] || { echo "cuda-ops: run \`scripts/cuda-ops.sh build\` first" >&2; exit 1; }
+  work=$(mktemp -d)
+  xz -T2 -6 -c "$OUTD/laya" >"$work/laya.xz"
+  cp "$OUTD/$PART".* "$work/"
+  mkdir -p "$work/models"
+  for g in "$@"; do ln -s "$(realpath "$g")" "$work/models/$(basename "$g")"; done
+  rm -rf "$OUTD/bundle" && mkdir -p "$OUTD/bundle"
+  tar -C "$work" -chf - . | split -b 60m -d - "$OUTD/bundle/part."
+  rm -rf "$work"
+  ls -la "$OUTD/bundle"
+  ;;
+stage-part)
+  mkdir -p /tmp/laya-bundle && cp "$OUTD/bundle/$2" /tmp/laya-bundle/
+  ;;
+unbundle)
+  b=/tmp/laya-bundle
+  cat "$b"/part.* | tar -C "$b" -xf -
+  mkdir -p "$STAGE" /tmp/laya-models "$OUTD"
+  cp "$b/$PART".* "$STAGE/"
+  mv "$b"/models/* /tmp/laya-models/
+  if command -v xz >/dev/null; then xz -dc "$b/laya.xz"; else python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$b/laya.xz"; fi >"$OUTD/laya.new"
+ mv "$OUTD/laya.new" "$OUTD/laya" && chmod +x "$OUTD/laya"
+  ls -la "$STAGE" /tmp/laya-models "$OUTD/laya"
   ;;
 exec)
   shift
