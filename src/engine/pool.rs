@@ -137,11 +137,11 @@ impl ModelPool {
     /// The model that will answer a request for `want`: itself once loaded; while it loads,
     /// a ready one of the same tier, else any ready one; else itself (the request waits).
     pub fn resolve(&self, want: ModelKey) -> Result<(ModelKey, Arc<dyn Engine>), EngineError> {
-        let want = if self.config.tiers.contains_key(&want.tier) {
-            self.canonical(want)
+        let want = self.canonical(if self.config.tiers.contains_key(&want.tier) {
+            want
         } else {
             self.config.default
-        };
+        });
         let engine = self.engine(want)?;
         if !matches!(engine.state(), ModelState::Loading) {
             return Ok((want, engine));
