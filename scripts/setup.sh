@@ -30,7 +30,9 @@ cd "$(dirname "$0")/.."
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 CACHE="${LAYA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/laya}"
-export LAYA_MLX_BACKEND="$BACKEND"
+# Unset means cpu to crates/mlx-sys; keep it unset then, so that a later plain `cargo build`
+# or `cargo test` sees the same environment and does not rebuild mlx-sys.
+if [[ $BACKEND == cpu ]]; then unset LAYA_MLX_BACKEND; else export LAYA_MLX_BACKEND="$BACKEND"; fi
 
 have() { command -v "$1" >/dev/null 2>&1; }
 

@@ -5,8 +5,6 @@
 # installed). Extra arguments go to cargo test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The same backend setup.sh builds with: mlx-sys rebuilds when LAYA_MLX_BACKEND changes.
-export LAYA_MLX_BACKEND=${LAYA_MLX_BACKEND:-cpu}
 scripts/setup.sh --no-run --models qwen2.5-coder-0.5b
 cargo test --release --locked "$@"
 LAYA_BIN=target/release/laya scripts/test-editors.sh

