@@ -641,10 +641,19 @@ pub async fn run(config: DaemonConfig) -> Result<(), ServeError> {
         tracing::info!(socket = %socket.display(), "removing a stale socket");
         std::fs::remove_file(&socket).map_err(io_err(format!("removing stale {}", socket.display())))?;
     }
-    let listener = UnixListener::bind(&socket).map_err(io_err(format!("binding {}", socket.display())))?;
+    // The pid file first: whoever sees the socket can read who serves it.
+    let pid_file = dir.join(paths::PID);
+    paths::write_atomic(&pid_file, &format!("{}\n", std::process::id()))
+        .map_err(io_err(pid_file.display().to_string()))?;
+    let mut cleanup = Cleanup(vec![pid_file]);
+    // Created 0600 (umask), not only chmod-ed after: no moment with wider permissions.
+    let umask = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = UnixListener::bind(&socket);
+    rustix::process::umask(umask);
+    let listener = bound.map_err(io_err(format!("binding {}", socket.display())))?;
+    cleanup.0.push(socket.clone());
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .map_err(io_err(socket.display().to_string()))?;
-    let mut cleanup = Cleanup(vec![socket.clone()]);
 
     let http = match config.http {
         Some(addr) => match tokio::net::TcpListener::bind(addr).await {
@@ -673,10 +682,6 @@ pub async fn run(config: DaemonConfig) -> Result<(), ServeError> {
             let _ = std::fs::remove_file(&addr_file);
         }
     }
-    let pid_file = dir.join(paths::PID);
-    paths::write_atomic(&pid_file, &format!("{}\n", std::process::id()))
-        .map_err(io_err(pid_file.display().to_string()))?;
-    cleanup.0.push(pid_file);
 
     let warmup = config.warmup;
     let daemon = Arc::new(Daemon::new(config, http_addr));
