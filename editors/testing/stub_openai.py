@@ -44,7 +44,10 @@ FIM_MIDDLE = "<|fim_middle|>"
 
 
 def split_fim(prompt):
-    """(prefix, suffix) of a Qwen FIM prompt; the whole prompt as prefix if it is not one."""
+    """(prefix, suffix) of a Qwen FIM prompt; the whole prompt as prefix if it is not one.
+
+    Text after `<|fim_middle|>` is the start of the middle, already written (laya continues its
+    last prompt while the user types at its cursor): it belongs to the text before the cursor."""
     start = prompt.rfind(FIM_PREFIX)
     if start < 0:
         return prompt, ""
@@ -52,8 +55,8 @@ def split_fim(prompt):
     prefix, sep, rest = rest.partition(FIM_SUFFIX)
     if not sep:
         return prefix, ""
-    suffix, _, _ = rest.partition(FIM_MIDDLE)
-    return prefix, suffix
+    suffix, _, middle = rest.partition(FIM_MIDDLE)
+    return prefix + middle, suffix
 
 
 def answer(rules, prefix):
