@@ -127,13 +127,21 @@ impl KvCache {
         })
     }
 
+    /// The first `offset` positions, row-contiguous: a slice of the larger buffer is a strided
+    /// view, and MLX 0.32's CUDA attention reads such a view as if it were contiguous (wrong
+    /// logits, or an illegal memory access), so the view is copied out. That copy is the keys
+    /// and values once per step, small beside the weights a step reads.
     fn fetch(&self) -> Result<(Array, Array)> {
         let end = self.offset as i32;
+        let view = |a: &Array| -> Result<Array> {
+            if a.dim(2) == end {
+                Ok(a.clone())
+            } else {
+                a.try_index((.., .., ..end, ..))?.contiguous()
+            }
+        };
         match (&self.keys, &self.values) {
-            (Some(k), Some(v)) => Ok((
-                k.try_index((.., .., ..end, ..))?,
-                v.try_index((.., .., ..end, ..))?,
-            )),
+            (Some(k), Some(v)) => Ok((view(k)?, view(v)?)),
             _ => Err(Exception::custom("kv cache is empty")),
         }
     }
