@@ -824,6 +824,35 @@ fn complete(
     Ok(())
 }
 
+/// The engine a bench runs on: the remote server when `--remote-url` is given, else the local
+/// model on its worker thread (load time reported on stderr); with its label for the tables.
+fn bench_target(
+    args: &ModelArgs,
+    opts: LoadOptions,
+    remote: &RemoteArgs,
+    device: DevicePref,
+) -> Result<(Arc<dyn laya::engine::worker::Engine>, String)> {
+    use laya::engine::{
+        remote::RemoteEngine,
+        worker::{ModelState, ModelWorker},
+    };
+    Ok(match remote.config() {
+        Some(cfg) => {
+            let label = format!("remote {}", cfg.url);
+            (Arc::new(RemoteEngine::new(cfg)), label)
+        }
+        None => {
+            let label = format!("{} {}", args.model, args.precision.label());
+            let worker = ModelWorker::spawn(args.path()?, opts, device, |s| {
+                if let ModelState::Ready { load_time, device } = s {
+                    eprintln!("loaded in {:.1} s on {device}", load_time.as_secs_f64());
+                }
+            });
+            (Arc::new(worker), label)
+        }
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn bench_typing(
     files: &[String],
@@ -842,8 +871,7 @@ fn bench_typing(
         bench::{quality, typing as t},
         engine::{
             prefix::PrefixLimits,
-            remote::RemoteEngine,
-            worker::{Engine, ModelState, ModelWorker},
+            worker::ModelState,
         },
     };
     let mut traces = vec![];
@@ -872,28 +900,14 @@ fn bench_typing(
             .collect();
         std::fs::write(p, serde_json::to_string(&steps)?).with_context(|| format!("writing {}", p.display()))?;
     }
-    let (engine, label): (Arc<dyn Engine>, String) = match remote.config() {
-        Some(cfg) => {
-            let label = format!("remote {}", cfg.url);
-            (Arc::new(RemoteEngine::new(cfg)), label)
-        }
-        None => {
-            let mut opts = args.options();
-            if no_reuse {
-                opts.prefix = PrefixLimits {
-                    max_entries: 0,
-                    max_bytes: 0,
-                };
-            }
-            let label = format!("{} {}", args.model, args.precision.label());
-            let worker = ModelWorker::spawn(args.path()?, opts, device, |s| {
-                if let ModelState::Ready { load_time, device } = s {
-                    eprintln!("loaded in {:.1} s on {device}", load_time.as_secs_f64());
-                }
-            });
-            (Arc::new(worker), label)
-        }
-    };
+    let mut opts = args.options();
+    if no_reuse {
+        opts.prefix = PrefixLimits {
+            max_entries: 0,
+            max_bytes: 0,
+        };
+    }
+    let (engine, label) = bench_target(args, opts, remote, device)?;
     let completion = serde_json::json!({
         "debounceMs": 0,
         "maxTokensLine": max_tokens,
@@ -967,8 +981,7 @@ fn bench_quality(
         bench::quality as q,
         completion::pipeline::CompletionSettings,
         engine::{
-            remote::RemoteEngine,
-            worker::{Engine, ModelState, ModelWorker},
+            worker::ModelState,
         },
     };
     let mut all = q::load_cases(cases)?;
@@ -987,22 +1000,7 @@ fn bench_quality(
         bail!("{}: no cases left to run", cases.display());
     }
     let peer = compare.as_deref().map(q::load_results).transpose()?;
-    let (engine, label): (Arc<dyn Engine>, String) = match remote.config() {
-        Some(cfg) => {
-            let label = format!("remote {}", cfg.url);
-            (Arc::new(RemoteEngine::new(cfg)), label)
-        }
-        None => {
-            let path = args.path()?;
-            let label = format!("{} {}", args.model, args.precision.label());
-            let worker = ModelWorker::spawn(path, args.options(), device, |s| {
-                if let ModelState::Ready { load_time, device } = s {
-                    eprintln!("loaded in {:.1} s on {device}", load_time.as_secs_f64());
-                }
-            });
-            (Arc::new(worker), label)
-        }
-    };
+    let (engine, label) = bench_target(args, args.options(), remote, device)?;
     let settings = CompletionSettings {
         max_tokens_line: max_tokens,
         max_tokens_block: max_tokens,

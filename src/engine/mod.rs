@@ -138,16 +138,6 @@ impl LocalModel {
         })
     }
 
-    /// Bound the prefix store (`max_entries: 0` turns reuse off); drops what it held.
-    pub fn set_prefix_limits(&self, limits: prefix::PrefixLimits) {
-        *self.prefix.lock().unwrap_or_else(|p| p.into_inner()) = prefix::PrefixStore::new(limits);
-    }
-
-    /// (entries, bytes) held by the prefix store.
-    pub fn prefix_usage(&self) -> (usize, usize) {
-        let s = self.prefix.lock().unwrap_or_else(|p| p.into_inner());
-        (s.len(), s.bytes())
-    }
 
     /// Run a short request once, so the first real one does not pay for kernel compilation
     /// and buffer allocation (MLX compiles GPU kernels at first use). Returns its duration.
@@ -200,9 +190,7 @@ impl LocalModel {
             stop_token_ids: self.specials.eog.clone(),
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
-        let store = (self.prefix.lock().unwrap_or_else(|p| p.into_inner()).limits().max_entries > 0)
-            .then_some(&self.prefix);
-        let (out, reused) = prefix::generate_with_store(&self.loaded.model, store, &ids, &greq, cancel, |i, tok| {
+        let (out, reused) = prefix::generate_with_store(&self.loaded.model, Some(&self.prefix), &ids, &greq, cancel, |i, tok| {
             let control = texts.push(i, tok);
             if let Some(piece) = texts.settled(i, false) {
                 on_piece(i, piece);

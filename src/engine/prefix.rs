@@ -65,10 +65,6 @@ impl PrefixStore {
         }
     }
 
-    pub fn limits(&self) -> PrefixLimits {
-        self.limits
-    }
-
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -136,10 +132,6 @@ impl PrefixStore {
                 .expect("over the limits means not empty");
             self.entries.swap_remove(oldest);
         }
-    }
-
-    pub fn clear(&mut self) {
-        self.entries.clear();
     }
 }
 
