@@ -192,6 +192,10 @@ struct ServeArgs {
     /// Environment variable holding a bearer token that HTTP requests must carry.
     #[arg(long, value_name = "VAR")]
     token_env: Option<String>,
+    /// Serve HTTP on a non-loopback --http-addr without a token (refused otherwise: anyone
+    /// who can reach the address could use the daemon).
+    #[arg(long)]
+    allow_unauthenticated_remote: bool,
     /// Most tokens of prompt plus completion per request.
     #[arg(long, default_value_t = 8192)]
     max_seq_len: usize,
@@ -207,6 +211,9 @@ struct ServeArgs {
     /// Prompts (with their KV caches) kept per model for prefix reuse; 0 turns reuse off.
     #[arg(long, default_value_t = 8)]
     prefill_cache_size: usize,
+    /// Most bytes of KV caches kept per model for prefix reuse.
+    #[arg(long, default_value_t = 1 << 30)]
+    prefill_cache_bytes: usize,
     /// Largest HTTP request body, bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
@@ -242,6 +249,8 @@ impl ServeArgs {
             self.group_size.to_string(),
             "--prefill-cache-size".into(),
             self.prefill_cache_size.to_string(),
+            "--prefill-cache-bytes".into(),
+            self.prefill_cache_bytes.to_string(),
         ];
         for (flag, v) in [("--small-remote", &self.small_remote), ("--large-remote", &self.large_remote)] {
             if let Some(v) = v {
@@ -276,6 +285,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.token_env {
             a.extend(["--token-env".to_owned(), v.clone()]);
+        }
+        if self.allow_unauthenticated_remote {
+            a.push("--allow-unauthenticated-remote".into());
         }
         a.extend([
             "--max-seq-len".to_owned(),
@@ -380,7 +392,7 @@ impl ServeArgs {
                 device,
                 prefix: laya::engine::prefix::PrefixLimits {
                     max_entries: self.prefill_cache_size,
-                    ..Default::default()
+                    max_bytes: self.prefill_cache_bytes,
                 },
             },
             names,
@@ -396,6 +408,13 @@ impl ServeArgs {
             },
             None => None,
         };
+        if !self.no_http && !self.http_addr.ip().is_loopback() && token.is_none() && !self.allow_unauthenticated_remote {
+            bail!(
+                "--http-addr {} is not a loopback address: anyone who can reach it could use this daemon. \
+                 Set a bearer token with --token-env VAR, or pass --allow-unauthenticated-remote if that is meant",
+                self.http_addr
+            );
+        }
         if self.max_tokens == 0 || self.max_seq_len <= self.max_tokens {
             bail!(
                 "--max-tokens must be at least 1 and below --max-seq-len ({} vs {})",
@@ -514,6 +533,38 @@ enum BenchCommand {
         /// Skip measuring one `laya lsp --in-process` for comparison.
         #[arg(long)]
         no_in_process: bool,
+    },
+    /// Many LSP and HTTP clients at once against one daemon on loopback for a bounded time:
+    /// requests sent, answered, lost, answered twice, errors; p50/p90/p99 latency per client
+    /// kind; the daemon's memory against the prefix store's bounds. Default model: a tiny one
+    /// of random weights, written to a temporary folder.
+    Soak {
+        /// Clients in all.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Share of the clients that are `laya lsp` processes (the rest speak HTTP).
+        #[arg(long, default_value_t = 0.5)]
+        lsp_fraction: f64,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 60)]
+        duration: u64,
+        /// Tokens per completion.
+        #[arg(long, default_value_t = 8)]
+        max_tokens: usize,
+        /// A real model (catalog name, GGUF or folder) instead of the tiny random one.
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long, value_enum, default_value = "native")]
+        precision: Precision,
+        /// Prefix store bound: entries per model.
+        #[arg(long, default_value_t = 16)]
+        prefill_cache_size: usize,
+        /// Prefix store bound: bytes of KV caches per model.
+        #[arg(long, default_value_t = 8 << 20)]
+        prefill_cache_bytes: usize,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
     /// Per-keystroke latency of typing a line through the LSP path: p50/p90/p99, model calls
     /// avoided, prompt tokens reused.
@@ -646,6 +697,38 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 },
         } => {
             bench_memory(&serve, clients, requests, !no_in_process)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Soak {
+                    clients,
+                    lsp_fraction,
+                    duration,
+                    max_tokens,
+                    model,
+                    precision,
+                    prefill_cache_size,
+                    prefill_cache_bytes,
+                    json,
+                },
+        } => {
+            let model_source = match model {
+                Some(m) => SoakModel::Named(m),
+                None => SoakModel::Tiny,
+            };
+            bench_soak(SoakArgs {
+                clients,
+                lsp_fraction,
+                duration,
+                max_tokens,
+                model: model_source,
+                precision,
+                prefill_cache_size,
+                prefill_cache_bytes,
+                json,
+                device: cli.device,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Complete {
@@ -1294,6 +1377,81 @@ fn bench_memory(serve: &ServeArgs, clients: usize, requests: usize, in_process: 
             r.clients,
             mib(ip) * r.clients as f64
         );
+    }
+    Ok(())
+}
+
+enum SoakModel {
+    Tiny,
+    Named(String),
+}
+
+struct SoakArgs {
+    clients: usize,
+    lsp_fraction: f64,
+    duration: u64,
+    max_tokens: usize,
+    model: SoakModel,
+    precision: Precision,
+    prefill_cache_size: usize,
+    prefill_cache_bytes: usize,
+    json: Option<PathBuf>,
+    device: DevicePref,
+}
+
+fn bench_soak(a: SoakArgs) -> Result<()> {
+    use laya::bench::soak::{self, SoakConfig};
+    if !(0.0..=1.0).contains(&a.lsp_fraction) {
+        bail!("--lsp-fraction must be between 0 and 1");
+    }
+    let scratch = std::env::temp_dir().join(format!("laya-soak-model-{}", std::process::id()));
+    let model = match &a.model {
+        SoakModel::Named(m) => resolve_model(m)?,
+        SoakModel::Tiny => {
+            use_device(DevicePref::Cpu).map_err(anyhow::Error::msg)?;
+            let gguf = resolve_model("qwen2.5-coder-0.5b").context("the tiny model borrows its tokenizer")?;
+            eprintln!("writing a tiny random model to {}", scratch.display());
+            soak::tiny_model(&scratch, &gguf).map_err(anyhow::Error::msg)?
+        }
+    };
+    let device = match a.device {
+        DevicePref::Cpu => "cpu",
+        DevicePref::Gpu => "gpu",
+        DevicePref::Auto => "auto",
+    };
+    let cfg = SoakConfig {
+        program: std::env::current_exe().context("finding this program's path")?,
+        model_args: vec![
+            "--device".into(),
+            device.into(),
+            "--small".into(),
+            model.to_string_lossy().into_owned(),
+            "--large".into(),
+            "none".into(),
+            "--precision".into(),
+            a.precision.label().into(),
+            "--prefill-cache-size".into(),
+            a.prefill_cache_size.to_string(),
+            "--prefill-cache-bytes".into(),
+            a.prefill_cache_bytes.to_string(),
+        ],
+        precision: a.precision.label().into(),
+        clients: a.clients.max(1),
+        lsp_clients: (a.clients as f64 * a.lsp_fraction).round() as usize,
+        duration: std::time::Duration::from_secs(a.duration),
+        max_tokens: a.max_tokens,
+        prefix_entries: a.prefill_cache_size,
+        prefix_bytes: a.prefill_cache_bytes,
+    };
+    let result = soak::run(&cfg, |line| eprintln!("{line}"));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let report = result.map_err(anyhow::Error::msg)?;
+    print!("{}", soak::summary(&report));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if report.lost + report.answered_twice + report.errors > 0 || report.daemon_served != report.answered as u64 {
+        bail!("requests were lost, answered twice or failed (see above)");
     }
     Ok(())
 }

@@ -6,48 +6,14 @@ mod common;
 use std::{collections::HashMap, path::Path};
 
 use laya::engine::{
-    load::{self, gguf::GgufFile, LoadOptions, Precision},
-    models::{Arch, Model, ModelConfig},
+    load::{self, LoadOptions, Precision},
+    models::{Model, ModelConfig},
     synthetic,
-    tokenizer::Tokenizer,
 };
 use mlx_rs::{transforms::eval, Array, Dtype};
 
 fn tiny_config() -> ModelConfig {
-    ModelConfig {
-        arch: Arch::Qwen2,
-        hidden_size: 128,
-        intermediate_size: 256,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        head_dim: 32,
-        vocab_size: 151936,
-        rope_theta: 1_000_000.0,
-        rms_norm_eps: 1e-6,
-        tie_word_embeddings: true,
-    }
-}
-
-fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> String {
-    let mut v = serde_json::json!({
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_hidden_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "vocab_size": cfg.vocab_size,
-        "rope_theta": cfg.rope_theta,
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "tie_word_embeddings": cfg.tie_word_embeddings,
-        "torch_dtype": "bfloat16",
-    });
-    if let Some((group_size, bits)) = quantization {
-        v["quantization"] = serde_json::json!({ "group_size": group_size, "bits": bits });
-    }
-    v.to_string()
+    synthetic::tiny()
 }
 
 /// Writes config.json, tokenizer.json (exported from the real GGUF's vocabulary) and the
@@ -58,19 +24,12 @@ fn write_folder(
     weights: &HashMap<String, Array>,
     quantization: Option<(i32, i32)>,
 ) {
-    std::fs::write(dir.join("config.json"), config_json(cfg, quantization)).unwrap();
     let gguf = laya::catalog::find("qwen2.5-coder-0.5b").unwrap().local_path();
     assert!(
         gguf.is_file(),
         "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)"
     );
-    Tokenizer::from_gguf(&GgufFile::open(&gguf).unwrap())
-        .unwrap()
-        .save_json(dir.join("tokenizer.json"))
-        .unwrap();
-    let (a, b): (Vec<_>, Vec<_>) = weights.iter().partition(|(k, _)| k.contains("layers.1."));
-    Array::save_safetensors(a, None, dir.join("model-00001-of-00002.safetensors")).unwrap();
-    Array::save_safetensors(b, None, dir.join("model-00002-of-00002.safetensors")).unwrap();
+    synthetic::write_folder(dir, cfg, weights, quantization, &gguf).unwrap();
 }
 
 fn logits(model: &Model) -> Vec<f32> {

@@ -560,3 +560,54 @@ fn random_params_never_panic() {
         "still serving: {r}"
     );
 }
+
+/// Cross-file context comes only from open documents inside the declared workspace folders:
+/// not from /etc, a sibling folder, a `..` way out, or a folder removed from the workspace.
+/// The server reads no file: what is on disk under a document's URI never reaches a prompt.
+#[tokio::test]
+async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
+    // Every request builds its prompt afresh (no typing-through, no anchored prompt).
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    let mut c = Client::start(|_| vec!["x".into()], Duration::ZERO, true, init).await;
+    let on_disk = tempfile::tempdir().unwrap();
+    let disk_file = on_disk.path().join("main.rs");
+    std::fs::write(&disk_file, "struct DiskSecret;\n").unwrap();
+    let outside = [
+        ("file:///etc/passwd", "pub struct SecretEtc { pub root: i32 }\n"),
+        ("file:///work/demo2/leak.rs", "pub struct SecretSibling { pub a: i32 }\n"),
+        ("file:///work/demo/../keys/k.rs", "pub struct SecretDotDot { pub a: i32 }\n"),
+        ("file:///work/demo/%2E%2E/keys/e.rs", "pub struct SecretEncoded { pub a: i32 }\n"),
+        ("file:///work/lib/lib.rs", "pub struct SecretLib { pub a: i32 }\n"),
+    ];
+    for (uri, text) in outside {
+        c.open(uri, "rust", &format!("{text}$0")).await;
+    }
+    c.open("file:///work/demo/src/geom.rs", "rust", "pub struct Point {\n    pub x: i32,\n}\n$0").await;
+    let uri = format!("file://{}", disk_file.display());
+    let fixture = "use geom::Point;\n\nfn f(a: SecretEtc, b: SecretSibling, c: SecretDotDot, d: SecretEncoded, e: SecretLib) -> Point {\n    $0\n}\n";
+    // The document completed is in the workspace too (its folder is added below).
+    c.notify(
+        "workspace/didChangeWorkspaceFolders",
+        json!({ "event": { "added": [{ "uri": format!("file://{}", on_disk.path().display()), "name": "disk" }], "removed": [] } }),
+    )
+    .await;
+    let pos = c.open(&uri, "rust", fixture).await;
+    c.inline(&uri, pos).await;
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(prompt.contains("pub struct Point"), "a document inside the workspace lends: {prompt}");
+    for secret in ["struct SecretEtc", "SecretSibling {", "SecretDotDot {", "SecretEncoded {", "SecretLib {", "DiskSecret"] {
+        assert!(!prompt.contains(secret), "{secret} reached the prompt: {prompt}");
+    }
+    // A folder added to the workspace lends; removed again, it does not.
+    let lib = json!([{ "uri": "file:///work/lib", "name": "lib" }]);
+    c.notify("workspace/didChangeWorkspaceFolders", json!({ "event": { "added": lib, "removed": [] } })).await;
+    c.inline(&uri, pos).await;
+    assert_eq!(c.engine.prompts.lock().unwrap().len(), 2);
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(prompt.contains("pub struct SecretLib"), "{prompt}");
+    c.notify("workspace/didChangeWorkspaceFolders", json!({ "event": { "added": [], "removed": lib } })).await;
+    c.inline(&uri, pos).await;
+    assert_eq!(c.engine.prompts.lock().unwrap().len(), 3);
+    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(!prompt.contains("SecretLib {"), "{prompt}");
+}

@@ -2,4 +2,5 @@
 
 pub mod engine;
 pub mod quality;
+pub mod soak;
 pub mod typing;

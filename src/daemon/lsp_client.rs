@@ -18,6 +18,9 @@ pub struct LspProcess {
     next_id: u64,
     /// `window/logMessage` texts seen so far.
     pub logs: Vec<String>,
+    /// Answers that came for no request being waited for: a second answer to one request,
+    /// or a late one to a request that timed out.
+    pub stray_answers: usize,
 }
 
 fn read_message(r: &mut impl BufRead) -> Option<Value> {
@@ -61,6 +64,7 @@ impl LspProcess {
             messages: rx,
             next_id: 1,
             logs: vec![],
+            stray_answers: 0,
         })
     }
 
@@ -95,6 +99,10 @@ impl LspProcess {
                 if let Some(t) = m["params"]["message"].as_str() {
                     self.logs.push(t.to_owned());
                 }
+                Ok(())
+            }
+            (None, Some(_)) => {
+                self.stray_answers += 1;
                 Ok(())
             }
             _ => Ok(()),
@@ -164,6 +172,14 @@ impl LspProcess {
         self.notify(
             "textDocument/didOpen",
             json!({ "textDocument": { "uri": uri, "languageId": language, "version": 1, "text": text } }),
+        )
+    }
+
+    /// Replace a document's whole text (`didChange` without a range).
+    pub fn change(&mut self, uri: &str, version: i32, text: &str) -> Result<(), String> {
+        self.notify(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": text }] }),
         )
     }
 

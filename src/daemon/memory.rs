@@ -51,15 +51,15 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().map(|k| k * 1024)
 }
 
-/// Settings that keep each completion short: no debounce, 4 tokens, and every route on the
-/// default model (so exactly one model is loaded).
-fn settings() -> Value {
-    let key = json!({ "tier": "small", "precision": "q8" });
+/// Settings that keep each completion short: no debounce, `max_tokens` tokens, and every
+/// route on the small tier at `precision` (so exactly one model is loaded).
+pub fn settings(precision: &str, max_tokens: usize) -> Value {
+    let key = json!({ "tier": "small", "precision": precision });
     json!({
         "completion": {
             "debounceMs": 0,
-            "maxTokensLine": 4,
-            "maxTokensBlock": 4,
+            "maxTokensLine": max_tokens,
+            "maxTokensBlock": max_tokens,
             "router": { "codeAutomatic": key, "codeInvoked": key, "codeBlock": key, "prose": key },
         }
     })
@@ -67,12 +67,72 @@ fn settings() -> Value {
 
 const DOC: &str = "def add(a, b):\n    return ";
 
-struct Cleanup {
-    dir: PathBuf,
+/// A benchmark's private runtime directory and the daemon serving it: the daemon is killed
+/// and the directory removed when this is dropped.
+pub struct BenchDaemon {
+    pub dir: PathBuf,
     daemon: Option<Child>,
 }
 
-impl Drop for Cleanup {
+impl BenchDaemon {
+    /// A fresh private runtime directory `<tmp>/laya-bench-<name>-<pid>`, no daemon yet.
+    pub fn dir(name: &str) -> Result<BenchDaemon, String> {
+        let dir = std::env::temp_dir().join(format!("laya-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        paths::ensure_private_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(BenchDaemon { dir, daemon: None })
+    }
+
+    /// Start `laya serve ARGS` in this directory (stderr to its serve.log) and wait until its
+    /// default model is ready.
+    pub fn start(&mut self, program: &Path, args: &[String]) -> Result<u32, String> {
+        let log_file = std::fs::File::create(self.dir.join(paths::LOG)).map_err(|e| e.to_string())?;
+        let daemon = Command::new(program)
+            .arg("serve")
+            .args(args)
+            .env("LAYA_RUNTIME_DIR", &self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .map_err(|e| format!("starting laya serve: {e}"))?;
+        let pid = daemon.id();
+        self.daemon = Some(daemon);
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            match status_blocking(&self.dir, Duration::from_secs(5)) {
+                Ok(s) if s.status == "ok" => return Ok(pid),
+                Ok(s) if s.status == "failed" => return Err(format!("the model failed to load: {:?}", s.models)),
+                _ if Instant::now() > deadline => return Err("the daemon did not get ready in 10 minutes".into()),
+                _ => {}
+            }
+            if let Some(Ok(Some(st))) = self.daemon.as_mut().map(Child::try_wait) {
+                let log = std::fs::read_to_string(self.dir.join(paths::LOG)).unwrap_or_default();
+                return Err(format!("laya serve exited ({st}): {}", log.trim()));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Start `laya lsp EXTRA ARGS` against this directory's daemon, initialize it with
+    /// `settings` and wait for its engine.
+    pub fn lsp(&self, program: &Path, extra: &[&str], args: &[String], settings: Value) -> Result<LspProcess, String> {
+        let mut cmd = Command::new(program);
+        cmd.arg("lsp")
+            .args(extra)
+            .args(args)
+            .env("LAYA_RUNTIME_DIR", &self.dir)
+            .stderr(Stdio::null());
+        let mut p = LspProcess::spawn(cmd).map_err(|e| format!("starting laya lsp: {e}"))?;
+        p.initialize(settings)?;
+        if !p.wait_log(|l| l.contains("model ready") || l.contains("failed"), Duration::from_secs(600)) {
+            return Err(format!("the language server did not get ready: {:?}", p.logs));
+        }
+        Ok(p)
+    }
+}
+
+impl Drop for BenchDaemon {
     fn drop(&mut self) {
         if let Some(mut d) = self.daemon.take() {
             let _ = d.kill();
@@ -82,18 +142,8 @@ impl Drop for Cleanup {
     }
 }
 
-fn lsp(b: &MemoryBench, dir: &Path, extra: &[&str], name: &str) -> Result<LspProcess, String> {
-    let mut cmd = Command::new(&b.program);
-    cmd.arg("lsp")
-        .args(extra)
-        .args(&b.model_args)
-        .env("LAYA_RUNTIME_DIR", dir)
-        .stderr(Stdio::null());
-    let mut p = LspProcess::spawn(cmd).map_err(|e| format!("starting laya lsp: {e}"))?;
-    p.initialize(settings())?;
-    if !p.wait_log(|l| l.contains("model ready") || l.contains("failed"), Duration::from_secs(600)) {
-        return Err(format!("the language server did not get ready: {:?}", p.logs));
-    }
+fn lsp(b: &MemoryBench, bench: &BenchDaemon, extra: &[&str], name: &str) -> Result<LspProcess, String> {
+    let mut p = bench.lsp(&b.program, extra, &b.model_args, settings("q8", 4))?;
     p.open(&format!("file:///bench/{name}.py"), "python", DOC)?;
     Ok(p)
 }
@@ -112,38 +162,15 @@ fn complete(p: &mut LspProcess, name: &str) -> Result<(), String> {
 }
 
 pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, String> {
-    let dir = std::env::temp_dir().join(format!("laya-bench-memory-{}", std::process::id()));
-    paths::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
-    let mut cleanup = Cleanup {
-        dir: dir.clone(),
-        daemon: None,
-    };
-    let log_file = std::fs::File::create(dir.join(paths::LOG)).map_err(|e| e.to_string())?;
-    let daemon = Command::new(&b.program)
-        .arg("serve")
-        .arg("--no-http")
-        .args(&b.model_args)
-        .env("LAYA_RUNTIME_DIR", &dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .map_err(|e| format!("starting laya serve: {e}"))?;
-    let pid = daemon.id();
-    cleanup.daemon = Some(daemon);
-    log(&format!("daemon pid {pid}; loading the model"));
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        match status_blocking(&dir, Duration::from_secs(5)) {
-            Ok(s) if s.status == "ok" => break,
-            Ok(s) if s.status == "failed" => return Err(format!("the model failed to load: {:?}", s.models)),
-            _ if Instant::now() > deadline => return Err("the daemon did not get ready in 10 minutes".into()),
-            _ => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+    let mut cleanup = BenchDaemon::dir("memory")?;
+    log("starting the daemon; loading the model");
+    let mut args = vec!["--no-http".to_owned()];
+    args.extend(b.model_args.iter().cloned());
+    let pid = cleanup.start(&b.program, &args)?;
+    log(&format!("daemon pid {pid} ready"));
     let rss = |what: &str| rss_bytes(pid).ok_or_else(|| format!("cannot read the daemon's memory ({what})"));
 
-    let mut first = lsp(b, &dir, &[], "c0")?;
+    let mut first = lsp(b, &cleanup, &[], "c0")?;
     for _ in 0..b.requests {
         complete(&mut first, "c0")?;
     }
@@ -152,7 +179,7 @@ pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, S
 
     let mut clients = vec![first];
     for i in 1..b.clients.max(1) {
-        clients.push(lsp(b, &dir, &[], &format!("c{i}"))?);
+        clients.push(lsp(b, &cleanup, &[], &format!("c{i}"))?);
     }
     let requests = b.requests;
     let results: Vec<Result<LspProcess, String>> = std::thread::scope(|s| {
@@ -183,13 +210,8 @@ pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, S
     drop(cleanup);
 
     let in_process = if b.in_process {
-        let dir = std::env::temp_dir().join(format!("laya-bench-memory-ip-{}", std::process::id()));
-        paths::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
-        let _cleanup = Cleanup {
-            dir: dir.clone(),
-            daemon: None,
-        };
-        let mut p = lsp(b, &dir, &["--in-process"], "ip")?;
+        let ip = BenchDaemon::dir("memory-ip")?;
+        let mut p = lsp(b, &ip, &["--in-process"], "ip")?;
         complete(&mut p, "ip")?;
         let r = rss_bytes(p.pid());
         p.shutdown(Duration::from_secs(5));

@@ -34,7 +34,8 @@ pub fn runtime_dir() -> PathBuf {
 }
 
 /// Create `dir` (mode 0700) or check an existing one: a real directory (not a link), owned
-/// by this user; its mode is tightened to 0700 if it was looser.
+/// by this user, writable by no one else (a group- or world-writable one is refused: others
+/// may have put files in it); a readable one is tightened to 0700.
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     if let Some(parent) = dir.parent() {
         fs::create_dir_all(parent)?;
@@ -54,6 +55,13 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
             "{} belongs to user {}, not to this user ({uid}); remove it or set LAYA_RUNTIME_DIR",
             dir.display(),
             meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "{} is writable by other users (mode {:o}); remove it or set LAYA_RUNTIME_DIR",
+            dir.display(),
+            meta.mode() & 0o7777
         )));
     }
     if meta.mode() & 0o777 != 0o700 {
@@ -94,6 +102,12 @@ mod tests {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         ensure_private_dir(&dir).unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        for loose in [0o775, 0o757, 0o1777] {
+            fs::set_permissions(&dir, fs::Permissions::from_mode(loose)).unwrap();
+            let e = ensure_private_dir(&dir).unwrap_err().to_string();
+            assert!(e.contains("writable by other users"), "{e}");
+        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
         let file = base.join("file");
         fs::write(&file, "x").unwrap();
         assert!(ensure_private_dir(&file).is_err());

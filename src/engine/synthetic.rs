@@ -135,3 +135,74 @@ pub fn random_weights(
     }
     Ok(weights)
 }
+
+/// A tiny Qwen2 (2 layers, hidden 128) with the real vocabulary: loads and runs in well under
+/// a second on a CPU, so tests and the soak bench exercise the real engine (KV cache, prefix
+/// store, tokenizer) without real weights.
+pub fn tiny() -> ModelConfig {
+    ModelConfig {
+        arch: Arch::Qwen2,
+        hidden_size: 128,
+        intermediate_size: 256,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 32,
+        vocab_size: 151936,
+        rope_theta: 1_000_000.0,
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: true,
+    }
+}
+
+/// config.json as Hugging Face writes it for `cfg` (with MLX `quantization` when given as
+/// `(group_size, bits)`).
+pub fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> String {
+    let arch = match cfg.arch {
+        Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
+    };
+    let mut v = serde_json::json!({
+        "architectures": [arch.0],
+        "model_type": arch.1,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "torch_dtype": "bfloat16",
+    });
+    if let Some((group_size, bits)) = quantization {
+        v["quantization"] = serde_json::json!({ "group_size": group_size, "bits": bits });
+    }
+    v.to_string()
+}
+
+/// Write a model folder as HF checkpoints are: config.json, tokenizer.json (exported from the
+/// GGUF `tokenizer_gguf`'s vocabulary) and `weights` split over two safetensors files.
+pub fn write_folder(
+    dir: &std::path::Path,
+    cfg: &ModelConfig,
+    weights: &HashMap<String, Array>,
+    quantization: Option<(i32, i32)>,
+    tokenizer_gguf: &std::path::Path,
+) -> Result<(), String> {
+    let gguf = super::load::gguf::GgufFile::open(tokenizer_gguf).map_err(|e| e.to_string())?;
+    let tokenizer = super::tokenizer::Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::write(dir.join("config.json"), config_json(cfg, quantization))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    tokenizer
+        .save_json(dir.join("tokenizer.json"))
+        .map_err(|e| e.to_string())?;
+    let (a, b): (Vec<_>, Vec<_>) = weights.iter().partition(|(k, _)| k.contains("layers.1."));
+    for (part, name) in [(a, "model-00001-of-00002.safetensors"), (b, "model-00002-of-00002.safetensors")] {
+        Array::save_safetensors(part, None, dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+    }
+    Ok(())
+}

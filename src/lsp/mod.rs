@@ -8,6 +8,7 @@
 //! after `initialized`, reported through `$/progress`; `initialize` never waits for it.
 
 pub mod convert;
+pub mod workspace;
 
 use std::sync::{
     atomic::{AtomicBool, AtomicU64, Ordering},
@@ -61,6 +62,8 @@ struct State {
     snippets: bool,
     settings: ClientSettings,
     root: Option<String>,
+    /// The declared workspace folders: only open documents inside them lend context.
+    workspace: workspace::Workspace,
 }
 
 /// Acceptance counters, reported in the log on shutdown.
@@ -97,6 +100,7 @@ impl LayaServer {
                 snippets: false,
                 settings: ClientSettings::default(),
                 root: None,
+                workspace: workspace::Workspace::default(),
             }),
             source: Mutex::new(Some(source).filter(|_| pipeline.is_none())),
             pipeline: RwLock::new(pipeline),
@@ -235,8 +239,12 @@ impl LayaServer {
         if cancel.load(Ordering::Relaxed) {
             return Err(convert::cancelled());
         }
-        let others = self.docs.snapshots_except(uri.as_str());
-        let root = self.state.read().unwrap_or_else(|p| p.into_inner()).root.clone();
+        let (root, others) = {
+            let st = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let mut others = self.docs.snapshots_except(uri.as_str());
+            others.retain(|o| st.workspace.may_lend(uri.as_str(), &o.uri));
+            (st.root.clone(), others)
+        };
         let request = Request {
             doc: &doc,
             others: &others,
@@ -370,6 +378,15 @@ impl LanguageServer for LayaServer {
                 .as_ref()
                 .and_then(|f| f.first())
                 .map(|f| f.uri.as_str().to_owned());
+            let folders: Vec<&str> = params
+                .workspace_folders
+                .iter()
+                .flatten()
+                .map(|f| f.uri.as_str())
+                .collect();
+            #[allow(deprecated)]
+            let (root_uri, root_path) = (params.root_uri.as_ref().map(|u| u.as_str()), params.root_path.as_deref());
+            st.workspace = workspace::Workspace::from_initialize(&folders, root_uri, root_path);
         }
         if let Some(opts) = params.initialization_options {
             self.apply_settings(opts);
@@ -390,6 +407,13 @@ impl LanguageServer for LayaServer {
                 execute_command_provider: Some(ExecuteCommandOptions {
                     commands: vec![ACCEPT_COMMAND.into()],
                     ..Default::default()
+                }),
+                workspace: Some(WorkspaceServerCapabilities {
+                    workspace_folders: Some(WorkspaceFoldersServerCapabilities {
+                        supported: Some(true),
+                        change_notifications: Some(OneOf::Left(true)),
+                    }),
+                    file_operations: None,
                 }),
                 ..Default::default()
             },
@@ -438,6 +462,16 @@ impl LanguageServer for LayaServer {
             self.client
                 .log_message(MessageType::ERROR, format!("laya: edit not applied: {e}"))
                 .await;
+        }
+    }
+
+    async fn did_change_workspace_folders(&self, p: DidChangeWorkspaceFoldersParams) {
+        let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+        for f in &p.event.removed {
+            st.workspace.remove(f.uri.as_str());
+        }
+        for f in &p.event.added {
+            st.workspace.add(f.uri.as_str());
         }
     }
 

@@ -1,0 +1,93 @@
+//! A short soak through the code of `laya bench soak`: LSP and HTTP clients at once against
+//! one daemon running a tiny model of random weights (the real engine, KV cache and prefix
+//! store, on the CPU). Nothing may be lost, answered twice or fail, and the daemon's memory
+//! must stop growing once the prefix store is full.
+
+use std::time::Duration;
+
+use laya::{
+    bench::soak::{self, SoakConfig},
+    engine::{
+        cache::STEP,
+        generate::PREFILL_CHUNK,
+        runtime::{use_device, DevicePref},
+        synthetic,
+    },
+};
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_prefix_bound() {
+    use_device(DevicePref::Cpu).unwrap();
+    let gguf = laya::catalog::find("qwen2.5-coder-0.5b").unwrap().local_path();
+    assert!(gguf.is_file(), "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)");
+    let tmp = tempfile::tempdir().unwrap();
+    let model = soak::tiny_model(&tmp.path().join("tiny"), &gguf).unwrap();
+    let (entries, bytes) = (16, 4 * MIB as usize);
+    let max_tokens = 8;
+    let cfg = SoakConfig {
+        program: env!("CARGO_BIN_EXE_laya").into(),
+        model_args: [
+            "--device",
+            "cpu",
+            "--small",
+            model.to_str().unwrap(),
+            "--large",
+            "none",
+            "--precision",
+            "native",
+            "--prefill-cache-size",
+            &entries.to_string(),
+            "--prefill-cache-bytes",
+            &bytes.to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+        precision: "native".into(),
+        clients: 8,
+        lsp_clients: 4,
+        duration: Duration::from_secs(15),
+        max_tokens,
+        prefix_entries: entries,
+        prefix_bytes: bytes,
+    };
+    let r = soak::run(&cfg, |l| eprintln!("{l}")).unwrap();
+    eprintln!("{}", soak::summary(&r));
+
+    for kind in ["lsp", "http /complete", "http /v1/completions", "http /v1/completions stream"] {
+        let k = r.kinds.iter().find(|k| k.kind == kind);
+        assert!(k.is_some_and(|k| k.answered >= 3), "too few {kind} requests ran: {:?}", r.kinds);
+    }
+    assert_eq!((r.lost, r.answered_twice, r.errors), (0, 0, 0), "{:?}", r.kinds);
+    assert_eq!(r.daemon_served, r.answered as u64, "the daemon served what the clients received, no more");
+
+    // The slack: what one request holds while it runs, beside the prefix store (which the
+    // bound covers), for this model and these prompts (under 512 tokens + 8 generated):
+    let cfg_m = synthetic::tiny();
+    let positions = (512 + max_tokens).div_ceil(STEP as usize) * STEP as usize;
+    let per_position = (cfg_m.num_hidden_layers * 2 * cfg_m.num_key_value_heads * cfg_m.head_dim) as u64 * 4;
+    let kv = positions as u64 * per_position; // its own KV cache, f32
+    let chunk = PREFILL_CHUNK as u64;
+    let scores = cfg_m.num_attention_heads as u64 * chunk * positions as u64 * 4; // attention of one chunk
+    let mlp = chunk * (cfg_m.intermediate_size as u64 * 3 + cfg_m.hidden_size as u64 * 4) * 4;
+    let logits = cfg_m.vocab_size as u64 * 4;
+    let slack = kv + scores + mlp + logits;
+    eprintln!("slack (one request's working set): {:.1} MiB", slack as f64 / MIB as f64);
+    let m = &r.memory;
+    assert!(
+        m.growth() <= slack as i64,
+        "the daemon kept growing: peak {:.1} MiB in the 2nd half vs {:.1} MiB in the 1st (slack {:.1} MiB)",
+        m.second_half as f64 / MIB as f64,
+        m.warm as f64 / MIB as f64,
+        slack as f64 / MIB as f64
+    );
+    assert!(
+        m.end <= m.warm + bytes as u64 + slack,
+        "RSS at the end {:.1} MiB > warm {:.1} + prefix bound {:.1} + slack {:.1} MiB",
+        m.end as f64 / MIB as f64,
+        m.warm as f64 / MIB as f64,
+        bytes as f64 / MIB as f64,
+        slack as f64 / MIB as f64
+    );
+}
