@@ -1238,45 +1238,56 @@ fn lsp(serve: ServeArgs, remote: RemoteArgs, in_process: bool, device: DevicePre
         },
         lsp::{serve_stdio, EngineSource},
     };
-    let source = if let Some(cfg) = remote.config() {
-        EngineSource::Ready(Arc::new(RemoteEngine::new(cfg)) as Arc<dyn Engine>)
-    } else if in_process {
-        // Resolve the models before the editor connects, so a missing one is a clear error in
-        // the editor's log right away; loading itself happens after `initialized`.
-        let (pool, _) = serve.pool(device)?;
-        let default = pool.default;
-        EngineSource::Deferred(Box::new(move |report| {
-            let report = std::sync::Mutex::new(report);
-            let on_state = Arc::new(move |key: ModelKey, s: &ModelState| {
-                if key.tier == default.tier {
-                    (report.lock().unwrap_or_else(|p| p.into_inner()))(s);
+    // Resolve the models before the editor connects, so a missing one is a clear error in the
+    // editor's log right away (here, not in the daemon's). The server still runs: the editor
+    // keeps working, without completions, and shows why.
+    let remote = remote.config();
+    let pool = match remote {
+        Some(_) => None,
+        None => Some(serve.pool(device).map_err(|e| format!("{e:#}"))),
+    };
+    let source = match (remote, pool) {
+        (Some(cfg), _) => EngineSource::Ready(Arc::new(RemoteEngine::new(cfg)) as Arc<dyn Engine>),
+        (None, Some(Err(why))) => {
+            eprintln!("laya lsp: {why}; serving without completions");
+            EngineSource::Deferred(Box::new(move |report| {
+                report(&ModelState::Failed(why.clone()));
+                Arc::new(Unavailable(why)) as Arc<dyn Engine>
+            }))
+        }
+        (None, Some(Ok((pool, _)))) if in_process => {
+            let default = pool.default;
+            EngineSource::Deferred(Box::new(move |report| {
+                let report = std::sync::Mutex::new(report);
+                let on_state = Arc::new(move |key: ModelKey, s: &ModelState| {
+                    if key.tier == default.tier {
+                        (report.lock().unwrap_or_else(|p| p.into_inner()))(s);
+                    }
+                });
+                match ModelPool::new(pool, on_state.clone()) {
+                    Ok(p) => Arc::new(p) as Arc<dyn Engine>,
+                    Err(e) => {
+                        on_state(default, &ModelState::Failed(e.to_string()));
+                        Arc::new(Unavailable(e.to_string())) as Arc<dyn Engine>
+                    }
                 }
-            });
-            match ModelPool::new(pool, on_state.clone()) {
-                Ok(p) => Arc::new(p) as Arc<dyn Engine>,
-                Err(e) => {
-                    on_state(default, &ModelState::Failed(e.to_string()));
-                    Arc::new(Unavailable(e.to_string())) as Arc<dyn Engine>
-                }
-            }
-        }))
-    } else {
-        // The same check the daemon makes, here, so a missing model shows in the editor's log
-        // at once instead of in the daemon's.
-        serve.pool(device)?;
-        let program = std::env::current_exe().context("finding this program's path")?;
-        let config = ClientConfig {
-            runtime_dir: laya::daemon::paths::runtime_dir(),
-            spawn: Some(SpawnCommand {
-                program,
-                args: serve.to_args(device),
-            }),
-            client: format!("lsp {}", std::process::id()),
-            start_timeout: std::time::Duration::from_secs(20),
-        };
-        EngineSource::Deferred(Box::new(move |report| {
-            Arc::new(DaemonEngine::new(config, report)) as Arc<dyn Engine>
-        }))
+            }))
+        }
+        (None, _) => {
+            let program = std::env::current_exe().context("finding this program's path")?;
+            let config = ClientConfig {
+                runtime_dir: laya::daemon::paths::runtime_dir(),
+                spawn: Some(SpawnCommand {
+                    program,
+                    args: serve.to_args(device),
+                }),
+                client: format!("lsp {}", std::process::id()),
+                start_timeout: std::time::Duration::from_secs(20),
+            };
+            EngineSource::Deferred(Box::new(move |report| {
+                Arc::new(DaemonEngine::new(config, report)) as Arc<dyn Engine>
+            }))
+        }
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(serve_stdio(source));

@@ -3,161 +3,19 @@
 //! fair queueing and cancellation. Tiers point at a stub OpenAI-compatible server started
 //! here, so these tests are fast and deterministic; the last one runs the real 0.5B model.
 
+mod common;
+
 use std::{
     io::{BufRead, BufReader, Write},
-    net::SocketAddr,
     os::unix::fs::{DirBuilderExt, MetadataExt},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
-    },
+    process::Stdio,
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
-use axum::{routing::get, routing::post, Json, Router};
-use laya::daemon::lsp_client::LspProcess;
+use common::daemon::*;
 use serde_json::{json, Value};
-
-const STUB_TEXT: &str = "a + b";
-
-/// An OpenAI-compatible stub: answers every completion with [`STUB_TEXT`] after `delay_ms`
-/// and records the prompts in the order it started answering them.
-struct Stub {
-    url: String,
-    prompts: Arc<Mutex<Vec<String>>>,
-    delay_ms: Arc<AtomicU64>,
-}
-
-fn stub() -> Stub {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let prompts = Arc::new(Mutex::new(vec![]));
-    let delay_ms = Arc::new(AtomicU64::new(0));
-    let (p, d) = (prompts.clone(), delay_ms.clone());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async move {
-            let app = Router::new()
-                .route(
-                    "/v1/models",
-                    get(|| async { Json(json!({ "object": "list", "data": [{ "id": "stub-coder" }] })) }),
-                )
-                .route(
-                    "/v1/completions",
-                    post(move |Json(body): Json<Value>| {
-                        let (p, d) = (p.clone(), d.clone());
-                        async move {
-                            p.lock().unwrap().push(body["prompt"].as_str().unwrap_or("").to_owned());
-                            tokio::time::sleep(Duration::from_millis(d.load(Ordering::Relaxed))).await;
-                            let n = body["n"].as_u64().unwrap_or(1);
-                            let choices: Vec<Value> = (0..n)
-                                .map(|i| json!({ "index": i, "text": STUB_TEXT, "finish_reason": "stop" }))
-                                .collect();
-                            Json(json!({
-                                "choices": choices,
-                                "usage": { "prompt_tokens": 7, "completion_tokens": 3 },
-                            }))
-                        }
-                    }),
-                );
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
-    Stub {
-        url,
-        prompts,
-        delay_ms,
-    }
-}
-
-fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
-}
-
-/// A `laya serve` child; killed when dropped.
-struct Serve {
-    child: Child,
-    dir: PathBuf,
-    http: Option<SocketAddr>,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `laya serve ARGS` for runtime directory `dir` and wait for its socket (and HTTP
-/// address, unless `--no-http`).
-fn serve_in(dir: &Path, args: &[&str]) -> Serve {
-    let mut child = laya()
-        .arg("serve")
-        .args(args)
-        .env("LAYA_RUNTIME_DIR", dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let want_http = !args.contains(&"--no-http");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let socket = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_ok();
-        let http = laya::daemon::paths::read_http_addr(dir);
-        if socket && (http.is_some() || !want_http) {
-            return Serve {
-                child,
-                dir: dir.to_owned(),
-                http,
-            };
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("laya serve exited: {st}");
-        }
-        assert!(Instant::now() < deadline, "laya serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A stub-backed daemon in a fresh runtime directory.
-fn serve_stub(stub: &Stub, extra: &[&str]) -> (tempfile::TempDir, Serve) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("rt");
-    let mut args = vec!["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let s = serve_in(&dir, &args);
-    (tmp, s)
-}
-
-fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> (u16, String) {
-    let mut req = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(20));
-    for (k, v) in headers {
-        req = req.set(k, v);
-    }
-    let r = match body {
-        Some(b) => req.set("Content-Type", "application/json").send_string(b),
-        None => req.call(),
-    };
-    match r {
-        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
-        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
-    }
-}
-
-fn json_of(s: &str) -> Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
-}
-
-fn ok_json(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Value {
-    let (code, text) = http(addr, method, path, body, &[]);
-    assert_eq!(code, 200, "{method} {path}: {text}");
-    json_of(&text)
-}
 
 #[test]
 fn http_endpoints_answer_in_openai_shapes_with_timing() {
@@ -354,14 +212,6 @@ fn a_configured_token_is_required_over_http() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("LAYA_TEST_UNSET"));
 }
 
-/// One JSON-lines exchange over the daemon's socket.
-fn socket_request(dir: &Path, line: &str) -> Vec<Value> {
-    let mut s = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    writeln!(s, "{line}").unwrap();
-    BufReader::new(s).lines().map(|l| json_of(&l.unwrap())).collect()
-}
-
 #[test]
 fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directory() {
     let stub = stub();
@@ -457,68 +307,6 @@ fn requests_are_taken_round_robin_across_clients_and_a_client_that_leaves_is_dro
 
 fn dir_socket(dir: &Path) -> PathBuf {
     dir.join("laya.sock")
-}
-
-/// `laya serve` processes whose runtime directory is `dir` (Linux: /proc).
-fn daemons_for(dir: &Path) -> Vec<u32> {
-    let want = format!("LAYA_RUNTIME_DIR={}", dir.display());
-    let mut pids = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        if args.get(1) != Some(&&b"serve"[..]) {
-            continue;
-        }
-        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
-        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// Kills whatever daemons the language servers started for `dir`.
-struct KillDaemons(PathBuf);
-
-impl Drop for KillDaemons {
-    fn drop(&mut self) {
-        for pid in daemons_for(&self.0) {
-            kill(pid);
-        }
-    }
-}
-
-fn kill(pid: u32) {
-    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-    }
-}
-
-fn lsp(dir: &Path, stub: &Stub) -> LspProcess {
-    let mut cmd = laya();
-    cmd.args(["lsp", "--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"])
-        .env("LAYA_RUNTIME_DIR", dir)
-        .stderr(Stdio::null());
-    let mut p = LspProcess::spawn(cmd).unwrap();
-    p.initialize(json!({ "completion": { "debounceMs": 0 } })).unwrap();
-    // Completions are answered once the engine is set up (after `initialized`).
-    assert!(
-        p.wait_log(|l| l.contains("model ready"), Duration::from_secs(20)),
-        "{:?}",
-        p.logs
-    );
-    p
-}
-
-fn complete_in(p: &mut LspProcess, name: &str, text: &str) -> Option<Vec<String>> {
-    let uri = format!("file:///t/{name}.py");
-    p.open(&uri, "python", text).unwrap();
-    let line = text.lines().count() as u32 - 1;
-    let col = text.lines().last().unwrap().len() as u32;
-    p.inline_completion(&uri, line, col, Duration::from_secs(30)).unwrap()
 }
 
 #[test]

@@ -18,6 +18,8 @@ pub struct LspProcess {
     next_id: u64,
     /// `window/logMessage` texts seen so far.
     pub logs: Vec<String>,
+    /// `window/showMessage` texts seen so far (also in `logs`, prefixed `shown: `).
+    pub shown: Vec<String>,
     /// Answers that came for no request being waited for: a second answer to one request,
     /// or a late one to a request that timed out.
     pub stray_answers: usize,
@@ -64,6 +66,7 @@ impl LspProcess {
             messages: rx,
             next_id: 1,
             logs: vec![],
+            shown: vec![],
             stray_answers: 0,
         })
     }
@@ -98,6 +101,13 @@ impl LspProcess {
             (Some("window/logMessage"), None) => {
                 if let Some(t) = m["params"]["message"].as_str() {
                     self.logs.push(t.to_owned());
+                }
+                Ok(())
+            }
+            (Some("window/showMessage"), None) => {
+                if let Some(t) = m["params"]["message"].as_str() {
+                    self.shown.push(t.to_owned());
+                    self.logs.push(format!("shown: {t}"));
                 }
                 Ok(())
             }

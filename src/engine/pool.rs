@@ -42,8 +42,34 @@ pub type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
 
 pub struct ModelPool {
     config: PoolConfig,
-    engines: Mutex<HashMap<ModelKey, Arc<dyn Engine>>>,
+    engines: Mutex<HashMap<ModelKey, Started>>,
     report: PoolReport,
+}
+
+/// A model started by the pool; a local one with its source's [`stamp`] at the start.
+struct Started {
+    engine: Arc<dyn Engine>,
+    stamp: Option<Stamp>,
+}
+
+/// What tells that a model's files changed on disk: (size, modification time, inode) of the
+/// file, or of each entry of a folder; empty when the path does not exist.
+type Stamp = Vec<(u64, Option<std::time::SystemTime>, u64)>;
+
+fn stamp(path: &std::path::Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    let one = |m: std::fs::Metadata| (m.len(), m.modified().ok(), m.ino());
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            let mut v: Stamp = std::fs::read_dir(path)
+                .map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(one).collect())
+                .unwrap_or_default();
+            v.sort();
+            v
+        }
+        Ok(m) => vec![one(m)],
+        Err(_) => vec![],
+    }
 }
 
 impl ModelPool {
@@ -83,18 +109,32 @@ impl ModelPool {
         }
     }
 
-    /// The engine of `key`, started (loading) if it was not yet.
+    /// The engine of `key`, started (loading) if it was not yet. A local model that failed to
+    /// load is started again once its files changed (fetched again, replaced): the fix of a
+    /// missing or broken file needs no restart.
     fn engine(&self, key: ModelKey) -> Result<Arc<dyn Engine>, EngineError> {
         let key = self.canonical(key);
         let mut engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = engines.get(&key) {
-            return Ok(e.clone());
+        let source = self.config.tiers.get(&key.tier);
+        if let Some(s) = engines.get(&key) {
+            let retry = match (&s.stamp, source) {
+                (Some(old), Some(TierSource::Local { path, .. })) => {
+                    matches!(s.engine.state(), ModelState::Failed(_)) && *old != stamp(path)
+                }
+                _ => false,
+            };
+            if !retry {
+                return Ok(s.engine.clone());
+            }
+            tracing::info!(model = %key, "the model's files changed since it failed to load: loading it again");
         }
-        let source = self.config.tiers.get(&key.tier).ok_or_else(|| {
+        let source = source.ok_or_else(|| {
             EngineError::Request(format!("no {} model is configured", key.tier.label()))
         })?;
+        let mut source_stamp = None;
         let engine: Arc<dyn Engine> = match source {
             TierSource::Local { path, group_size } => {
+                source_stamp = Some(stamp(path));
                 let opts = LoadOptions {
                     precision: key.precision,
                     group_size: *group_size,
@@ -113,14 +153,20 @@ impl ModelPool {
                 Arc::new(e)
             }
         };
-        engines.insert(key, engine.clone());
+        engines.insert(
+            key,
+            Started {
+                engine: engine.clone(),
+                stamp: source_stamp,
+            },
+        );
         Ok(engine)
     }
 
     /// Every model started so far, with its state.
     pub fn states(&self) -> Vec<(ModelKey, ModelState)> {
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<_> = engines.iter().map(|(k, e)| (*k, e.state())).collect();
+        let mut v: Vec<_> = engines.iter().map(|(k, s)| (*k, s.engine.state())).collect();
         v.sort_by_key(|(k, _)| (k.tier as u8, k.precision.label()));
         v
     }

@@ -141,6 +141,14 @@ fn serve(model: LocalModel, rx: Receiver<Job>) {
             }),
             None => model.complete(&job.req, &job.cancel),
         };
+        match &out {
+            Ok(o) => tracing::debug!(
+                tokens = o.timing.generated_tokens,
+                finish = ?o.choices.iter().map(|c| c.finish_reason).collect::<Vec<_>>(),
+                "generation ended"
+            ),
+            Err(e) => tracing::debug!(error = %e, "generation failed"),
+        }
         let _ = job.reply.send(out);
     }
 }

@@ -152,7 +152,17 @@ impl LayaServer {
             .is_ok();
         let client = self.client.clone();
         let handle = tokio::runtime::Handle::current();
+        // A model that fails while loading is shown to the user (the fix is theirs to make);
+        // a failure after it was ready (a daemon that died) is only logged, as the next
+        // request recovers from it.
+        let last = std::sync::Mutex::new(ModelState::Loading);
         let report = move |state: &ModelState| {
+            let was_loading = matches!(
+                std::mem::replace(&mut *last.lock().unwrap_or_else(|p| p.into_inner()), state.clone()),
+                ModelState::Loading
+            );
+            let failed = matches!(state, ModelState::Failed(_));
+            let show = failed && was_loading;
             let (value, log) = match state {
                 ModelState::Loading => (
                     WorkDoneProgress::Begin(WorkDoneProgressBegin {
@@ -174,7 +184,11 @@ impl LayaServer {
                     WorkDoneProgress::End(WorkDoneProgressEnd {
                         message: Some(format!("failed: {e}")),
                     }),
-                    format!("laya: the model failed to load: {e}"),
+                    if was_loading {
+                        format!("laya: no completions: the model failed to load: {e}")
+                    } else {
+                        format!("laya: no completions: {e}")
+                    },
                 ),
             };
             let client = client.clone();
@@ -188,7 +202,11 @@ impl LayaServer {
                         })
                         .await;
                 }
-                client.log_message(MessageType::INFO, log).await;
+                if show {
+                    client.show_message(MessageType::ERROR, log.clone()).await;
+                }
+                let level = if failed { MessageType::ERROR } else { MessageType::INFO };
+                client.log_message(level, log).await;
             });
         };
         report(&ModelState::Loading);

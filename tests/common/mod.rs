@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod daemon;
+pub mod gguf;
+
 use std::sync::{Mutex, MutexGuard};
 
 use laya::engine::runtime::{use_device, DevicePref};

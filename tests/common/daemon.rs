@@ -1,0 +1,250 @@
+//! `laya serve` and `laya lsp` as processes, for the daemon and fault tests: an
+//! OpenAI-compatible stub to point tiers at, daemon start-up, HTTP and socket exchanges.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{routing::get, routing::post, Json, Router};
+use laya::daemon::lsp_client::LspProcess;
+use serde_json::{json, Value};
+
+pub const STUB_TEXT: &str = "a + b";
+
+/// An OpenAI-compatible stub: answers every completion with [`STUB_TEXT`] after `delay_ms`
+/// and records the prompts in the order it started answering them.
+pub struct Stub {
+    pub url: String,
+    pub prompts: Arc<Mutex<Vec<String>>>,
+    pub delay_ms: Arc<AtomicU64>,
+}
+
+pub fn stub() -> Stub {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let prompts = Arc::new(Mutex::new(vec![]));
+    let delay_ms = Arc::new(AtomicU64::new(0));
+    let (p, d) = (prompts.clone(), delay_ms.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let app = Router::new()
+                .route(
+                    "/v1/models",
+                    get(|| async { Json(json!({ "object": "list", "data": [{ "id": "stub-coder" }] })) }),
+                )
+                .route(
+                    "/v1/completions",
+                    post(move |Json(body): Json<Value>| {
+                        let (p, d) = (p.clone(), d.clone());
+                        async move {
+                            p.lock().unwrap().push(body["prompt"].as_str().unwrap_or("").to_owned());
+                            tokio::time::sleep(Duration::from_millis(d.load(Ordering::Relaxed))).await;
+                            let n = body["n"].as_u64().unwrap_or(1);
+                            let choices: Vec<Value> = (0..n)
+                                .map(|i| json!({ "index": i, "text": STUB_TEXT, "finish_reason": "stop" }))
+                                .collect();
+                            Json(json!({
+                                "choices": choices,
+                                "usage": { "prompt_tokens": 7, "completion_tokens": 3 },
+                            }))
+                        }
+                    }),
+                );
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    Stub {
+        url,
+        prompts,
+        delay_ms,
+    }
+}
+
+pub fn laya() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_laya"))
+}
+
+/// A `laya serve` child; killed when dropped.
+pub struct Serve {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub http: Option<SocketAddr>,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `laya serve ARGS` for runtime directory `dir` and wait for its socket (and HTTP
+/// address, unless `--no-http`).
+pub fn serve_in(dir: &Path, args: &[&str]) -> Serve {
+    serve_with(dir, args, |_| {})
+}
+
+/// [`serve_in`], with the command adjusted by `setup` first (environment, stderr).
+pub fn serve_with(dir: &Path, args: &[&str], setup: impl FnOnce(&mut Command)) -> Serve {
+    let mut cmd = laya();
+    cmd.arg("serve")
+        .args(args)
+        .env("LAYA_RUNTIME_DIR", dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    setup(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let want_http = !args.contains(&"--no-http");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let socket = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_ok();
+        let http = laya::daemon::paths::read_http_addr(dir);
+        if socket && (http.is_some() || !want_http) {
+            return Serve {
+                child,
+                dir: dir.to_owned(),
+                http,
+            };
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("laya serve exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "laya serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A stub-backed daemon in a fresh runtime directory.
+pub fn serve_stub(stub: &Stub, extra: &[&str]) -> (tempfile::TempDir, Serve) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let mut args = vec!["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let s = serve_in(&dir, &args);
+    (tmp, s)
+}
+
+pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(20));
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let r = match body {
+        Some(b) => req.set("Content-Type", "application/json").send_string(b),
+        None => req.call(),
+    };
+    match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+pub fn json_of(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+pub fn ok_json(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Value {
+    let (code, text) = http(addr, method, path, body, &[]);
+    assert_eq!(code, 200, "{method} {path}: {text}");
+    json_of(&text)
+}
+
+/// One JSON-lines exchange over the daemon's socket.
+pub fn socket_request(dir: &Path, line: &str) -> Vec<Value> {
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    writeln!(s, "{line}").unwrap();
+    BufReader::new(s).lines().map(|l| json_of(&l.unwrap())).collect()
+}
+
+/// `laya serve` processes whose runtime directory is `dir` (Linux: /proc).
+pub fn daemons_for(dir: &Path) -> Vec<u32> {
+    let want = format!("LAYA_RUNTIME_DIR={}", dir.display());
+    let mut pids = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.get(1) != Some(&&b"serve"[..]) {
+            continue;
+        }
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Kills whatever daemons the language servers started for `dir`.
+pub struct KillDaemons(pub PathBuf);
+
+impl Drop for KillDaemons {
+    fn drop(&mut self) {
+        for pid in daemons_for(&self.0) {
+            kill(pid);
+        }
+    }
+}
+
+pub fn kill(pid: u32) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+}
+
+/// Kill `pid` and wait until no `laya serve` for `dir` has that pid any more.
+pub fn kill_daemon(dir: &Path, pid: u32) {
+    kill(pid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemons_for(dir).contains(&pid) {
+        assert!(Instant::now() < deadline, "the daemon did not die");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `laya lsp ARGS` for runtime directory `dir`, initialized (no debounce); when `ready`, also
+/// waits until it reports its model ready.
+pub fn lsp_with(dir: &Path, args: &[&str], ready: bool) -> LspProcess {
+    let mut cmd = laya();
+    cmd.arg("lsp").args(args).env("LAYA_RUNTIME_DIR", dir).stderr(Stdio::null());
+    let mut p = LspProcess::spawn(cmd).unwrap();
+    p.initialize(json!({ "completion": { "debounceMs": 0 } })).unwrap();
+    // Completions are answered once the engine is set up (after `initialized`).
+    if ready {
+        assert!(
+            p.wait_log(|l| l.contains("model ready"), Duration::from_secs(20)),
+            "{:?}",
+            p.logs
+        );
+    }
+    p
+}
+
+/// `laya lsp` with the stub as its small tier.
+pub fn lsp(dir: &Path, stub: &Stub) -> LspProcess {
+    lsp_with(dir, &["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"], true)
+}
+
+/// Open `name.py` holding `text` and ask for an inline completion at its end.
+pub fn complete_in(p: &mut LspProcess, name: &str, text: &str) -> Option<Vec<String>> {
+    let uri = format!("file:///t/{name}.py");
+    p.open(&uri, "python", text).unwrap();
+    let line = text.lines().count() as u32 - 1;
+    let col = text.lines().last().unwrap().len() as u32;
+    p.inline_completion(&uri, line, col, Duration::from_secs(30)).unwrap()
+}
