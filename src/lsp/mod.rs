@@ -34,6 +34,10 @@ use crate::{
 /// a word or a line), so acceptance can be counted.
 pub const ACCEPT_COMMAND: &str = "laya.accept";
 
+/// How long `workspace/didChangeConfiguration` waits for the client's `workspace/configuration`
+/// answer before keeping the settings it has.
+const CONFIGURATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Settings a client may send in `initializationOptions` or as the `laya` section of
 /// `workspace/configuration`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -361,6 +365,12 @@ impl LayaServer {
         })
     }
 
+    /// The open document `uri` as this server holds it (text, version), or `None`: what a
+    /// test compares with the editor's copy after edits.
+    pub fn document(&self, uri: &str) -> Option<DocumentSnapshot> {
+        self.docs.snapshot(uri).ok()
+    }
+
     pub async fn acceptance(&self, _: Value) -> RpcResult<Value> {
         let a = &self.accepted;
         Ok(serde_json::json!({
@@ -507,15 +517,18 @@ impl LanguageServer for LayaServer {
     async fn did_change_configuration(&self, p: DidChangeConfigurationParams) {
         let value = match p.settings.get("laya") {
             Some(v) => v.clone(),
-            None => match self
-                .client
-                .configuration(vec![ConfigurationItem {
+            // Bounded: a client that never answers (or whose input closed while the
+            // request was out) must not keep this handler, and so the server, alive.
+            None => match tokio::time::timeout(
+                CONFIGURATION_TIMEOUT,
+                self.client.configuration(vec![ConfigurationItem {
                     scope_uri: None,
                     section: Some("laya".into()),
-                }])
-                .await
+                }]),
+            )
+            .await
             {
-                Ok(mut v) if !v.is_empty() => v.remove(0),
+                Ok(Ok(mut v)) if !v.is_empty() => v.remove(0),
                 _ => return,
             },
         };

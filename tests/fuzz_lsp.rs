@@ -1,0 +1,1463 @@
+//! Fuzzing the LSP server where editors meet it: the stdio transport and document edits.
+//!
+//! `generated_messages_never_break_the_transport` runs the real transport
+//! (`tower_lsp_server::Server`, as `laya lsp` does on stdin/stdout) over in-memory pipes and
+//! sends it generated messages: well-formed, mutated and random params for every method the
+//! server handles and some it does not, odd ids, responses to nothing, framing variants, and
+//! framing or decoding faults (invalid JSON, truncated bodies, lying, missing or non-numeric
+//! `Content-Length`, invalid UTF-8, batches, ids of odd types), interleaved with valid
+//! `didOpen`/`didChange`/`inlineCompletion` traffic. tower-lsp answers a fault with one error
+//! (id `null`) and stops reading that connection, so a fault is the last message of its
+//! connection; the next connection must work.
+//!
+//! `random_edits_keep_the_server_text_equal_to_a_model` sends random `didChange`s through the
+//! LSP service in both position encodings and compares the server's text with a string model
+//! after every one.
+//!
+//! Both are seeded: `LAYA_FUZZ_SEED` (default [`DEFAULT_SEED`]), and the counts come from
+//! `LAYA_FUZZ_MESSAGES` (default 100 000) and `LAYA_FUZZ_EDITS` (default 10 000).
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Once,
+    },
+    time::{Duration, Instant},
+};
+
+use futures::StreamExt;
+use laya::{
+    engine::{
+        worker::{Engine, ModelState},
+        Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
+    },
+    lsp::{build_service, EngineSource},
+};
+use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::mpsc,
+};
+use tower::{Service, ServiceExt};
+use tower_lsp_server::{jsonrpc, Server};
+
+const DEFAULT_SEED: u64 = 0x1a7a_f022;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Panics anywhere in the process (also in tasks whose result nobody reads), counted.
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+fn count_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+}
+
+/// Answers every request at once with one fixed candidate.
+struct Constant;
+
+#[async_trait::async_trait]
+impl Engine for Constant {
+    async fn complete(
+        &self,
+        _: CompletionRequest,
+        _: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError> {
+        let choice = Choice {
+            text: "value".into(),
+            finish_reason: FinishReason::StopToken,
+            tokens: 1,
+        };
+        Ok(CompletionOutput {
+            served_by: None,
+            choices: vec![choice],
+            timing: Timing::default(),
+        })
+    }
+
+    fn state(&self) -> ModelState {
+        ModelState::Ready {
+            load_time: Duration::ZERO,
+            device: "constant".into(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The text model: laya's position rules (src/document/position.rs) on a plain `String`.
+
+/// Pieces texts are made of: ASCII, 2-, 3- and 4-byte UTF-8 (surrogate pairs in UTF-16),
+/// every line-break style, NUL, a BOM and a Unicode line separator.
+const PIECES: &[&str] = &[
+    "a",
+    "b",
+    "x",
+    " ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\r",
+    "é",
+    "中",
+    "😀",
+    "𝄞",
+    "\u{0}",
+    "\u{feff}",
+    "\u{2028}",
+    "def f(a):\n    ",
+    "return a",
+    "}",
+    "{",
+    "\"",
+    "'",
+    "#",
+    "//",
+    "é\r\n😀",
+];
+
+fn random_text(rng: &mut StdRng, max_pieces: usize) -> String {
+    let n = rng.gen_range(0..=max_pieces);
+    (0..n).map(|_| *PIECES.choose(rng).unwrap()).collect()
+}
+
+fn units(c: char, utf8: bool) -> usize {
+    if utf8 {
+        c.len_utf8()
+    } else {
+        c.len_utf16()
+    }
+}
+
+/// The byte range of line `line` without its `\n`; lines split at `\n` only (a `\r` is a
+/// character of its line). `None` past the last line.
+fn line_range(text: &str, line: u64) -> Option<(usize, usize)> {
+    let start = match line {
+        0 => 0,
+        n => text.match_indices('\n').nth(usize::try_from(n - 1).ok()?)?.0 + 1,
+    };
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    Some((start, end))
+}
+
+/// The byte offset of (line, character): `None` for a line past the end or a position
+/// inside a character; a character past the line end means the line end.
+fn model_offset(text: &str, line: u64, character: u64, utf8: bool) -> Option<usize> {
+    let (start, end) = line_range(text, line)?;
+    let mut counted = 0u64;
+    for (i, c) in text[start..end].char_indices() {
+        if counted == character {
+            return Some(start + i);
+        }
+        counted += units(c, utf8) as u64;
+        if counted > character {
+            return None;
+        }
+    }
+    Some(end)
+}
+
+/// The (line, character) of a byte offset on a character boundary.
+fn model_position(text: &str, offset: usize, utf8: bool) -> (u32, u32) {
+    let before = &text[..offset];
+    let line = before.matches('\n').count();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let character: usize = text[line_start..offset].chars().map(|c| units(c, utf8)).sum();
+    (line as u32, character as u32)
+}
+
+fn boundary(text: &str, rng: &mut StdRng) -> usize {
+    let mut at = rng.gen_range(0..=text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn lsp_range(start: (u64, u64), end: (u64, u64)) -> Value {
+    json!({
+        "start": { "line": start.0, "character": start.1 },
+        "end": { "line": end.0, "character": end.1 },
+    })
+}
+
+/// One document as the editor sees it.
+#[derive(Clone, Debug)]
+struct ModelDoc {
+    text: String,
+    version: i32,
+}
+
+/// What a change does to the model, with laya's semantics: `None` when it must be rejected
+/// (then the whole `didChange` changes nothing).
+fn model_apply(text: &str, change: &Value, utf8: bool) -> Option<String> {
+    let new_text = change["text"].as_str()?;
+    let Some(range) = change.get("range") else {
+        return Some(new_text.to_owned());
+    };
+    let at = |p: &Value| model_offset(text, p["line"].as_u64()?, p["character"].as_u64()?, utf8);
+    let (s, e) = (at(&range["start"])?, at(&range["end"])?);
+    (s <= e).then(|| format!("{}{new_text}{}", &text[..s], &text[e..]))
+}
+
+/// A random change of `text`: mostly valid, some invalid in each way an editor could get
+/// wrong (a line past the end, a position inside a character, a reversed range), some that
+/// clamp (a character past the line end) and some full replacements. Returns the change and
+/// what kind it is.
+fn random_change(text: &str, rng: &mut StdRng, utf8: bool) -> (Value, &'static str) {
+    let valid = |rng: &mut StdRng| {
+        let (a, b) = (boundary(text, rng), boundary(text, rng));
+        let (s, mut e) = (a.min(b), a.max(b));
+        if rng.gen_bool(0.5) {
+            // Short ranges are the common case in typing.
+            e = s + text[s..e].chars().take(3).map(char::len_utf8).sum::<usize>();
+        }
+        let (sp, ep) = (model_position(text, s, utf8), model_position(text, e, utf8));
+        ((sp.0 as u64, sp.1 as u64), (ep.0 as u64, ep.1 as u64))
+    };
+    let lines = text.matches('\n').count() as u64 + 1;
+    let ((start, end), what) = match rng.gen_range(0..100) {
+        0..=71 => (valid(rng), "valid"),
+        72..=76 => return (json!({ "text": random_text(rng, 40) }), "full text"),
+        77..=81 => {
+            let (s, _) = valid(rng);
+            let past = match rng.gen_range(0..3) {
+                0 => u64::from(u32::MAX),
+                _ => s.1 + rng.gen_range(1..50),
+            };
+            (((s.0, past), (s.0, past)), "past the line end")
+        }
+        82..=86 => {
+            let line = match rng.gen_range(0..3) {
+                0 => u64::from(u32::MAX),
+                _ => lines + rng.gen_range(0..3),
+            };
+            (((line, 0), (line, rng.gen_range(0..3))), "line past the end")
+        }
+        87..=94 => {
+            // One unit into a character longer than one unit, where the text has one.
+            let wide: Vec<usize> = text
+                .char_indices()
+                .filter(|(_, c)| units(*c, utf8) > 1)
+                .map(|(i, _)| i)
+                .collect();
+            match wide.choose(rng) {
+                Some(&i) => {
+                    let (l, c) = model_position(text, i, utf8);
+                    let inside = (l as u64, c as u64 + 1);
+                    let range = if rng.gen_bool(0.5) {
+                        (inside, (inside.0, inside.1 + 5))
+                    } else {
+                        ((l as u64, 0), inside)
+                    };
+                    (range, "inside a character")
+                }
+                None => (valid(rng), "valid"),
+            }
+        }
+        _ => match valid(rng) {
+            (s, e) if s != e => ((e, s), "reversed"),
+            range => (range, "valid"),
+        },
+    };
+    let change = json!({ "range": lsp_range(start, end), "text": random_text(rng, 6) });
+    (change, what)
+}
+
+// ---------------------------------------------------------------------------------------
+// Document edits through the LSP service, checked against the model after every one.
+
+/// Sends `method` to the in-process service; the response as JSON, if any.
+async fn call(
+    service: &mut tower_lsp_server::LspService<laya::lsp::LayaServer>,
+    method: &str,
+    id: Option<i64>,
+    params: Value,
+) -> Option<Value> {
+    let mut request = jsonrpc::Request::build(method.to_owned()).params(params);
+    if let Some(id) = id {
+        request = request.id(id);
+    }
+    let service = service.ready().await.expect("the service takes requests");
+    let response = service
+        .call(request.finish())
+        .await
+        .expect("the service is alive");
+    response.map(|r| serde_json::to_value(r).unwrap())
+}
+
+/// The version of the next `didChange`: mostly newer, some stale, some equal, rarely the
+/// largest there is (after which nothing is newer until the document is reopened).
+fn next_version(current: i32, rng: &mut StdRng) -> (i32, &'static str) {
+    match rng.gen_range(0..500) {
+        0..=424 => (current.saturating_add(rng.gen_range(1..3)), "newer version"),
+        425..=461 => (current.saturating_sub(rng.gen_range(1..5)), "stale version"),
+        462..=498 => (current, "equal version"),
+        _ => (i32::MAX, "largest version"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_edits_keep_the_server_text_equal_to_a_model() {
+    count_panics();
+    let seed = env_or("LAYA_FUZZ_SEED", DEFAULT_SEED);
+    let total: usize = env_or("LAYA_FUZZ_EDITS", 10_000);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xed17);
+    let uris = [
+        "file:///work/edits/a.py",
+        "file:///work/edits/b.rs",
+        "file:///work/edits/c.txt",
+    ];
+    let languages = ["python", "rust", "plaintext"];
+    let mut kinds: HashMap<&'static str, usize> = HashMap::new();
+    let (mut changes_sent, mut applied) = (0usize, 0usize);
+    let started = Instant::now();
+    for (half, utf8) in [false, true].into_iter().enumerate() {
+        let (mut service, socket) = build_service(EngineSource::Ready(Arc::new(Constant)));
+        tokio::spawn(socket.for_each(|_| async {}));
+        let offered = if utf8 {
+            json!(["utf-8", "utf-16"])
+        } else {
+            json!(["utf-16"])
+        };
+        let init = json!({
+            "capabilities": { "general": { "positionEncodings": offered } },
+            "initializationOptions": { "completion": { "debounceMs": 0 } },
+        });
+        let r = call(&mut service, "initialize", Some(1), init).await.unwrap();
+        let negotiated = if utf8 { "utf-8" } else { "utf-16" };
+        assert_eq!(r["result"]["capabilities"]["positionEncoding"], negotiated, "{r}");
+        call(&mut service, "initialized", None, json!({})).await;
+
+        let mut docs: HashMap<&str, ModelDoc> = HashMap::new();
+        let edits = total / 2 + if half == 0 { total % 2 } else { 0 };
+        for step in 0..edits {
+            let k = rng.gen_range(0..uris.len());
+            let uri = uris[k];
+            if !docs.contains_key(uri) || rng.gen_ratio(1, 150) {
+                if docs.contains_key(uri) && rng.gen_bool(0.3) {
+                    call(
+                        &mut service,
+                        "textDocument/didClose",
+                        None,
+                        json!({ "textDocument": { "uri": uri } }),
+                    )
+                    .await;
+                    docs.remove(uri);
+                    *kinds.entry("closed document").or_default() += 1;
+                } else {
+                    let doc = ModelDoc {
+                        text: random_text(&mut rng, 60),
+                        version: rng.gen_range(-3..5),
+                    };
+                    let item = json!({ "uri": uri, "languageId": languages[k], "version": doc.version, "text": doc.text });
+                    call(
+                        &mut service,
+                        "textDocument/didOpen",
+                        None,
+                        json!({ "textDocument": item }),
+                    )
+                    .await;
+                    docs.insert(uri, doc);
+                }
+            }
+            let before = docs.get(uri).cloned();
+            let current = before.as_ref().map_or(0, |d| d.version);
+            let (version, version_kind) = next_version(current, &mut rng);
+            *kinds.entry(version_kind).or_default() += 1;
+            // Each change's positions refer to the text the previous one left (LSP).
+            let mut text = before.as_ref().map(|d| d.text.clone());
+            let mut base = text.clone().unwrap_or_default();
+            let mut changes = vec![];
+            for _ in 0..*[1, 1, 1, 2, 3].choose(&mut rng).unwrap() {
+                let (change, what) = if base.len() > 4000 {
+                    (json!({ "text": random_text(&mut rng, 10) }), "full text")
+                } else {
+                    random_change(&base, &mut rng, utf8)
+                };
+                *kinds.entry(what).or_default() += 1;
+                text = text.and_then(|t| model_apply(&t, &change, utf8));
+                if let Some(t) = &text {
+                    base = t.clone();
+                }
+                changes.push(change);
+            }
+            changes_sent += changes.len();
+            let params =
+                json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": changes });
+            call(&mut service, "textDocument/didChange", None, params.clone()).await;
+            let expected = match (before, text) {
+                (Some(old), Some(new)) if version > old.version => {
+                    applied += 1;
+                    Some(ModelDoc { text: new, version })
+                }
+                (old, _) => old,
+            };
+            if let Some(doc) = &expected {
+                docs.insert(uri, doc.clone());
+            }
+            let server = service.inner().document(uri);
+            match (&expected, &server) {
+                (Some(want), Some(got)) => assert!(
+                    *got.text == *want.text && got.version == want.version,
+                    "edit {step} ({negotiated}) diverged: {params}\n server v{}: {:?}\n model  v{}: {:?}",
+                    got.version,
+                    got.text,
+                    want.version,
+                    want.text
+                ),
+                (None, None) => {}
+                _ => panic!("edit {step}: open in one of server and model only: {params}"),
+            }
+            // Now and then a completion at a position of the new text: answered, never a panic.
+            if step % 16 == 0 {
+                if let Some(doc) = &expected {
+                    let (line, character) = model_position(&doc.text, boundary(&doc.text, &mut rng), utf8);
+                    let p = json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": character }, "context": { "triggerKind": 2 } });
+                    let r = call(
+                        &mut service,
+                        "textDocument/inlineCompletion",
+                        Some(step as i64 + 2),
+                        p,
+                    )
+                    .await
+                    .unwrap();
+                    assert!(r.get("result").is_some(), "completion at a valid position: {r}");
+                }
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut kinds: Vec<_> = kinds.into_iter().collect();
+    kinds.sort();
+    println!(
+        "edit fuzz: seed {seed:#x}, {total} didChange ({changes_sent} changes, {applied} applied), \
+         {:.1} s, {:.0} didChange/s; kinds: {kinds:?}",
+        secs,
+        total as f64 / secs
+    );
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a panic happened");
+}
+
+// ---------------------------------------------------------------------------------------
+// The transport: a client on the other end of in-memory pipes.
+
+/// One LSP frame around `body`.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+fn to_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
+/// A notification no server handles (`$/` methods may be ignored): sent while a response is
+/// awaited, because tower-lsp's codec leaves what follows a zero-length body in its buffer
+/// until more bytes arrive.
+const NUDGE: &[u8] = br#"{"jsonrpc":"2.0","method":"$/laya/nudge"}"#;
+
+enum Write {
+    /// One message, in the chunks it is written in (nothing is written between them).
+    Bytes(Vec<Vec<u8>>),
+    /// Close the client's output (the server reads end of file).
+    Close,
+}
+
+/// The client end of one connection to a server on the real transport. The client answers
+/// the server's requests (`workspace/configuration`) as an editor would.
+struct Connection {
+    writes: mpsc::UnboundedSender<Write>,
+    /// Responses to the client's requests; closed when the server closes its output.
+    responses: mpsc::UnboundedReceiver<Value>,
+    server: tokio::task::JoinHandle<()>,
+    /// Every response seen, by id (as JSON text).
+    seen: HashMap<String, usize>,
+    nudges: usize,
+}
+
+impl Connection {
+    fn open(seed: u64) -> Connection {
+        let (service, socket) = build_service(EngineSource::Ready(Arc::new(Constant)));
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (server_in, server_out) = tokio::io::split(server);
+        let server = tokio::spawn(Server::new(server_in, server_out, socket).serve(service));
+        let (mut client_in, mut client_out) = tokio::io::split(client);
+        let (writes, mut to_write) = mpsc::unbounded_channel::<Write>();
+        tokio::spawn(async move {
+            let mut open = true;
+            while let Some(w) = to_write.recv().await {
+                match w {
+                    Write::Bytes(chunks) if open => {
+                        for c in chunks {
+                            open = open
+                                && client_out.write_all(&c).await.is_ok()
+                                && client_out.flush().await.is_ok();
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    Write::Close if open => {
+                        let _ = client_out.shutdown().await;
+                        open = false;
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let (responses_tx, responses) = mpsc::unbounded_channel();
+        let replies = writes.clone();
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut buf = Vec::new();
+            while let Some(msg) = read_message(&mut client_in, &mut buf).await {
+                match (msg.get("method"), msg.get("id")) {
+                    (Some(method), Some(id)) => {
+                        let reply = answer_server_request(method, id, &mut rng);
+                        let _ = replies.send(Write::Bytes(vec![frame(&to_bytes(&reply))]));
+                    }
+                    (Some(_), None) => {} // log messages
+                    (None, _) => {
+                        let _ = responses_tx.send(msg);
+                    }
+                }
+            }
+        });
+        Connection {
+            writes,
+            responses,
+            server,
+            seen: HashMap::new(),
+            nudges: 0,
+        }
+    }
+
+    /// Sends messages, each given as its chunks.
+    fn send(&self, messages: &[Vec<u8>]) {
+        for m in messages {
+            let _ = self.writes.send(Write::Bytes(vec![m.clone()]));
+        }
+    }
+
+    fn send_chunked(&self, chunks: &[Vec<u8>]) {
+        let _ = self.writes.send(Write::Bytes(chunks.to_vec()));
+    }
+
+    /// The next response, nudging the server while none comes; `None` once the server has
+    /// closed its output. Gives up (an error) after 60 s without progress: a hang.
+    async fn next_response(&mut self, closed: bool) -> Result<Option<Value>, String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match tokio::time::timeout(Duration::from_millis(10), self.responses.recv()).await {
+                Ok(Some(msg)) => {
+                    *self.seen.entry(msg["id"].to_string()).or_default() += 1;
+                    return Ok(Some(msg));
+                }
+                Ok(None) => return Ok(None),
+                Err(_) if Instant::now() > deadline => return Err("no progress in 60 s".into()),
+                Err(_) if !closed => {
+                    self.nudges += 1;
+                    self.send(&[frame(NUDGE)]);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Waits for the response to `id` (JSON text), counting every response on the way.
+    async fn wait_for(&mut self, id: &str) -> Result<Value, String> {
+        loop {
+            match self.next_response(false).await? {
+                Some(msg) if msg["id"].to_string() == id => return Ok(msg),
+                Some(_) => {}
+                None => return Err(format!("the server closed the connection before answering {id}")),
+            }
+        }
+    }
+
+    /// Reads the server's output until it closes (after closing the client's output first
+    /// when `close_first`) and waits for the server task: an error if it panicked or never
+    /// ends. Returns the responses read on the way.
+    async fn finish(&mut self, close_first: bool) -> Result<Vec<Value>, String> {
+        if close_first {
+            let _ = self.writes.send(Write::Close);
+        }
+        let mut rest = vec![];
+        while let Some(r) = self.next_response(true).await? {
+            rest.push(r);
+        }
+        let _ = self.writes.send(Write::Close);
+        match tokio::time::timeout(Duration::from_secs(60), &mut self.server).await {
+            Ok(Ok(())) => Ok(rest),
+            Ok(Err(e)) => Err(format!("the server task failed: {e}")),
+            Err(_) => Err("the server task did not end after its output closed".into()),
+        }
+    }
+}
+
+/// Reads one message of the server's output; `None` at its end.
+async fn read_message(
+    r: &mut tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    buf: &mut Vec<u8>,
+) -> Option<Value> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let header = std::str::from_utf8(&buf[..end]).expect("server headers are UTF-8");
+            let len: usize = header
+                .split("\r\n")
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|v| v.parse().ok())
+                .expect("the server frames every message with Content-Length");
+            if buf.len() >= end + 4 + len {
+                let msg =
+                    serde_json::from_slice(&buf[end + 4..end + 4 + len]).expect("server bodies are JSON");
+                buf.drain(..end + 4 + len);
+                return Some(msg);
+            }
+        }
+        let mut chunk = [0u8; 16384];
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => {
+                assert!(buf.is_empty(), "the server's output ended inside a message");
+                return None;
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// An editor's answer to a server request: settings (some invalid), nothing, or an error.
+fn answer_server_request(method: &Value, id: &Value, rng: &mut StdRng) -> Value {
+    if method != "workspace/configuration" || rng.gen_ratio(1, 10) {
+        return match rng.gen_bool(0.5) {
+            true => json!({ "jsonrpc": "2.0", "id": id, "result": null }),
+            false => json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32603, "message": "no" } }),
+        };
+    }
+    let result = match rng.gen_range(0..5) {
+        0 => json!([]),
+        1 => json!([null]),
+        2 => json!([42]),
+        _ => json!([settings(rng)]),
+    };
+    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+}
+
+/// `laya` settings with every field optional and some values at their extremes. The
+/// debounce stays at 0–2 ms: the run is about messages, not waiting.
+fn settings(rng: &mut StdRng) -> Value {
+    let mut completion = serde_json::Map::new();
+    let big = |rng: &mut StdRng| match rng.gen_range(0..6) {
+        0 => json!(0),
+        1 => json!(u64::MAX),
+        2 => json!(-1),
+        _ => json!(rng.gen_range(1..5000)),
+    };
+    let share = |rng: &mut StdRng| {
+        [
+            json!(0.0),
+            json!(1.0),
+            json!(-1.0),
+            json!(2.5),
+            json!(1e30),
+            json!(0.15),
+        ]
+        .choose(rng)
+        .unwrap()
+        .clone()
+    };
+    let languages = rng.gen_range(0..3);
+    let fields: [(&str, Value); 9] = [
+        ("debounceMs", json!(rng.gen_range(0..3))),
+        ("maxTokensLine", big(rng)),
+        ("maxTokensBlock", big(rng)),
+        ("candidates", json!(rng.gen_range(0..5))),
+        ("temperature", share(rng)),
+        (
+            "languages",
+            json!(["python", "rust", "plaintext", "x"]
+                .choose_multiple(rng, languages)
+                .collect::<Vec<_>>()),
+        ),
+        ("typingThrough", json!(rng.gen_bool(0.5))),
+        ("anchorMaxBytes", big(rng)),
+        (
+            "budget",
+            json!({ "maxTokens": big(rng), "suffixShare": share(rng), "contextShare": share(rng) }),
+        ),
+    ];
+    completion.insert("debounceMs".into(), json!(0));
+    for (k, v) in fields {
+        if rng.gen_bool(0.5) {
+            completion.insert(k.into(), v);
+        }
+    }
+    json!({ "completion": completion })
+}
+
+// ---------------------------------------------------------------------------------------
+// The message generator.
+
+/// Documents the generated messages talk about (the tracked document is not among them, so
+/// its model stays exact).
+const URIS: &[&str] = &[
+    "file:///work/fuzz/a.py",
+    "file:///work/fuzz/b.rs",
+    "file:///work/fuzz/c.txt",
+    "untitled:Untitled-1",
+    "file:///work/fuzz/%E4%B8%AD.ts",
+];
+const TRACKED: &str = "file:///work/fuzz/tracked.py";
+
+/// Requests (answered exactly once when they carry an id), advertised or not.
+const REQUESTS: &[&str] = &[
+    "initialize",
+    "textDocument/inlineCompletion",
+    "textDocument/completion",
+    "workspace/executeCommand",
+    "laya/acceptance",
+    "laya/explain",
+    "textDocument/hover",
+    "no/suchMethod",
+    "",
+];
+/// Notifications (an id on one of these is answered with an error).
+const NOTIFICATIONS: &[&str] = &[
+    "initialized",
+    "textDocument/didOpen",
+    "textDocument/didChange",
+    "textDocument/didClose",
+    "textDocument/didSave",
+    "workspace/didChangeConfiguration",
+    "workspace/didChangeWorkspaceFolders",
+    "no/suchNotification",
+];
+/// `$/` notifications: never sent with an id (tower-lsp drops `$/` requests it does not know
+/// without an answer, which LSP allows).
+const DOLLAR: &[&str] = &["$/cancelRequest", "$/setTrace", "$/laya/unknown"];
+
+/// Field names random objects are made of, so that some land where the server looks.
+const KEYS: &[&str] = &[
+    "textDocument",
+    "uri",
+    "position",
+    "line",
+    "character",
+    "range",
+    "start",
+    "end",
+    "text",
+    "version",
+    "contentChanges",
+    "context",
+    "triggerKind",
+    "languageId",
+    "settings",
+    "laya",
+    "completion",
+    "command",
+    "arguments",
+    "id",
+    "kind",
+    "value",
+    "event",
+    "added",
+    "removed",
+    "capabilities",
+    "budget",
+    "maxTokens",
+    "languages",
+    "name",
+];
+
+/// One generated message: the bytes (in the chunks they are written in) and what the server
+/// owes for it.
+struct Message {
+    chunks: Vec<Vec<u8>>,
+    /// The id (JSON text) of the one response it must get.
+    reply: Option<String>,
+    /// A framing or decoding fault: the server answers with one error and closes.
+    fatal: Option<&'static str>,
+    /// The fault shows only at the end of the input (a body longer than what was sent).
+    needs_eof: bool,
+}
+
+struct Generator {
+    rng: StdRng,
+    next_id: i64,
+    /// Ids sent so far (for duplicates and `$/cancelRequest`).
+    ids: Vec<Value>,
+}
+
+impl Generator {
+    fn uri(&mut self) -> &'static str {
+        URIS.choose(&mut self.rng).unwrap()
+    }
+
+    fn position(&mut self) -> Value {
+        json!({ "line": self.rng.gen_range(0..8), "character": self.rng.gen_range(0..24) })
+    }
+
+    fn leaf(&mut self) -> Value {
+        let r = &mut self.rng;
+        match r.gen_range(0..16) {
+            0 => Value::Null,
+            1 => json!(r.gen_bool(0.5)),
+            2 => json!(*[0i64, -1, 1, i64::MIN, i64::MAX, 1 << 31, 1 << 32]
+                .choose(r)
+                .unwrap()),
+            3 => json!(u64::MAX),
+            4 => json!(*[1.5f64, -0.0, 1e300, -2.5].choose(r).unwrap()),
+            5 => json!(r.gen_range(0..10)),
+            6 => json!(""),
+            7 => json!("a".repeat(r.gen_range(0..3000))),
+            8 | 9 => json!(*URIS.choose(r).unwrap()),
+            _ => json!(random_text(r, 8)),
+        }
+    }
+
+    fn value(&mut self, depth: u32) -> Value {
+        if depth == 0 || self.rng.gen_bool(0.4) {
+            return self.leaf();
+        }
+        let n = self.rng.gen_range(0..5);
+        if self.rng.gen_bool(0.3) {
+            Value::Array((0..n).map(|_| self.value(depth - 1)).collect())
+        } else {
+            let mut m = serde_json::Map::new();
+            for _ in 0..n {
+                let k = KEYS.choose(&mut self.rng).unwrap().to_string();
+                let v = self.value(depth - 1);
+                m.insert(k, v);
+            }
+            Value::Object(m)
+        }
+    }
+
+    /// Well-formed params for `method`.
+    fn params(&mut self, method: &str) -> Value {
+        let uri = self.uri();
+        let doc = json!({ "uri": uri });
+        match method {
+            "initialize" => json!({ "capabilities": {} }),
+            "textDocument/inlineCompletion" => json!({
+                "textDocument": doc, "position": self.position(),
+                "context": { "triggerKind": self.rng.gen_range(1..3) },
+            }),
+            "textDocument/completion" | "textDocument/hover" => json!({
+                "textDocument": doc, "position": self.position(),
+                "context": { "triggerKind": self.rng.gen_range(1..4) },
+            }),
+            "workspace/executeCommand" => json!({
+                "command": if self.rng.gen_bool(0.8) { "laya.accept" } else { "other.command" },
+                "arguments": [{ "id": self.rng.gen_range(0..9), "kind": *["full", "word", "line", "x"].choose(&mut self.rng).unwrap() }],
+            }),
+            "laya/acceptance" => Value::Null,
+            "laya/explain" | "textDocument/didClose" | "textDocument/didSave" => {
+                json!({ "textDocument": doc })
+            }
+            "initialized" => json!({}),
+            "textDocument/didOpen" => json!({ "textDocument": {
+                "uri": uri,
+                "languageId": *["python", "rust", "typescript", "plaintext", ""].choose(&mut self.rng).unwrap(),
+                "version": self.rng.gen_range(-2..9),
+                "text": random_text(&mut self.rng, 80),
+            } }),
+            "textDocument/didChange" => {
+                let changes: Vec<Value> = (0..self.rng.gen_range(0..3))
+                    .map(|_| match self.rng.gen_bool(0.9) {
+                        true => json!({
+                            "range": { "start": self.position(), "end": self.position() },
+                            "text": random_text(&mut self.rng, 6),
+                        }),
+                        false => json!({ "text": random_text(&mut self.rng, 30) }),
+                    })
+                    .collect();
+                json!({ "textDocument": { "uri": uri, "version": self.rng.gen_range(-2..40) }, "contentChanges": changes })
+            }
+            "workspace/didChangeConfiguration" => match self.rng.gen_range(0..3) {
+                0 => json!({ "settings": { "laya": settings(&mut self.rng) } }),
+                1 => json!({ "settings": {} }), // the server asks for its section
+                _ => json!({ "settings": null }),
+            },
+            "workspace/didChangeWorkspaceFolders" => json!({ "event": {
+                "added": [{ "uri": "file:///work/other", "name": "other" }],
+                "removed": [{ "uri": "file:///work/fuzz", "name": "fuzz" }],
+            } }),
+            "$/cancelRequest" => json!({ "id": self.ids.choose(&mut self.rng).cloned().unwrap_or(json!(1)) }),
+            "$/setTrace" => {
+                json!({ "value": *["off", "messages", "verbose", "loud"].choose(&mut self.rng).unwrap() })
+            }
+            _ => self.value(3),
+        }
+    }
+
+    /// Changes one to three places of `v`: a value replaced (often by one of another type), a
+    /// key removed or added, a value wrapped in an array.
+    fn mutate(&mut self, v: &mut Value) {
+        for _ in 0..self.rng.gen_range(1..4) {
+            // A JSON pointer to a random node.
+            let mut path = String::new();
+            while self.rng.gen_bool(0.6) {
+                let step = match v.pointer(&path).unwrap() {
+                    Value::Object(m) if !m.is_empty() => {
+                        let k = m.keys().nth(self.rng.gen_range(0..m.len())).unwrap();
+                        k.replace('~', "~0").replace('/', "~1")
+                    }
+                    Value::Array(a) if !a.is_empty() => self.rng.gen_range(0..a.len()).to_string(),
+                    _ => break,
+                };
+                path = format!("{path}/{step}");
+            }
+            let (how, pick) = (self.rng.gen_range(0..4), self.rng.gen::<usize>());
+            let key = KEYS.choose(&mut self.rng).unwrap().to_string();
+            let replacement = self.value(2);
+            match (how, v.pointer_mut(&path).unwrap()) {
+                (0, Value::Object(m)) if !m.is_empty() => {
+                    let k = m.keys().nth(pick % m.len()).unwrap().clone();
+                    m.remove(&k);
+                }
+                (1, Value::Object(m)) => {
+                    m.insert(key, replacement);
+                }
+                (2, node) => *node = json!([node.take()]),
+                (_, node) => *node = replacement,
+            }
+        }
+    }
+
+    /// An id: mostly a fresh number or string, sometimes `null`, negative or a repeat.
+    fn id(&mut self) -> Value {
+        self.next_id += 1;
+        let id = match self.rng.gen_range(0..20) {
+            0 => Value::Null,
+            1 => json!(-self.next_id),
+            2 if !self.ids.is_empty() => self.ids.choose(&mut self.rng).unwrap().clone(),
+            3..=6 => json!(format!("r{}", self.next_id)),
+            7 => json!(""),
+            _ => json!(self.next_id),
+        };
+        self.ids.push(id.clone());
+        id
+    }
+
+    /// A decodable message: a request or notification with well-formed, mutated or random
+    /// params (or none), a response to nothing, or an empty body.
+    fn message(&mut self) -> Message {
+        let roll = self.rng.gen_range(0..100);
+        if roll < 4 {
+            let id = self.id();
+            let body = match self.rng.gen_bool(0.5) {
+                true => json!({ "jsonrpc": "2.0", "id": id, "result": self.value(2) }),
+                false => json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -1, "message": "x" } }),
+            };
+            return self.framed(to_bytes(&body), None);
+        }
+        if roll < 6 {
+            // An empty body is no message.
+            return self.framed(vec![], None);
+        }
+        let (method, request) = match self.rng.gen_range(0..10) {
+            0..=4 => (*REQUESTS.choose(&mut self.rng).unwrap(), true),
+            5..=8 => (*NOTIFICATIONS.choose(&mut self.rng).unwrap(), false),
+            _ => (*DOLLAR.choose(&mut self.rng).unwrap(), false),
+        };
+        let with_id = !method.starts_with("$/") && self.rng.gen_bool(if request { 0.9 } else { 0.1 });
+        let mut body = json!({ "jsonrpc": "2.0", "method": method });
+        match self.rng.gen_range(0..10) {
+            0..=3 => body["params"] = self.params(method),
+            4..=7 => {
+                let mut p = self.params(method);
+                self.mutate(&mut p);
+                body["params"] = p;
+            }
+            8 => body["params"] = self.value(4),
+            _ => {}
+        }
+        if self.rng.gen_ratio(1, 20) {
+            body[*["extra", "meta", "trace"].choose(&mut self.rng).unwrap()] = self.value(1);
+        }
+        if self.rng.gen_ratio(1, 30) {
+            body.as_object_mut().unwrap().remove("method"); // a request with no method
+        }
+        let reply = with_id.then(|| {
+            let id = self.id();
+            body["id"] = id.clone();
+            id.to_string()
+        });
+        self.framed(to_bytes(&body), reply)
+    }
+
+    /// `body` framed, sometimes with a Content-Type header, written in one to four chunks.
+    fn framed(&mut self, body: Vec<u8>, reply: Option<String>) -> Message {
+        let mut bytes = match self.rng.gen_range(0..10) {
+            0 => {
+                let ty = *[
+                    "application/vscode-jsonrpc; charset=utf-8",
+                    "application/vscode-jsonrpc; charset=utf8",
+                    "x; charset=utf-8",
+                ]
+                .choose(&mut self.rng)
+                .unwrap();
+                let mut b =
+                    format!("Content-Type: {ty}\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+                b.extend_from_slice(&body);
+                b
+            }
+            _ => frame(&body),
+        };
+        let mut chunks = vec![];
+        for _ in 0..self.rng.gen_range(0..4) {
+            if bytes.len() > 1 {
+                let at = self.rng.gen_range(1..bytes.len());
+                let rest = bytes.split_off(at);
+                chunks.push(std::mem::replace(&mut bytes, rest));
+            }
+        }
+        chunks.push(bytes);
+        Message {
+            chunks,
+            reply,
+            fatal: None,
+            needs_eof: false,
+        }
+    }
+
+    /// A framing or decoding fault, built around a well-formed `body`.
+    fn fault(&mut self, body: Vec<u8>) -> Message {
+        let r = &mut self.rng;
+        let (bytes, kind): (Vec<u8>, &'static str) = match r.gen_range(0..14) {
+            0 => {
+                let cut = r.gen_range(1..body.len());
+                (frame(&body[..cut]), "invalid JSON: truncated body")
+            }
+            1 => {
+                let mut b = body.clone();
+                match r.gen_range(0..3) {
+                    0 => b.insert(1, b','),
+                    1 => b.extend_from_slice(b"}x"),
+                    _ => b[0] = b'[',
+                }
+                (frame(&b), "invalid JSON")
+            }
+            2 => (
+                frame(br#"{"jsonrpc":"2.0","method":"x","params":"\ud800"}"#),
+                "invalid JSON: lone surrogate",
+            ),
+            3 => {
+                let b = format!("[{0},{0}]", String::from_utf8(body.clone()).unwrap());
+                let b = if r.gen_bool(0.2) { "[]".to_owned() } else { b };
+                (frame(b.as_bytes()), "batch")
+            }
+            4 => {
+                let b = *[
+                    r#"42"#,
+                    r#""text""#,
+                    "null",
+                    "{}",
+                    r#"{"method":"x"}"#,
+                    r#"{"jsonrpc":"1.0","method":"x","id":1}"#,
+                    r#"{"jsonrpc":"2.0","method":42,"id":1}"#,
+                ]
+                .choose(r)
+                .unwrap();
+                (frame(b.as_bytes()), "not a JSON-RPC message")
+            }
+            5 => {
+                let id = *[
+                    "1.5",
+                    "true",
+                    "{}",
+                    "[]",
+                    "1e3",
+                    "9223372036854775808",
+                    "-9223372036854775809",
+                ]
+                .choose(r)
+                .unwrap();
+                (
+                    frame(format!(r#"{{"jsonrpc":"2.0","method":"laya/acceptance","id":{id}}}"#).as_bytes()),
+                    "id of an odd type",
+                )
+            }
+            6 => {
+                let short = body.len() - r.gen_range(1..body.len());
+                let mut b = format!("Content-Length: {short}\r\n\r\n").into_bytes();
+                b.extend_from_slice(&body);
+                (b, "Content-Length too short")
+            }
+            7 => {
+                let long = body.len() + r.gen_range(1..100);
+                let mut b = format!("Content-Length: {long}\r\n\r\n").into_bytes();
+                b.extend_from_slice(&body);
+                (b, "Content-Length too long")
+            }
+            8 => {
+                let huge = r.gen_range(1u64 << 40..1u64 << 62);
+                let mut b = format!("Content-Length: {huge}\r\n\r\n").into_bytes();
+                b.extend_from_slice(&body);
+                (b, "Content-Length huge")
+            }
+            9 => {
+                let v = *[
+                    "abc",
+                    "-5",
+                    "1.5",
+                    "",
+                    "12a",
+                    "0x1f",
+                    "99999999999999999999999",
+                    "١٢",
+                ]
+                .choose(r)
+                .unwrap();
+                let mut b = format!("Content-Length: {v}\r\n\r\n").into_bytes();
+                b.extend_from_slice(&body);
+                (b, "Content-Length not a number")
+            }
+            10 => {
+                let b = match r.gen_range(0..3) {
+                    0 => body.clone(),
+                    1 => [
+                        b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n".as_slice(),
+                        &body,
+                    ]
+                    .concat(),
+                    _ => [
+                        format!("content-length: {}\r\n\r\n", body.len()).as_bytes(),
+                        &body,
+                    ]
+                    .concat(),
+                };
+                (b, "no Content-Length")
+            }
+            11 => {
+                let ty = *["application/vscode-jsonrpc; charset=latin1", "application/json"]
+                    .choose(r)
+                    .unwrap();
+                let b = [
+                    format!("Content-Length: {}\r\nContent-Type: {ty}\r\n\r\n", body.len()).as_bytes(),
+                    &body,
+                ]
+                .concat();
+                (b, "unsupported charset")
+            }
+            12 => {
+                let mut b = body.clone();
+                let at = r.gen_range(1..b.len());
+                b.insert(at, *[0xff, 0xc3, 0x80, 0xed].choose(r).unwrap());
+                b.insert(at + 1, b'(');
+                (frame(&b), "invalid UTF-8")
+            }
+            _ => {
+                if r.gen_bool(0.5) {
+                    let b = [
+                        format!("Content-Length: {}\r\nX-A: 1\r\nX-B: 2\r\n\r\n", body.len()).as_bytes(),
+                        &body,
+                    ]
+                    .concat();
+                    (b, "too many headers")
+                } else {
+                    let b: Vec<u8> = (0..r.gen_range(1..200)).map(|_| r.gen()).collect();
+                    (b, "random bytes")
+                }
+            }
+        };
+        let needs_eof = matches!(
+            kind,
+            "Content-Length too long" | "Content-Length huge" | "random bytes"
+        );
+        Message {
+            chunks: vec![bytes],
+            reply: None,
+            fatal: Some(kind),
+            needs_eof,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The transport run.
+
+#[derive(Default)]
+struct TransportStats {
+    messages: usize,
+    connections: usize,
+    faults: HashMap<&'static str, usize>,
+    fault_codes: HashMap<i64, usize>,
+    responses: usize,
+    nudges: usize,
+}
+
+/// One connection: initialize, then batches of generated messages each followed by a probe
+/// that must get a proper answer, then either a fault (the server must answer it with one
+/// error, close and end) or shutdown and exit. Every request with an id gets exactly one
+/// response. Returns the number of generated messages sent.
+async fn run_connection(
+    gen: &mut Generator,
+    budget: usize,
+    stats: &mut TransportStats,
+) -> Result<usize, String> {
+    // On failure: the last messages, and all of them in a file.
+    let tail = |log: &[String]| {
+        let path = std::env::temp_dir().join("laya-fuzz-connection.log");
+        let _ = std::fs::write(&path, log.join("\n"));
+        format!(
+            "{}\n(all: {})",
+            log[log.len().saturating_sub(20)..].join("\n"),
+            path.display()
+        )
+    };
+    let mut conn = Connection::open(gen.rng.gen());
+    let mut owed: HashMap<String, usize> = HashMap::new();
+    let utf8 = gen.rng.gen_bool(0.5);
+    let offered = if utf8 {
+        json!(["utf-16", "utf-8"])
+    } else {
+        json!(["utf-16"])
+    };
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "capabilities": { "general": { "positionEncodings": offered } },
+        "initializationOptions": { "completion": { "debounceMs": 0 } },
+        "workspaceFolders": [{ "uri": "file:///work/fuzz", "name": "fuzz" }],
+    } });
+    conn.send(&[frame(&to_bytes(&init))]);
+    *owed.entry("0".into()).or_default() += 1;
+    let r = conn.wait_for("0").await?;
+    let encoding = &r["result"]["capabilities"]["positionEncoding"];
+    if *encoding != json!(if utf8 { "utf-8" } else { "utf-16" }) {
+        return Err(format!("initialize: {r}"));
+    }
+    let mut tracked = ModelDoc {
+        text: random_text(&mut gen.rng, 40),
+        version: 1,
+    };
+    let open = json!({ "textDocument": { "uri": TRACKED, "languageId": "python", "version": 1, "text": tracked.text } });
+    conn.send(&[
+        frame(br#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#),
+        frame(&to_bytes(
+            &json!({ "jsonrpc": "2.0", "method": "textDocument/didOpen", "params": open }),
+        )),
+    ]);
+
+    // The connection ends in a fault (the last of its messages) or in shutdown and exit.
+    let fault = gen.rng.gen_bool(0.7);
+    let mut sent = 0;
+    let mut log: Vec<String> = vec![];
+    let mut probes = 0;
+    while sent < budget - usize::from(fault) {
+        let batch = gen.rng.gen_range(1..=40).min(budget - usize::from(fault) - sent);
+        for _ in 0..batch {
+            let msg = match gen.rng.gen_range(0..100) {
+                // Valid traffic on the tracked document: edits (some rejected, as the model
+                // knows) and completions at positions of its text.
+                0..=14 => {
+                    let change = if tracked.text.len() > 3000 {
+                        json!({ "text": random_text(&mut gen.rng, 20) })
+                    } else {
+                        random_change(&tracked.text, &mut gen.rng, utf8).0
+                    };
+                    tracked.version += 1;
+                    if let Some(t) = model_apply(&tracked.text, &change, utf8) {
+                        tracked.text = t;
+                    }
+                    let p = json!({ "textDocument": { "uri": TRACKED, "version": tracked.version }, "contentChanges": [change] });
+                    gen.framed(
+                        to_bytes(
+                            &json!({ "jsonrpc": "2.0", "method": "textDocument/didChange", "params": p }),
+                        ),
+                        None,
+                    )
+                }
+                15..=22 => {
+                    let (line, character) =
+                        model_position(&tracked.text, boundary(&tracked.text, &mut gen.rng), utf8);
+                    let id = gen.id();
+                    let body = json!({ "jsonrpc": "2.0", "id": id, "method": "textDocument/inlineCompletion", "params": {
+                        "textDocument": { "uri": TRACKED }, "position": { "line": line, "character": character },
+                        "context": { "triggerKind": 2 },
+                    } });
+                    gen.framed(to_bytes(&body), Some(id.to_string()))
+                }
+                _ => gen.message(),
+            };
+            if let Some(id) = &msg.reply {
+                *owed.entry(id.clone()).or_default() += 1;
+            }
+            log.push(
+                String::from_utf8_lossy(&msg.chunks.concat())
+                    .chars()
+                    .take(300)
+                    .collect(),
+            );
+            conn.send_chunked(&msg.chunks);
+            sent += 1;
+        }
+        // The probe: the server still answers, properly.
+        probes += 1;
+        let id = format!("probe-{probes}");
+        let (method, params) = if probes % 2 == 0 {
+            ("laya/acceptance", Value::Null)
+        } else {
+            let (line, character) = model_position(&tracked.text, tracked.text.len(), utf8);
+            (
+                "textDocument/inlineCompletion",
+                json!({
+                    "textDocument": { "uri": TRACKED }, "position": { "line": line, "character": character },
+                    "context": { "triggerKind": 1 },
+                }),
+            )
+        };
+        conn.send(&[frame(&to_bytes(
+            &json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
+        ))]);
+        let key = json!(id).to_string();
+        *owed.entry(key.clone()).or_default() += 1;
+        let r = match conn.wait_for(&key).await {
+            Ok(r) => r,
+            Err(e) => {
+                let mut unanswered: Vec<_> = owed
+                    .iter()
+                    .filter(|(id, n)| conn.seen.get(*id) != Some(*n))
+                    .map(|(id, _)| id)
+                    .collect();
+                unanswered.sort();
+                return Err(format!(
+                    "{e}; unanswered: {unanswered:?}\nlast messages:\n{}",
+                    tail(&log)
+                ));
+            }
+        };
+        let proper = match method {
+            "laya/acceptance" => r["result"]["shown"].is_u64(),
+            _ => r["result"].is_array() || r["result"].is_null(),
+        };
+        if !proper {
+            return Err(format!("probe {method} got {r}\nlast messages:\n{}", tail(&log)));
+        }
+    }
+
+    let rest = if fault {
+        let body = to_bytes(
+            &json!({ "jsonrpc": "2.0", "id": gen.id(), "method": "laya/acceptance", "params": null }),
+        );
+        let msg = gen.fault(body);
+        let kind = msg.fatal.unwrap();
+        *stats.faults.entry(kind).or_default() += 1;
+        log.push(format!(
+            "FAULT {kind}: {}",
+            String::from_utf8_lossy(&msg.chunks[0])
+                .chars()
+                .take(300)
+                .collect::<String>()
+        ));
+        conn.send_chunked(&msg.chunks);
+        *owed.entry("null".into()).or_default() += 1;
+        sent += 1;
+        // A body still incomplete (a length too long) fails at the end of the input; every
+        // other fault must close the connection by itself.
+        let rest = conn
+            .finish(msg.needs_eof)
+            .await
+            .map_err(|e| format!("{e}\nlast messages:\n{}", tail(&log)))?;
+        let codes: Vec<i64> = rest
+            .iter()
+            .filter(|r| r["id"].is_null())
+            .filter_map(|r| r["error"]["code"].as_i64())
+            .collect();
+        match codes.iter().find(|c| [-32700, -32600].contains(*c)) {
+            Some(c) => *stats.fault_codes.entry(*c).or_default() += 1,
+            None => {
+                return Err(format!(
+                    "no parse error or invalid request answered the fault {kind}: {:?}",
+                    log.last()
+                ))
+            }
+        }
+        rest
+    } else {
+        conn.send(&[frame(br#"{"jsonrpc":"2.0","id":"shutdown","method":"shutdown"}"#)]);
+        *owed.entry("\"shutdown\"".into()).or_default() += 1;
+        conn.wait_for("\"shutdown\"").await?;
+        conn.send(&[frame(br#"{"jsonrpc":"2.0","method":"exit"}"#)]);
+        conn.finish(false)
+            .await
+            .map_err(|e| format!("{e} (after exit)\nlast messages:\n{}", tail(&log)))?
+    };
+    drop(rest);
+    // Exactly one response per request with an id.
+    let mut ids: Vec<&String> = owed.keys().chain(conn.seen.keys()).collect();
+    ids.sort();
+    ids.dedup();
+    for id in ids {
+        let (want, got) = (
+            owed.get(id).copied().unwrap_or(0),
+            conn.seen.get(id).copied().unwrap_or(0),
+        );
+        if want != got {
+            return Err(format!(
+                "id {id}: {got} responses for {want} requests\nlast messages:\n{}",
+                tail(&log)
+            ));
+        }
+    }
+    stats.responses += conn.seen.values().sum::<usize>();
+    stats.nudges += conn.nudges;
+    stats.connections += 1;
+    Ok(sent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_messages_never_break_the_transport() {
+    count_panics();
+    let seed = env_or("LAYA_FUZZ_SEED", DEFAULT_SEED);
+    let total: usize = env_or("LAYA_FUZZ_MESSAGES", 100_000);
+    let mut gen = Generator {
+        rng: StdRng::seed_from_u64(seed),
+        next_id: 0,
+        ids: vec![],
+    };
+    let mut stats = TransportStats::default();
+    let started = Instant::now();
+    while stats.messages < total {
+        // Many short connections (each may end in a fault) and some long ones.
+        let len = if gen.rng.gen_bool(0.6) {
+            gen.rng.gen_range(1..=30)
+        } else {
+            gen.rng.gen_range(30..=800)
+        };
+        let budget = len.min(total - stats.messages);
+        let connection = stats.connections;
+        match run_connection(&mut gen, budget, &mut stats).await {
+            Ok(sent) => stats.messages += sent,
+            Err(e) => panic!("seed {seed:#x}, connection {connection}: {e}"),
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut faults: Vec<_> = stats.faults.iter().collect();
+    faults.sort();
+    println!(
+        "transport fuzz: seed {seed:#x}, {} messages over {} connections in {:.1} s ({:.0} messages/s), \
+         {} responses, {} nudges; faults (each closes its connection): {faults:?}; error codes: {:?}",
+        stats.messages,
+        stats.connections,
+        secs,
+        stats.messages as f64 / secs,
+        stats.responses,
+        stats.nudges,
+        stats.fault_codes
+    );
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a panic happened");
+}
