@@ -31,7 +31,8 @@ use crate::{
 #[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct CompletionSettings {
-    /// Wait this long after a request before starting it; a newer request cancels it.
+    /// Wait this long after a request before starting it (at most 1 s); a newer request
+    /// cancels it.
     pub debounce_ms: u64,
     pub budget: Budget,
     /// Most tokens for a completion of the rest of a line / of a block.

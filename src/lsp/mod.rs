@@ -38,6 +38,11 @@ pub const ACCEPT_COMMAND: &str = "laya.accept";
 /// answer before keeping the settings it has.
 const CONFIGURATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The longest debounce wait, whatever `debounceMs` says.
+const MAX_DEBOUNCE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often a debouncing request looks whether a newer one cancelled it.
+const DEBOUNCE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Settings a client may send in `initializationOptions` or as the `laya` section of
 /// `workspace/configuration`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -255,8 +260,12 @@ impl LayaServer {
             tracing::info!(uri = uri.as_str(), "completion typed through");
             return Ok(Some((doc, cursor, c)));
         }
-        if settings.debounce_ms > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(settings.debounce_ms)).await;
+        // The wait ends early when a newer request cancels this one, and never lasts
+        // longer than MAX_DEBOUNCE (a huge setting would otherwise hold requests forever).
+        let debounce = std::time::Duration::from_millis(settings.debounce_ms).min(MAX_DEBOUNCE);
+        let until = tokio::time::Instant::now() + debounce;
+        while !cancel.load(Ordering::Relaxed) && tokio::time::Instant::now() < until {
+            tokio::time::sleep_until(until.min(tokio::time::Instant::now() + DEBOUNCE_STEP)).await;
         }
         if cancel.load(Ordering::Relaxed) {
             return Err(convert::cancelled());
