@@ -19,14 +19,17 @@
 #                               # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                               # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
 #   scripts/cuda-ops.sh bundle GGUF...
-#                               # here, after `build`: packs the laya binary (xz), libmlx's parts
-#                               # and the GGUF files into 60 MiB parts .device/bundle/part.NN, for
-#                               # transports that carry 64 MiB a call (one part each)
+#                               # here, after `build`: packs the laya binary (xz) and the GGUF
+#                               # files (libmlx's parts too with LAYA_BUNDLE_MLX=1, and the files
+#                               # in LAYA_BUNDLE_EXTRA, unpacked to /tmp) into 60 MiB parts
+#                               # .device/bundle/part.NN, for transports that carry 64 MiB a
+#                               # call (one part each)
 #   scripts/cuda-ops.sh stage-part NAME
 #                               # on the GPU machine: keep carried part NAME in /tmp/laya-bundle
 #   scripts/cuda-ops.sh unbundle
 #                               # on the GPU machine: joins the parts; laya to .device/laya,
-#                               # libmlx to /tmp/laya-cuda, the GGUF files to /tmp/laya-models
+#                               # libmlx to /tmp/laya-cuda, the GGUF files to /tmp/laya-models,
+#                               # extra files to /tmp
 #   scripts/cuda-ops.sh exec CMD...
 #                               # on the GPU machine: libs as for `run`, then CMD (diagnostics)
 #
@@ -59,6 +62,13 @@ setup_libs() {
   site=${NVIDIA_SITE:-$(python3 -c 'import torch,os; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
   export LD_LIBRARY_PATH="$STAGE/mlx/lib:$STAGE/mlx_cuda_13.libs:$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib:$site/nvidia/nccl/lib:${LD_LIBRARY_PATH:-}"
   if [[ -n "${1:-}" ]] && ldd "$1" | grep 'not found'; then echo "cuda-ops: unresolved libraries (above)" >&2; exit 1; fi
+}
+
+# unxz_to FILE.xz OUT: xz where the machine has it, else python3's lzma module.
+unxz_to() {
+  if command -v xz >/dev/null; then xz -dc "$1"; else
+    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"
+  fi >"$2"
 }
 
 case "${1:-}" in
@@ -143,7 +153,10 @@ bundle)
   [[ -x "$OUTD/laya" ]] || { echo "cuda-ops: run \`scripts/cuda-ops.sh build\` first" >&2; exit 1; }
   work=$(mktemp -d)
   xz -T2 -6 -c "$OUTD/laya" >"$work/laya.xz"
-  cp "$OUTD/$PART".* "$work/"
+  # libmlx's parts go separately (`stage aa`, `stage ab`) unless asked for here.
+  [[ -z "${LAYA_BUNDLE_MLX:-}" ]] || cp "$OUTD/$PART".* "$work/"
+  # Extra files (e.g. a test binary), xz-compressed into the bundle.
+  for f in ${LAYA_BUNDLE_EXTRA:-}; do xz -T2 -6 -c "$f" >"$work/$(basename "$f").xz"; done
   mkdir -p "$work/models"
   for g in "$@"; do ln -s "$(realpath "$g")" "$work/models/$(basename "$g")"; done
   rm -rf "$OUTD/bundle" && mkdir -p "$OUTD/bundle"
@@ -158,9 +171,13 @@ unbundle)
   b=/tmp/laya-bundle
   cat "$b"/part.* | tar -C "$b" -xf -
   mkdir -p "$STAGE" /tmp/laya-models "$OUTD"
-  cp "$b/$PART".* "$STAGE/"
-  mv "$b"/models/* /tmp/laya-models/
-  if command -v xz >/dev/null; then xz -dc "$b/laya.xz"; else python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$b/laya.xz"; fi >"$OUTD/laya.new"
+  cp "$b/$PART".* "$STAGE/" 2>/dev/null || true
+  mv "$b"/models/* /tmp/laya-models/ 2>/dev/null || true
+  for x in "$b"/*.xz; do
+    [[ "$x" == "$b/laya.xz" ]] && continue
+    unxz_to "$x" "/tmp/$(basename "$x" .xz)" && chmod +x "/tmp/$(basename "$x" .xz)"
+  done
+  unxz_to "$b/laya.xz" "$OUTD/laya.new"
  mv "$OUTD/laya.new" "$OUTD/laya" && chmod +x "$OUTD/laya"
   ls -la "$STAGE" /tmp/laya-models "$OUTD/laya"
   ;;

@@ -593,6 +593,10 @@ enum BenchCommand {
         /// Write each keystroke's prefix/suffix here, for replaying on another engine.
         #[arg(long)]
         steps_out: Option<PathBuf>,
+        /// Completion settings (JSON, the LSP's `completion` section) over the bench's own,
+        /// e.g. '{"budget":{"suffixShare":0.02}}'.
+        #[arg(long, value_name = "JSON")]
+        settings: Option<String>,
         /// Write the keystrokes and the summary here (JSON).
         #[arg(long)]
         json: Option<PathBuf>,
@@ -622,6 +626,10 @@ enum BenchCommand {
         /// Another engine's answers to the same cases (scripts/bench_infill.py writes them).
         #[arg(long)]
         compare: Option<PathBuf>,
+        /// Completion settings (JSON, the LSP's `completion` section) over the bench's own,
+        /// e.g. '{"budget":{"suffixShare":0.02}}'.
+        #[arg(long, value_name = "JSON")]
+        settings: Option<String>,
     },
 }
 
@@ -773,12 +781,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     budget,
                     no_reuse,
                     steps_out,
+                    settings,
                     json,
                 },
         } => {
             bench_typing(
-                &files, &cases, per_language, &model, &remote, max_tokens, budget, no_reuse, steps_out, json,
-                cli.device,
+                &files, &cases, per_language, &model, &remote, max_tokens, budget, no_reuse, steps_out,
+                settings.as_deref(), json, cli.device,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -793,9 +802,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     max_tokens,
                     out,
                     compare,
+                    settings,
                 },
         } => {
-            bench_quality(&cases, &model, &remote, &languages, limit, max_tokens, out, compare, cli.device)?;
+            bench_quality(
+                &cases, &model, &remote, &languages, limit, max_tokens, out, compare, settings.as_deref(), cli.device,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Models {
@@ -907,6 +919,27 @@ fn complete(
     Ok(())
 }
 
+/// `--settings`: a JSON object.
+fn parse_settings(text: &str) -> Result<serde_json::Value> {
+    match serde_json::from_str(text) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+        Ok(_) => bail!("--settings wants a JSON object, got `{text}`"),
+        Err(e) => bail!("--settings is not JSON ({e}): `{text}`"),
+    }
+}
+
+/// Writes `patch` over `base`: objects key by key, anything else replaced.
+fn merge_json(base: &mut serde_json::Value, patch: serde_json::Value) {
+    match (base, patch) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                merge_json(b.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
 /// The engine a bench runs on: the remote server when `--remote-url` is given, else the local
 /// model on its worker thread (load time reported on stderr); with its label for the tables.
 fn bench_target(
@@ -947,6 +980,7 @@ fn bench_typing(
     budget: usize,
     no_reuse: bool,
     steps_out: Option<PathBuf>,
+    overrides: Option<&str>,
     json_out: Option<PathBuf>,
     device: DevicePref,
 ) -> Result<()> {
@@ -991,7 +1025,7 @@ fn bench_typing(
         };
     }
     let (engine, label) = bench_target(args, opts, remote, device)?;
-    let completion = serde_json::json!({
+    let mut completion = serde_json::json!({
         "debounceMs": 0,
         "maxTokensLine": max_tokens,
         "maxTokensBlock": max_tokens,
@@ -999,6 +1033,11 @@ fn bench_typing(
         "typingThrough": !no_reuse,
         "anchorMaxBytes": if no_reuse { 0 } else { 512 },
     });
+    if let Some(o) = overrides {
+        merge_json(&mut completion, parse_settings(o)?);
+        serde_json::from_value::<laya::completion::pipeline::CompletionSettings>(completion.clone())
+            .context("--settings")?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut runs = vec![];
     for c in &traces {
@@ -1041,6 +1080,13 @@ fn bench_typing(
         s.warm_ms,
         100.0 * s.warm_ms / s.cold_ms.max(1e-9)
     );
+    println!(
+        "suggestion shown at {} of {} keystrokes; it made the expected line at {} ({:.1} %)",
+        s.shown,
+        s.keystrokes,
+        s.exact,
+        100.0 * s.exact as f64 / s.keystrokes.max(1) as f64
+    );
     if let Some(p) = json_out {
         let v = serde_json::json!({ "engine": label, "summary": s, "traces": traces.iter().map(|c| &c.id).collect::<Vec<_>>(), "keystrokes": runs });
         std::fs::write(&p, serde_json::to_string_pretty(&v)?).with_context(|| format!("writing {}", p.display()))?;
@@ -1058,6 +1104,7 @@ fn bench_quality(
     max_tokens: usize,
     out: Option<PathBuf>,
     compare: Option<PathBuf>,
+    overrides: Option<&str>,
     device: DevicePref,
 ) -> Result<()> {
     use laya::{
@@ -1084,11 +1131,16 @@ fn bench_quality(
     }
     let peer = compare.as_deref().map(q::load_results).transpose()?;
     let (engine, label) = bench_target(args, args.options(), remote, device)?;
-    let settings = CompletionSettings {
+    let mut settings = CompletionSettings {
         max_tokens_line: max_tokens,
         max_tokens_block: max_tokens,
         ..CompletionSettings::default()
     };
+    if let Some(o) = overrides {
+        let mut v = serde_json::to_value(&settings)?;
+        merge_json(&mut v, parse_settings(o)?);
+        settings = serde_json::from_value(v).context("--settings")?;
+    }
     eprintln!("{} cases from {} on {label}", all.len(), cases.display());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let total = all.len();

@@ -9,7 +9,11 @@ mod common;
 use common::{assert_close, mlx, Backend, Lcg};
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
-    ops, Array,
+    ops::{
+        self,
+        indexing::{TryIndexMutOp, TryIndexOp},
+    },
+    Array,
 };
 
 fn arr(v: &[f32], shape: &[usize]) -> Array {
@@ -18,7 +22,8 @@ fn arr(v: &[f32], shape: &[usize]) -> Array {
 }
 
 fn host(a: &Array) -> Vec<f32> {
-    let a = a.as_type::<f32>().unwrap();
+    // Row-contiguous first: the GPU may hand back a strided result, which `as_slice` refuses.
+    let a = a.as_type::<f32>().unwrap().contiguous().unwrap();
     a.eval().unwrap();
     a.as_slice::<f32>().to_vec()
 }
@@ -268,4 +273,105 @@ fn scaled_dot_product_attention_causal_and_gqa() {
             mm_tol(backend),
         );
     }
+}
+
+/// Transposes host data `[a, b, c, d]` → `[a, c, b, d]`.
+fn swap12(x: &[f32], a: usize, b: usize, c: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for i in 0..a {
+        for j in 0..b {
+            for k in 0..c {
+                for t in 0..d {
+                    out[((i * c + k) * b + j) * d + t] = x[((i * b + j) * c + k) * d + t];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The KV cache's write: a transposed (strided) view written into a slice of a larger buffer.
+#[test]
+fn slice_update_from_a_transposed_view() {
+    let (_g, _backend) = mlx();
+    let (heads, len, d, cap, at) = (2usize, 3usize, 16usize, 8usize, 2usize);
+    let x = Lcg(11).vec(len * heads * d);
+    // [1, len, heads, d] viewed as [1, heads, len, d].
+    let src = arr(&x, &[1, len, heads, d]).transpose_axes(&[0, 2, 1, 3]).unwrap();
+    let mut buf = ops::zeros::<f32>(&[1, heads as i32, cap as i32, d as i32]).unwrap();
+    buf.try_index_mut((.., .., at as i32..(at + len) as i32, ..), &src).unwrap();
+    let t = swap12(&x, 1, len, heads, d);
+    let mut want = vec![0f32; heads * cap * d];
+    for h in 0..heads {
+        for p in 0..len {
+            for i in 0..d {
+                want[(h * cap + at + p) * d + i] = t[(h * len + p) * d + i];
+            }
+        }
+    }
+    assert_close("slice_update from a transposed view", &host(&buf), &want, 0.0);
+}
+
+/// The KV cache's read: the valid positions of a larger buffer, made contiguous.
+#[test]
+fn contiguous_copy_of_a_sliced_buffer() {
+    let (_g, _backend) = mlx();
+    let (heads, cap, d, end) = (2usize, 8usize, 16usize, 5usize);
+    let x = Lcg(12).vec(heads * cap * d);
+    let a = arr(&x, &[1, heads, cap, d]);
+    let v = a.try_index((.., .., ..end as i32, ..)).unwrap().contiguous().unwrap();
+    let mut want = vec![];
+    for h in 0..heads {
+        want.extend_from_slice(&x[h * cap * d..(h * cap + end) * d]);
+    }
+    assert_close("contiguous slice", &host(&v), &want, 0.0);
+}
+
+/// Attention at the head sizes of the test models (16, 32) and the real ones (64, 128), one
+/// query over a cache, keys and values sliced out of a larger buffer.
+#[test]
+fn attention_of_one_query_at_small_and_real_head_sizes() {
+    let (_g, backend) = mlx();
+    let mut rng = Lcg(13);
+    for d in [16usize, 32, 64, 128] {
+        let (hq, hkv, s, cap) = (4usize, 2usize, 9usize, 16usize);
+        let q = rng.vec(hq * d);
+        let kb = rng.vec(hkv * cap * d);
+        let vb = rng.vec(hkv * cap * d);
+        let take = |b: &[f32]| -> Vec<f32> {
+            (0..hkv).flat_map(|h| b[h * cap * d..(h * cap + s) * d].to_vec()).collect()
+        };
+        let (k, v) = (take(&kb), take(&vb));
+        let want = sdpa_ref(&q, &k, &v, hq, hkv, 1, s, d, false);
+        for sliced in [false, true] {
+            let (ka, va) = if sliced {
+                let c = |b: &[f32]| arr(b, &[1, hkv, cap, d]).try_index((.., .., ..s as i32, ..)).unwrap();
+                (c(&kb), c(&vb))
+            } else {
+                (arr(&k, &[1, hkv, s, d]), arr(&v, &[1, hkv, s, d]))
+            };
+            let o = fast::scaled_dot_product_attention(
+                arr(&q, &[1, hq, 1, d]),
+                ka,
+                va,
+                1.0 / (d as f32).sqrt(),
+                None,
+                None,
+            )
+            .unwrap();
+            assert_close(&format!("sdpa d={d} sliced={sliced}"), &host(&o), &want, mm_tol(backend));
+        }
+    }
+}
+
+/// RoPE of a transposed view at an offset, as the model applies it to q and k.
+#[test]
+fn rope_of_a_transposed_view_at_an_offset() {
+    let (_g, _backend) = mlx();
+    let (l, h, d) = (3usize, 2usize, 16usize);
+    let x = Lcg(14).vec(l * h * d);
+    let view = arr(&x, &[1, l, h, d]).transpose_axes(&[0, 2, 1, 3]).unwrap();
+    let y = fast::rope(&view, d as i32, false, 1e6, 1.0, 5, None).unwrap();
+    let want = rope_ref(&swap12(&x, 1, l, h, d), h, l, d, d, false, 1e6, 5);
+    assert_close("rope of a transposed view", &host(&y), &want, 2e-4);
 }

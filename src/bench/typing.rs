@@ -28,6 +28,10 @@ pub struct Keystroke {
     pub prompt_tokens: usize,
     pub reused_tokens: usize,
     pub prefilled_tokens: usize,
+    /// Whether a suggestion was shown, and whether the line it makes (what is typed, the
+    /// suggestion's first line, the rest of the line after its range) is the expected line.
+    pub shown: bool,
+    pub exact: bool,
 }
 
 /// The text around the cursor at each keystroke, for replaying the same trace on another
@@ -153,17 +157,21 @@ pub async fn replay(engine: Arc<dyn Engine>, case: &Case, completion: Value) -> 
         .await?;
         col += c.len_utf8() as u32;
         let start = Instant::now();
-        d.call(
-            "textDocument/inlineCompletion",
-            json!({
-                "textDocument": { "uri": uri },
-                "position": { "line": line, "character": col },
-                "context": { "triggerKind": 2 },
-            }),
-            false,
-        )
-        .await?;
+        let answer = d
+            .call(
+                "textDocument/inlineCompletion",
+                json!({
+                    "textDocument": { "uri": uri },
+                    "position": { "line": line, "character": col },
+                    "context": { "triggerKind": 2 },
+                }),
+                false,
+            )
+            .await?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
+        let typed = &case.expected[..i + c.len_utf8()];
+        let line_after = case.suffix.split('\n').next().unwrap_or("");
+        let made = line_made(&answer, typed, line_after);
         let e = d.call("laya/explain", json!({ "textDocument": { "uri": uri } }), false).await?;
         let n = |k: &str| e[k].as_u64().unwrap_or(0) as usize;
         out.push(Keystroke {
@@ -173,9 +181,33 @@ pub async fn replay(engine: Arc<dyn Engine>, case: &Case, completion: Value) -> 
             prompt_tokens: n("promptTokens"),
             reused_tokens: n("reusedTokens"),
             prefilled_tokens: n("prefilledTokens"),
+            shown: made.is_some(),
+            exact: made.is_some_and(|l| l.trim_end() == case.expected.trim_end()),
         });
     }
     Ok(out)
+}
+
+/// The line the first inline suggestion of `answer` makes, given the text typed on the line
+/// and the rest of the line after the cursor (ranges are in UTF-8 columns, as negotiated).
+fn line_made(answer: &Value, typed: &str, line_after: &str) -> Option<String> {
+    let item = match answer {
+        Value::Array(items) => items.first(),
+        Value::Object(o) => o.get("items").and_then(|i| i.as_array()).and_then(|i| i.first()),
+        _ => None,
+    }?;
+    let text = match &item["insertText"] {
+        Value::String(s) => s.as_str(),
+        v => v["value"].as_str()?,
+    };
+    let (start, end) = (&item["range"]["start"], &item["range"]["end"]);
+    let replaced = match (start["character"].as_u64(), end["character"].as_u64()) {
+        (Some(s), Some(e)) if start["line"] == end["line"] => e.saturating_sub(s) as usize,
+        _ => 0,
+    };
+    let rest = line_after.get(replaced.min(line_after.len())..).unwrap_or("");
+    let line = format!("{typed}{text}{rest}");
+    Some(line.split('\n').next().unwrap_or("").to_owned())
 }
 
 async fn futures_util_drain(socket: tower_lsp_server::ClientSocket) {
@@ -212,6 +244,9 @@ pub struct Summary {
     /// Mean latency of the first model call of each trace, and of the later ones.
     pub cold_ms: f64,
     pub warm_ms: f64,
+    /// Keystrokes with a suggestion shown, and those whose suggestion makes the expected line.
+    pub shown: usize,
+    pub exact: usize,
 }
 
 pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
@@ -248,6 +283,8 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
         cold_prompt_tokens: mean(&cold),
         cold_ms: mean(&cold_ms),
         warm_ms: mean(&warm_ms),
+        shown: all.iter().filter(|k| k.shown).count(),
+        exact: all.iter().filter(|k| k.exact).count(),
     }
 }
 
@@ -290,11 +327,24 @@ mod tests {
             prompt_tokens: prompt,
             reused_tokens: reused,
             prefilled_tokens: prefilled,
+            shown: source == "model",
+            exact: false,
         };
         let s = summarize(&[vec![k("model", 100, 0, 100), k("typed-through", 0, 0, 0), k("model", 102, 99, 3)]]);
         assert_eq!((s.model_calls, s.typed_through, s.keystrokes), (2, 1, 3));
         assert_eq!(s.cold_prompt_tokens, 100.0);
         assert_eq!(s.warm_prefill_tokens, 3.0);
         assert!((s.reused_ratio - 99.0 / 202.0).abs() < 1e-9);
+        assert_eq!((s.shown, s.exact), (2, 0));
+    }
+
+    #[test]
+    fn the_line_a_suggestion_makes() {
+        let arr = json!([{ "insertText": "b + c)", "range": { "start": { "line": 3, "character": 7 }, "end": { "line": 3, "character": 8 } } }]);
+        assert_eq!(line_made(&arr, "f(a, ", ")  # x").as_deref(), Some("f(a, b + c)  # x"));
+        let list = json!({ "items": [{ "insertText": "1\nmore" }] });
+        assert_eq!(line_made(&list, "x = ", "").as_deref(), Some("x = 1"));
+        assert_eq!(line_made(&json!([]), "x", ""), None);
+        assert_eq!(line_made(&Value::Null, "x", ""), None);
     }
 }

@@ -106,7 +106,7 @@ impl KvCache {
     }
 
     /// A cache of batch `n` whose every row is this (batch-1) cache: candidates share one
-    /// prefill of the prompt. The rows become real copies on the first update.
+    /// prefill of the prompt. The rows are real copies (not a broadcast view).
     pub fn repeat(&self, n: i32) -> Result<KvCache> {
         let rep = |a: &Option<Array>| -> Result<Option<Array>> {
             let Some(a) = a else { return Ok(None) };
@@ -118,7 +118,7 @@ impl KvCache {
             }
             let mut shape = a.shape().to_vec();
             shape[0] = n;
-            broadcast_to(a, &shape).map(Some)
+            broadcast_to(a, &shape)?.contiguous().map(Some)
         };
         Ok(KvCache {
             keys: rep(&self.keys)?,
@@ -127,10 +127,12 @@ impl KvCache {
         })
     }
 
-    /// The first `offset` positions, row-contiguous: a slice of the larger buffer is a strided
-    /// view, and MLX 0.32's CUDA attention reads such a view as if it were contiguous (wrong
-    /// logits, or an illegal memory access), so the view is copied out. That copy is the keys
-    /// and values once per step, small beside the weights a step reads.
+    /// The first `offset` positions, row-contiguous (a copy of the keys and values once per
+    /// step, small beside the weights a step reads). Added while chasing wrong logits on MLX
+    /// 0.32's CUDA backend; the cause proved to be RoPE over transposed views (see
+    /// `models::AttentionCore::attend`), and attention over a sliced view is right on the H200
+    /// (`mlx_ops::attention_of_one_query_at_small_and_real_head_sizes`). The copy stays until
+    /// a GPU run shows the engine tests pass without it.
     fn fetch(&self) -> Result<(Array, Array)> {
         let end = self.offset as i32;
         let view = |a: &Array| -> Result<Array> {

@@ -182,7 +182,12 @@ pub fn extract_with_limits(
         kind => kind,
     };
 
-    let enclosing = enclosing_scopes(&queries.scopes, language, root, text, cursor, &line);
+    let mut enclosing = enclosing_scopes(&queries.scopes, language, root, text, cursor, &line);
+    if in_error(root, text, cursor) {
+        if let Some(repaired) = repaired_scopes(&queries.scopes, language, text, cursor, &line, enclosing.len()) {
+            enclosing = repaired;
+        }
+    }
     cx.signatures = sibling_signatures(&queries.scopes, root, text, cursor, &enclosing, limits);
     cx.signatures.extend(
         enclosing
@@ -532,6 +537,72 @@ fn enclosing_scopes(
                         && cursor_indent > indent_at(text, s.range.start).len()))
         })
         .collect()
+}
+
+/// Whether the parser recovered from an error around the cursor: the node just before it
+/// lies inside an `ERROR` node.
+fn in_error(root: Node, text: &str, cursor: usize) -> bool {
+    if !root.has_error() {
+        return false;
+    }
+    let anchor = text[..cursor].trim_end().len().saturating_sub(1);
+    let mut node = root.descendant_for_byte_range(anchor, anchor);
+    while let Some(n) = node {
+        if n.is_error() {
+            return true;
+        }
+        node = n.parent();
+    }
+    false
+}
+
+/// The enclosing scopes of half-typed code: the text is parsed again with each of the
+/// language's [`repair_fillers`](super::LanguageConfig::repair_fillers) inserted at the
+/// cursor. A parse with no error at the cursor that finds at least the `found` scopes of the
+/// original beats one that only finds more; the first best filler wins. Its ranges are mapped
+/// back to the original text (offsets past the cursor move back by the filler's length;
+/// offsets inside the filler become the cursor).
+fn repaired_scopes(
+    q: &UseQuery,
+    language: Language,
+    text: &str,
+    cursor: usize,
+    line: &LineAt,
+    found: usize,
+) -> Option<Vec<ScopeHit>> {
+    let mut best: Option<Vec<ScopeHit>> = None;
+    // (no error at the cursor, scopes found) of the parse to beat.
+    let mut best_score = (false, found);
+    for filler in language.config().repair_fillers {
+        let fixed = format!("{}{filler}{}", &text[..cursor], &text[cursor..]);
+        let Some(tree) = super::parse(language, &fixed, None) else {
+            continue;
+        };
+        // The cursor line of `fixed`: the filler sits inside it, so its end moves by the
+        // filler's length (the original end can fall inside a character of `fixed`).
+        let fixed_line = LineAt {
+            start: line.start,
+            end: line.end + filler.len(),
+        };
+        let hits = enclosing_scopes(q, language, tree.root_node(), &fixed, cursor, &fixed_line);
+        let score = (!in_error(tree.root_node(), &fixed, cursor), hits.len());
+        let better = if score.0 { score.1 >= found } else { score.1 > found };
+        if !better || score <= best_score {
+            continue;
+        }
+        let back = |o: usize| if o <= cursor { o } else { o.saturating_sub(filler.len()).max(cursor) };
+        best_score = score;
+        best = Some(
+            hits.into_iter()
+                .map(|h| ScopeHit {
+                    kind: h.kind,
+                    range: back(h.range.start)..back(h.range.end),
+                    body_start: h.body_start.map(back),
+                })
+                .collect(),
+        );
+    }
+    best
 }
 
 /// Functions defined before the cursor directly in the scope that holds the cursor's

@@ -32,6 +32,10 @@ pub struct LanguageConfig {
     /// Scopes end by dedent (Python) rather than by a closing bracket: a cursor on an
     /// indented line after a block's last statement is still inside the block.
     pub offside_rule: bool,
+    /// Text that, inserted at the cursor, completes a statement left unfinished (a loop
+    /// without a body): tried in order when the parser recovered from an error, so that the
+    /// scopes around half-typed code are still found.
+    pub repair_fillers: &'static [&'static str],
     /// The text of `queries/<name>/context.scm`.
     pub context_query: &'static str,
 }
@@ -50,6 +54,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["\"\"\"", "'''"],
         indent_unit: "    ",
         offside_rule: true,
+        repair_fillers: &["pass", ")", "]", "}"],
         context_query: include_str!("../../queries/python/context.scm"),
     },
     LanguageConfig {
@@ -63,6 +68,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["\""],
         indent_unit: "    ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/rust/context.scm"),
     },
     LanguageConfig {
@@ -76,6 +82,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["`"],
         indent_unit: "  ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/typescript/context.scm"),
     },
     LanguageConfig {
@@ -89,6 +96,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["`"],
         indent_unit: "  ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/tsx/context.scm"),
     },
     LanguageConfig {
@@ -102,6 +110,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["`"],
         indent_unit: "  ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/javascript/context.scm"),
     },
     LanguageConfig {
@@ -115,6 +124,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["`"],
         indent_unit: "\t",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/go/context.scm"),
     },
     LanguageConfig {
@@ -128,6 +138,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &[],
         indent_unit: "    ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/c/context.scm"),
     },
     LanguageConfig {
@@ -141,6 +152,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &[],
         indent_unit: "    ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/cpp/context.scm"),
     },
     LanguageConfig {
@@ -154,6 +166,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         multiline_strings: &["\"\"\""],
         indent_unit: "    ",
         offside_rule: false,
+        repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/java/context.scm"),
     },
 ];

@@ -949,3 +949,50 @@ fn extract_on_a_5000_line_file_is_fast() {
         assert!(times[times.len() / 2] < std::time::Duration::from_millis(100));
     }
 }
+
+/// Half-typed code makes the parser recover with an `ERROR` node; the scopes around the
+/// cursor are still found (the text is parsed again with a filler at the cursor).
+#[test]
+fn scopes_survive_a_statement_still_being_typed() {
+    let scopes = |language: &str, fixture: &str| {
+        context_at(language, fixture, &[], &Limits::default())
+            .enclosing_scopes
+            .into_iter()
+            .map(|s| s.signature_text)
+            .collect::<Vec<_>>()
+    };
+    let cases: &[(&str, &str, &[&str])] = &[
+        // An unclosed block takes the function's closing brace: without repair the parser
+        // finds no function around the cursor.
+        (
+            "rust",
+            "impl Tree {\n    fn depth(&self) -> usize {\n        if self.children.is_empty() {$0\n    }\n}\n",
+            &["impl Tree", "fn depth(&self) -> usize"],
+        ),
+        (
+            "rust",
+            "fn kind(x: u8) -> &'static str {\n    match x {$0\n}\n",
+            &["fn kind(x: u8) -> &'static str"],
+        ),
+        // An open call swallows the next definition into the signature without repair.
+        (
+            "python",
+            "def f(x):\n    return g(x,$0\n\ndef h():\n    pass\n",
+            &["def f(x):"],
+        ),
+        // Loop headers without a body already parse to the right scopes; kept as guards.
+        (
+            "python",
+            "class Walker:\n    def walk(self, root):\n        for entry in os.scandir(root):\n            $0\n",
+            &["class Walker:", "def walk(self, root):"],
+        ),
+        (
+            "c",
+            "int count(const char *s) {\n    int n = 0;\n    while (*s++)\n        $0\n}\n",
+            &["int count(const char *s)"],
+        ),
+    ];
+    for (language, fixture, want) in cases {
+        assert_eq!(scopes(language, fixture), *want, "{language}: {fixture:?}");
+    }
+}

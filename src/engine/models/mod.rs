@@ -358,7 +358,9 @@ impl AttentionCore {
     fn attend(&self, q: &Array, k: &Array, v: &Array, cache: &mut KvCache) -> Result<Array> {
         let (b, l) = (q.dim(0), q.dim(1));
         let offset = cache.offset() as i32;
-        let to_heads = |a: &Array| a.transpose_axes(&[0, 2, 1, 3]);
+        // Row-contiguous copies: MLX 0.32's CUDA RoPE misreads a transposed view (wrong
+        // values at offsets past 0: the cached-vs-uncached tests failed on an H200).
+        let to_heads = |a: &Array| a.transpose_axes(&[0, 2, 1, 3])?.contiguous();
         // NEOX rotation (halves, not interleaved pairs), as llama.cpp runs qwen2/qwen3.
         let rope = |a: &Array| fast::rope(a, self.head_dim, false, self.rope_theta, 1.0, offset, None);
         let q = rope(&to_heads(q)?)?;
