@@ -578,9 +578,10 @@ impl Connection {
 
     /// Waits for the response to `id` (JSON text), counting every response on the way.
     async fn wait_for(&mut self, id: &str) -> Result<Value, String> {
+        let want: Value = serde_json::from_str(id).map_err(|e| format!("id {id} is not JSON: {e}"))?;
         loop {
             match self.next_response(false).await? {
-                Some(msg) if msg["id"].to_string() == id => return Ok(msg),
+                Some(msg) if msg["id"] == want => return Ok(msg),
                 Some(_) => {}
                 None => return Err(format!("the server closed the connection before answering {id}")),
             }
