@@ -8,6 +8,7 @@
 //! after `initialized`, reported through `$/progress`; `initialize` never waits for it.
 
 pub mod convert;
+pub mod panic_guard;
 pub mod workspace;
 
 use std::sync::{
@@ -636,6 +637,6 @@ pub fn build_service(source: EngineSource) -> (LspService<LayaServer>, tower_lsp
 pub async fn serve_stdio(source: EngineSource) {
     let (service, socket) = build_service(source);
     Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
-        .serve(service)
+        .serve(panic_guard::CatchPanic(service))
         .await;
 }
