@@ -271,11 +271,7 @@ impl ServeArgs {
     fn to_args(&self, device: DevicePref) -> Vec<String> {
         let mut a = vec!["serve".to_owned()];
         if device != DevicePref::Auto {
-            let d = match device {
-                DevicePref::Cpu => "cpu",
-                _ => "gpu",
-            };
-            a.extend(["--device".to_owned(), d.into()]);
+            a.extend(["--device".to_owned(), device.label().into()]);
         }
         a.extend(self.model_args());
         if self.no_http {
@@ -919,13 +915,21 @@ fn complete(
     Ok(())
 }
 
-/// `--settings`: a JSON object.
-fn parse_settings(text: &str) -> Result<serde_json::Value> {
-    match serde_json::from_str(text) {
-        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
-        Ok(_) => bail!("--settings wants a JSON object, got `{text}`"),
-        Err(e) => bail!("--settings is not JSON ({e}): `{text}`"),
+/// A bench's completion settings: `base` (the LSP's `completion` section, over the defaults)
+/// with `--settings` (a JSON object) written over it.
+fn completion_settings(
+    mut base: serde_json::Value,
+    overrides: Option<&str>,
+) -> Result<laya::completion::pipeline::CompletionSettings> {
+    if let Some(text) = overrides {
+        let patch = match serde_json::from_str(text) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            Ok(_) => bail!("--settings wants a JSON object, got `{text}`"),
+            Err(e) => bail!("--settings is not JSON ({e}): `{text}`"),
+        };
+        merge_json(&mut base, patch);
     }
+    serde_json::from_value(base).context("--settings")
 }
 
 /// Writes `patch` over `base`: objects key by key, anything else replaced.
@@ -1025,7 +1029,7 @@ fn bench_typing(
         };
     }
     let (engine, label) = bench_target(args, opts, remote, device)?;
-    let mut completion = serde_json::json!({
+    let completion = serde_json::json!({
         "debounceMs": 0,
         "maxTokensLine": max_tokens,
         "maxTokensBlock": max_tokens,
@@ -1033,11 +1037,7 @@ fn bench_typing(
         "typingThrough": !no_reuse,
         "anchorMaxBytes": if no_reuse { 0 } else { 512 },
     });
-    if let Some(o) = overrides {
-        merge_json(&mut completion, parse_settings(o)?);
-        serde_json::from_value::<laya::completion::pipeline::CompletionSettings>(completion.clone())
-            .context("--settings")?;
-    }
+    let completion = serde_json::to_value(completion_settings(completion, overrides)?)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut runs = vec![];
     for c in &traces {
@@ -1109,7 +1109,6 @@ fn bench_quality(
 ) -> Result<()> {
     use laya::{
         bench::quality as q,
-        completion::pipeline::CompletionSettings,
         engine::{
             worker::ModelState,
         },
@@ -1131,16 +1130,10 @@ fn bench_quality(
     }
     let peer = compare.as_deref().map(q::load_results).transpose()?;
     let (engine, label) = bench_target(args, args.options(), remote, device)?;
-    let mut settings = CompletionSettings {
-        max_tokens_line: max_tokens,
-        max_tokens_block: max_tokens,
-        ..CompletionSettings::default()
-    };
-    if let Some(o) = overrides {
-        let mut v = serde_json::to_value(&settings)?;
-        merge_json(&mut v, parse_settings(o)?);
-        settings = serde_json::from_value(v).context("--settings")?;
-    }
+    let settings = completion_settings(
+        serde_json::json!({ "maxTokensLine": max_tokens, "maxTokensBlock": max_tokens }),
+        overrides,
+    )?;
     eprintln!("{} cases from {} on {label}", all.len(), cases.display());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let total = all.len();
@@ -1477,27 +1470,10 @@ fn bench_soak(a: SoakArgs) -> Result<()> {
             soak::tiny_model(&scratch, &gguf).map_err(anyhow::Error::msg)?
         }
     };
-    let device = match a.device {
-        DevicePref::Cpu => "cpu",
-        DevicePref::Gpu => "gpu",
-        DevicePref::Auto => "auto",
-    };
     let cfg = SoakConfig {
         program: std::env::current_exe().context("finding this program's path")?,
-        model_args: vec![
-            "--device".into(),
-            device.into(),
-            "--small".into(),
-            model.to_string_lossy().into_owned(),
-            "--large".into(),
-            "none".into(),
-            "--precision".into(),
-            a.precision.label().into(),
-            "--prefill-cache-size".into(),
-            a.prefill_cache_size.to_string(),
-            "--prefill-cache-bytes".into(),
-            a.prefill_cache_bytes.to_string(),
-        ],
+        device: a.device.label().into(),
+        model,
         precision: a.precision.label().into(),
         clients: a.clients.max(1),
         lsp_clients: (a.clients as f64 * a.lsp_fraction).round() as usize,

@@ -28,22 +28,8 @@ fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_pref
     let max_tokens = 8;
     let cfg = SoakConfig {
         program: env!("CARGO_BIN_EXE_laya").into(),
-        model_args: [
-            "--device",
-            "cpu",
-            "--small",
-            model.to_str().unwrap(),
-            "--large",
-            "none",
-            "--precision",
-            "native",
-            "--prefill-cache-size",
-            &entries.to_string(),
-            "--prefill-cache-bytes",
-            &bytes.to_string(),
-        ]
-        .map(String::from)
-        .to_vec(),
+        device: "cpu".into(),
+        model,
         precision: "native".into(),
         clients: 8,
         lsp_clients: 4,

@@ -22,9 +22,10 @@ use std::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::bench::percentile;
 use crate::daemon::{
     client::status_blocking,
-    memory::{rss_bytes, settings, BenchDaemon},
+    memory::{mib, rss_bytes, settings, BenchDaemon},
     paths,
 };
 
@@ -34,9 +35,10 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct SoakConfig {
     /// The `laya` binary.
     pub program: PathBuf,
-    /// Model and prefix-store flags for `laya serve` and `laya lsp` (`--small …`,
-    /// `--prefill-cache-size …`, `--prefill-cache-bytes …`).
-    pub model_args: Vec<String>,
+    /// `--device` for the daemon: `auto`, `cpu` or `gpu`.
+    pub device: String,
+    /// The model (small tier; no large one).
+    pub model: PathBuf,
     /// Bit width the daemon serves by default (the LSP clients route everything there).
     pub precision: String,
     /// Clients in all; `lsp_clients` of them are `laya lsp` processes, the rest HTTP.
@@ -45,9 +47,29 @@ pub struct SoakConfig {
     pub duration: Duration,
     /// Tokens per completion.
     pub max_tokens: usize,
-    /// The prefix store's configured bounds, for the report.
+    /// The prefix store's bounds.
     pub prefix_entries: usize,
     pub prefix_bytes: usize,
+}
+
+impl SoakConfig {
+    /// Device, model and prefix-store flags, the same for `laya serve` and `laya lsp`.
+    fn model_args(&self) -> Vec<String> {
+        vec![
+            "--device".into(),
+            self.device.clone(),
+            "--small".into(),
+            self.model.to_string_lossy().into_owned(),
+            "--large".into(),
+            "none".into(),
+            "--precision".into(),
+            self.precision.clone(),
+            "--prefill-cache-size".into(),
+            self.prefix_entries.to_string(),
+            "--prefill-cache-bytes".into(),
+            self.prefix_bytes.to_string(),
+        ]
+    }
 }
 
 /// What one kind of client saw.
@@ -143,14 +165,6 @@ impl Tally {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// A block of code each client's prompts start with (a different one per client, the same
 /// for every request of that client): the prefix store sees repeats and new tails.
 fn header(client: usize) -> String {
@@ -175,7 +189,7 @@ fn lsp_client(
     stop: &AtomicBool,
     tally: &Mutex<Tally>,
 ) -> Result<(), String> {
-    let mut p = bench.lsp(&cfg.program, &["--no-http"], &cfg.model_args, settings(&cfg.precision, cfg.max_tokens))?;
+    let mut p = bench.lsp(&cfg.program, &["--no-http"], &cfg.model_args(), settings(&cfg.precision, cfg.max_tokens))?;
     let uri = format!("file:///soak/c{i}.py");
     p.open(&uri, "python", &prefix(i, 0, "open"))?;
     let mut n = 0;
@@ -308,7 +322,7 @@ fn served(dir: &Path) -> Result<u64, String> {
 pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, String> {
     let mut bench = BenchDaemon::dir("soak")?;
     let mut args = vec!["--http-addr".to_owned(), "127.0.0.1:0".into()];
-    args.extend(cfg.model_args.iter().cloned());
+    args.extend(cfg.model_args());
     let pid = bench.start(&cfg.program, &args)?;
     let addr = paths::read_http_addr(&bench.dir).ok_or("the daemon serves no HTTP")?;
     log(&format!("daemon pid {pid} ready on http://{addr}"));
@@ -392,13 +406,12 @@ pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, St
         .unwrap_or_else(|p| p.into_inner())
         .by_kind
         .into_iter()
-        .map(|(kind, (mut lat, mut r))| {
-            lat.sort_by(f64::total_cmp);
+        .map(|(kind, (lat, mut r))| {
             r.kind = kind.to_owned();
             r.p50_ms = percentile(&lat, 50.0);
             r.p90_ms = percentile(&lat, 90.0);
             r.p99_ms = percentile(&lat, 99.0);
-            r.max_ms = lat.last().copied().unwrap_or(0.0);
+            r.max_ms = percentile(&lat, 100.0);
             r
         })
         .collect();
@@ -433,10 +446,6 @@ pub fn tiny_model(dir: &Path, tokenizer_gguf: &Path) -> Result<PathBuf, String> 
         .map_err(|e| e.to_string())?;
     synthetic::write_folder(dir, &cfg, &weights, None, tokenizer_gguf)?;
     Ok(dir.to_owned())
-}
-
-pub fn mib(b: u64) -> f64 {
-    crate::daemon::memory::mib(b)
 }
 
 /// The report as the lines `laya bench soak` prints.

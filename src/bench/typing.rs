@@ -12,7 +12,7 @@ use tower::{Service, ServiceExt};
 use tower_lsp_server::jsonrpc::Request;
 
 use crate::{
-    bench::quality::Case,
+    bench::{percentile, quality::Case},
     engine::worker::Engine,
     lsp::{build_service, EngineSource},
 };
@@ -215,17 +215,6 @@ async fn futures_util_drain(socket: tower_lsp_server::ClientSocket) {
     socket.for_each(|_| async {}).await
 }
 
-/// p-th percentile (0–100) by nearest rank.
-pub fn percentile(values: &[f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
-    v[rank.min(v.len()) - 1]
-}
-
 /// Totals over all keystrokes of a run.
 #[derive(Debug, Default, Serialize)]
 pub struct Summary {
@@ -291,15 +280,6 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), 50.0);
-        assert_eq!(percentile(&v, 99.0), 99.0);
-        assert_eq!(percentile(&[3.0, 1.0, 2.0], 50.0), 2.0);
-        assert_eq!(percentile(&[], 50.0), 0.0);
-    }
 
     #[test]
     fn steps_type_the_line_one_character_at_a_time() {

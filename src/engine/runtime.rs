@@ -15,6 +15,17 @@ pub enum DevicePref {
     Gpu,
 }
 
+impl DevicePref {
+    /// The name `--device` takes.
+    pub fn label(self) -> &'static str {
+        match self {
+            DevicePref::Auto => "auto",
+            DevicePref::Cpu => "cpu",
+            DevicePref::Gpu => "gpu",
+        }
+    }
+}
+
 /// Facts about the linked MLX library.
 #[derive(Clone, Debug)]
 pub struct MlxInfo {
