@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use tree_sitter::{Node, QueryCursor, StreamingIterator, Tree};
+use tree_sitter::{InputEdit, Node, Point, QueryCursor, StreamingIterator, Tree};
 
 use super::query::{self, ContextQueries, UseQuery};
 use super::Language;
@@ -184,7 +184,7 @@ pub fn extract_with_limits(
 
     let mut enclosing = enclosing_scopes(&queries.scopes, language, root, text, cursor, &line);
     if in_error(root, text, cursor) {
-        if let Some(repaired) = repaired_scopes(&queries.scopes, language, text, cursor, &line, enclosing.len()) {
+        if let Some(repaired) = repaired_scopes(&queries.scopes, language, text, tree, cursor, &line, enclosing.len()) {
             enclosing = repaired;
         }
     }
@@ -562,10 +562,12 @@ fn in_error(root: Node, text: &str, cursor: usize) -> bool {
 /// original beats one that only finds more; the first best filler wins. Its ranges are mapped
 /// back to the original text (offsets past the cursor move back by the filler's length;
 /// offsets inside the filler become the cursor).
+#[allow(clippy::too_many_arguments)]
 fn repaired_scopes(
     q: &UseQuery,
     language: Language,
     text: &str,
+    tree: &Tree,
     cursor: usize,
     line: &LineAt,
     found: usize,
@@ -573,9 +575,27 @@ fn repaired_scopes(
     let mut best: Option<Vec<ScopeHit>> = None;
     // (no error at the cursor, scopes found) of the parse to beat.
     let mut best_score = (false, found);
+    let at = Point {
+        row: text[..cursor].matches('\n').count(),
+        column: cursor - line.start,
+    };
     for filler in language.config().repair_fillers {
         let fixed = format!("{}{filler}{}", &text[..cursor], &text[cursor..]);
-        let Some(tree) = super::parse(language, &fixed, None) else {
+        // The filler is an insertion at the cursor (no line break): the document's tree,
+        // edited to match, lets tree-sitter reparse only around it.
+        let mut edited = tree.clone();
+        edited.edit(&InputEdit {
+            start_byte: cursor,
+            old_end_byte: cursor,
+            new_end_byte: cursor + filler.len(),
+            start_position: at,
+            old_end_position: at,
+            new_end_position: Point {
+                column: at.column + filler.len(),
+                ..at
+            },
+        });
+        let Some(tree) = super::parse(language, &fixed, Some(&edited)) else {
             continue;
         };
         // The cursor line of `fixed`: the filler sits inside it, so its end moves by the

@@ -64,6 +64,11 @@ fn languages_table_is_consistent() {
             parse(language, "", None).is_some(),
             "{language}: grammar rejected"
         );
+        // The repair edits the tree as an insertion within the cursor's line.
+        assert!(
+            c.repair_fillers.iter().all(|f| !f.is_empty() && !f.contains(['\n', '\r'])),
+            "{language}: a repair filler must be text within one line"
+        );
     }
     assert_eq!(
         Language::from_path("file:///a/b/c.PY"),
