@@ -16,25 +16,6 @@ pub struct UriPath {
     segments: Vec<String>,
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl UriPath {
     /// `None` for what is not `scheme://authority/path` (`untitled:Untitled-1`).
     pub fn parse(uri: &str) -> Option<UriPath> {
@@ -49,7 +30,7 @@ impl UriPath {
         };
         let mut segments: Vec<String> = vec![];
         // Decoded first, so `%2e%2e` and an encoded `/` count as what they spell.
-        for seg in percent_decode(path).split(['/', '\\']) {
+        for seg in percent_encoding::percent_decode_str(path).decode_utf8_lossy().split(['/', '\\']) {
             match seg {
                 "" | "." => {}
                 ".." => {
