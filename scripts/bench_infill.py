@@ -6,6 +6,12 @@ server on the same GGUF, greedy, and the raw completions as JSON.
         [--cases bench/quality/cases.jsonl] [--out FILE] [--limit N] [--language L] \
         [--threads 2] [--n-ctx 4096] [--max-tokens 48] [--server-log FILE]
     $(scripts/peer-setup.sh | tail -1) scripts/bench_infill.py --model MODEL.gguf --check-prompt
+    python3 scripts/bench_infill.py --server-bin build/bin/llama-server --model MODEL.gguf [...]
+
+With --server-bin the cases go to llama.cpp's own C++ server and its /infill endpoint instead
+(scripts/llama_server.py: e.g. a CUDA build on the GPU machine, all layers offloaded; the
+prompt is /infill's, with its repository-level header); the rest of this text is about the
+default, llama-cpp-python's server.
 
 --model takes a path or a file name in the model directory (~/.cache/laya/models).
 
@@ -175,10 +181,14 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--server-log", help="the server's stdout/stderr (default: discarded)")
     ap.add_argument("--ready-timeout", type=float, default=600)
+    ap.add_argument("--server-bin", help="llama.cpp's llama-server binary: use its /infill")
+    ap.add_argument("--server-arg", action="append", default=[], help="an option for llama-server (repeatable)")
     ap.add_argument("--check-prompt", action="store_true",
                     help="print the prompt tokens llama-cpp-python builds for the first case, "
                          "both ways, and exit (needs no server)")
     args = ap.parse_args()
+    if args.server_bin:
+        return native(args)
 
     try:
         import llama_cpp
@@ -257,11 +267,42 @@ def main():
         sys.stdout.write(text)
 
 
-def document(args, model, fim_ids, results, done):
-    import llama_cpp
+def native(args):
+    """The cases through llama-server's /infill (greedy, cache_prompt on)."""
+    from llama_server import LlamaServer
 
-    doc = {"engine": "llama.cpp", "version": llama_cpp.__version__, "model": model.name,
-           "endpoint": ENDPOINT,
+    model = resolve_model(args.model)
+    cases = load_cases(args.cases, args.language, args.limit)
+    if not cases:
+        sys.exit("bench_infill: no cases selected")
+    results = []
+    with LlamaServer(args.server_bin, model, free_port(), args.n_ctx, args.server_arg, args.server_log) as srv:
+        version = srv.version()
+        srv.infill("def add(a, b):\n    ", "\n", args.max_tokens)  # warm-up, untimed
+        for n, case in enumerate(cases, 1):
+            t = time.perf_counter()
+            text, r = srv.infill(case["prefix"], case["suffix"], args.max_tokens)
+            ms = (time.perf_counter() - t) * 1000
+            results.append({"id": case["id"], "output": text, "ms": round(ms, 1),
+                            "prompt_tokens": r.get("tokens_evaluated"),
+                            "completion_tokens": r.get("tokens_predicted"),
+                            "finish_reason": r.get("stop_type")})
+            print(f"bench_infill: [{n}/{len(cases)}] {case['id']} {ms:.0f} ms", file=sys.stderr)
+    text = document(args, model, None, results, done=True, version=version,
+                    endpoint="/infill (llama.cpp llama-server, cache_prompt)")
+    if args.out:
+        write(args.out, text)
+    else:
+        sys.stdout.write(text)
+
+
+def document(args, model, fim_ids, results, done, version=None, endpoint=ENDPOINT):
+    if version is None:
+        import llama_cpp
+
+        version = llama_cpp.__version__
+    doc = {"engine": "llama.cpp", "version": version, "model": model.name,
+           "endpoint": endpoint,
            "prompt_format": f"{FIM_PREFIX}{{prefix}}{FIM_SUFFIX}{{suffix}}{FIM_MIDDLE}",
            "fim_token_ids": fim_ids,
            "sampling": {"max_tokens": args.max_tokens, "temperature": 0.0,

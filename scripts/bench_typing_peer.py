@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""The llama.cpp side of `laya bench typing`: the same keystrokes through llama-cpp-python's
-server on the same GGUF, one fill-in-the-middle request per keystroke, with the server's prompt
-cache (llama-cpp-python keeps the KV of the previous prompt and reuses its longest common
-prefix, as llama.cpp's /infill does with cache_prompt).
+"""The llama.cpp side of `laya bench typing`: the same keystrokes through llama.cpp on the same
+GGUF, one fill-in-the-middle request per keystroke, with the server's prompt cache.
 
     laya bench typing --steps-out steps.json ...
     $(scripts/peer-setup.sh | tail -1) scripts/bench_typing_peer.py --model MODEL.gguf \\
-        --steps steps.json [--max-tokens 16] [--budget 2048] [--threads 2] [--out FILE]
+        --steps steps.json [--max-tokens 16] [--budget 2048] [--suffix-share 0.02] [--threads 2] [--out FILE]
+    python3 scripts/bench_typing_peer.py --server-bin build/bin/llama-server --model MODEL.gguf \\
+        --steps steps.json [--server-arg=--cache-reuse --server-arg=256] ...
 
-Each keystroke's prefix and suffix are cut to the same windows laya's prompt budget gives
-(suffix 15 %, the rest prefix, 3 bytes a token, at line boundaries) and sent as the prompt
-`<|fim_prefix|>…<|fim_suffix|>…<|fim_middle|>` (llama-cpp-python has no /infill; see
-scripts/bench_infill.py). Greedy, no stop strings. Prints p50/p90/p99 of the per-keystroke wall
-time and writes {"engine", "model", "traces": [{"id", "ms": [...]}]}.
+Two servers: by default llama-cpp-python's (CPU, `--threads`), which keeps the KV of the
+previous prompt and reuses its longest common prefix; it has no /infill, so the prompt
+`<|fim_prefix|>…<|fim_suffix|>…<|fim_middle|>` is sent to /v1/completions (see
+scripts/bench_infill.py). With `--server-bin`, llama.cpp's own `llama-server` (e.g. a CUDA build
+on the GPU machine, all layers offloaded) and its /infill endpoint with `cache_prompt`
+(scripts/llama_server.py); `--server-arg` passes options through (repeatable).
+
+Each keystroke's prefix and suffix are cut to the windows laya's prompt budget gives (the
+suffix `--suffix-share` of the budget, laya's default 0.02, the rest prefix, 3 bytes a token,
+at line boundaries). Greedy, no stop strings. Prints p50/p90/p99 of the per-keystroke wall time
+and writes {"engine", "model", "traces": [{"id", "ms": [...], "prefilled": [...]}]}
+(`prefilled`: the prompt tokens the server evaluated, where it reports them).
 """
 
 import argparse
@@ -58,46 +65,84 @@ def main():
     ap.add_argument("--steps", required=True, help="laya bench typing --steps-out FILE")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--budget", type=int, default=2048)
+    ap.add_argument("--suffix-share", type=float, default=0.02)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--n-ctx", type=int, default=8192)
+    ap.add_argument("--server-bin", help="llama.cpp's llama-server binary (its /infill endpoint)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="an option for llama-server (repeatable), e.g. --server-arg=--cache-reuse")
+    ap.add_argument("--server-log")
     ap.add_argument("--out")
     args = ap.parse_args()
-    import llama_cpp  # noqa: F401
 
     model = resolve_model(args.model)
     traces = json.loads(Path(args.steps).read_text())
     total = args.budget * 3
-    suffix_max = int(total * 0.15)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--n_ctx", str(args.n_ctx),
-           "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-           "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    out = {"engine": "llama.cpp", "model": model.name, "traces": []}
-    sampling = {"max_tokens": args.max_tokens, "temperature": 0.0, "repeat_penalty": 1.0, "stream": False}
-    try:
-        wait_ready(base, proc, 600)
-        post(base, "/v1/completions", {"prompt": fim_prompt("def add(a, b):\n    ", "\n"), **sampling})
-        all_ms = []
+    suffix_max = int(total * args.suffix_share)
+    if args.server_bin:
+        from llama_server import LlamaServer
+
+        server = LlamaServer(args.server_bin, model, free_port(), args.n_ctx, args.server_arg, args.server_log)
+        engine = "llama.cpp llama-server /infill" + (f" ({' '.join(args.server_arg)})" if args.server_arg else "")
+    else:
+        server = PythonServer(model, args)
+        engine = "llama.cpp (llama-cpp-python)"
+    out = {"engine": engine, "model": model.name, "suffix_share": args.suffix_share, "traces": []}
+    all_ms = []
+    with server:
+        server.infill("def add(a, b):\n    ", "\n", args.max_tokens)  # warm-up, untimed
+        out["version"] = server.version()
         for t in traces:
-            ms = []
+            ms, prefilled = [], []
             for i, step in enumerate(t["steps"]):
                 suffix = head_lines(step["suffix"], suffix_max)
                 prefix = tail_lines(step["prefix"], total - len(suffix.encode("utf-8")))
                 start = time.perf_counter()
-                post(base, "/v1/completions", {"prompt": fim_prompt(prefix, suffix), **sampling})
+                _, resp = server.infill(prefix, suffix, args.max_tokens)
                 ms.append((time.perf_counter() - start) * 1000)
-                print(f"  {t['id']} {i + 1:>3} {ms[-1]:9.1f} ms", file=sys.stderr)
-            out["traces"].append({"id": t["id"], "ms": [round(m, 1) for m in ms]})
+                prefilled.append((resp.get("timings") or {}).get("prompt_n"))
+                print(f"  {t['id']} {i + 1:>3} {ms[-1]:9.1f} ms prefilled {prefilled[-1]}", file=sys.stderr)
+            out["traces"].append({"id": t["id"], "ms": [round(m, 1) for m in ms], "prefilled": prefilled})
             all_ms += ms
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    print(f"llama.cpp {model.name}: {len(all_ms)} keystrokes; latency p50 {percentile(all_ms, 50):.1f} ms, "
+    print(f"{engine} {model.name}: {len(all_ms)} keystrokes; latency p50 {percentile(all_ms, 50):.1f} ms, "
           f"p90 {percentile(all_ms, 90):.1f} ms, p99 {percentile(all_ms, 99):.1f} ms")
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+class PythonServer:
+    """llama-cpp-python's server (CPU) with a client-built FIM prompt on /v1/completions."""
+
+    def __init__(self, model, args):
+        self.model, self.args = model, args
+
+    def __enter__(self):
+        import llama_cpp  # noqa: F401
+
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        a = self.args
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--n_ctx", str(a.n_ctx),
+               "--n_threads", str(a.threads), "--n_threads_batch", str(a.threads),
+               "--host", "127.0.0.1", "--port", str(port)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        wait_ready(self.base, self.proc, 600)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+    def version(self):
+        import llama_cpp
+
+        return f"llama-cpp-python {llama_cpp.__version__}"
+
+    def infill(self, prefix, suffix, n_predict):
+        body = {"prompt": fim_prompt(prefix, suffix), "max_tokens": n_predict, "temperature": 0.0,
+                "repeat_penalty": 1.0, "stream": False}
+        r = post(self.base, "/v1/completions", body)
+        return r["choices"][0]["text"], {}
 
 
 if __name__ == "__main__":

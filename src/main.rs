@@ -1045,8 +1045,8 @@ fn bench_typing(
         let keys = rt.block_on(t::replay(engine.clone(), c, completion.clone())).map_err(anyhow::Error::msg)?;
         for k in &keys {
             eprintln!(
-                "  {:>3} {:>9.1} ms {:<13} prompt {:>5} reused {:>5} prefilled {:>4}",
-                k.typed, k.ms, k.source, k.prompt_tokens, k.reused_tokens, k.prefilled_tokens
+                "  {:>3} {:>9.1} ms {:<13} prompt {:>5} reused {:>5} prefilled {:>4} first token {:>7.1} ms",
+                k.typed, k.ms, k.source, k.prompt_tokens, k.reused_tokens, k.prefilled_tokens, k.first_token_ms
             );
         }
         runs.push(keys);
@@ -1079,6 +1079,12 @@ fn bench_typing(
         100.0 * s.warm_prefill_tokens / s.cold_prompt_tokens.max(1.0),
         s.warm_ms,
         100.0 * s.warm_ms / s.cold_ms.max(1e-9)
+    );
+    println!(
+        "prompt cost (time to first token): cold {:.1} ms, warm {:.1} ms ({:.1} % of cold)",
+        s.cold_first_token_ms,
+        s.warm_first_token_ms,
+        100.0 * s.warm_first_token_ms / s.cold_first_token_ms.max(1e-9)
     );
     println!(
         "suggestion shown at {} of {} keystrokes; it made the expected line at {} ({:.1} %)",
@@ -1242,6 +1248,12 @@ fn bench_engine(
             let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
         }
     };
+    let (width, chain) = (2048, 1000);
+    println!(
+        "one small op on {device}: {:.2} us (a chain of {chain} dependent adds on [1, {width}] {:?}, one eval)",
+        be::op_cost_us(width, chain, settings.synthetic_dtype)?,
+        settings.synthetic_dtype
+    );
     println!("{}", be::header());
     let rows = be::run(&targets, &settings, &mut emit)?;
     if let Some((python, threads)) = peer {

@@ -73,6 +73,27 @@ pub fn host_copy_bandwidth_gbs() -> f64 {
     2.0 * n as f64 / best / 1e9
 }
 
+/// What one small op costs on the default device, host work and launch included: a chain of
+/// `n` dependent adds on a `[1, width]` array of `dtype`, built and evaluated at once (one
+/// kernel per op), best of 4 (the first pays for kernel compiles). Microseconds per op. A
+/// decode step is a few hundred such ops besides its matrix products, so this bounds how fast
+/// a small model can decode.
+pub fn op_cost_us(width: i32, n: usize, dtype: Dtype) -> Result<f64, mlx_rs::error::Exception> {
+    let x = mlx_rs::ops::ones::<f32>(&[1, width])?.as_dtype(dtype)?;
+    eval([&x])?;
+    let mut best = f64::MAX;
+    for _ in 0..4 {
+        let t = Instant::now();
+        let mut y = x.clone();
+        for _ in 0..n {
+            y = y.add(&x)?;
+        }
+        eval([&y])?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best * 1e6 / n.max(1) as f64)
+}
+
 fn random_ids(n: usize, seed: u64) -> Vec<u32> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     (0..n)

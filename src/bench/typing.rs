@@ -28,6 +28,10 @@ pub struct Keystroke {
     pub prompt_tokens: usize,
     pub reused_tokens: usize,
     pub prefilled_tokens: usize,
+    /// The engine's time to the first token (the prompt's cost: prefill and the first
+    /// sample); 0 when the model did not run.
+    #[serde(default)]
+    pub first_token_ms: f64,
     /// Whether a suggestion was shown, and whether the line it makes (what is typed, the
     /// suggestion's first line, the rest of the line after its range) is the expected line.
     pub shown: bool,
@@ -181,6 +185,7 @@ pub async fn replay(engine: Arc<dyn Engine>, case: &Case, completion: Value) -> 
             prompt_tokens: n("promptTokens"),
             reused_tokens: n("reusedTokens"),
             prefilled_tokens: n("prefilledTokens"),
+            first_token_ms: e["firstTokenMs"].as_f64().unwrap_or(0.0),
             shown: made.is_some(),
             exact: made.is_some_and(|l| l.trim_end() == case.expected.trim_end()),
         });
@@ -233,6 +238,10 @@ pub struct Summary {
     /// Mean latency of the first model call of each trace, and of the later ones.
     pub cold_ms: f64,
     pub warm_ms: f64,
+    /// Mean time to the first token of the first model call of each trace, and of the later
+    /// ones: what the prompt costs cold and on a keystroke.
+    pub cold_first_token_ms: f64,
+    pub warm_first_token_ms: f64,
     /// Keystrokes with a suggestion shown, and those whose suggestion makes the expected line.
     pub shown: usize,
     pub exact: usize,
@@ -246,16 +255,19 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
         .iter()
         .fold((0, 0), |(r, p), k| (r + k.reused_tokens, p + k.prompt_tokens));
     let (mut cold, mut warm, mut cold_ms, mut warm_ms) = (vec![], vec![], vec![], vec![]);
+    let (mut cold_ft, mut warm_ft) = (vec![], vec![]);
     for t in traces {
         let mut first = true;
         for k in t.iter().filter(|k| k.source == "model") {
             if first {
                 cold.push(k.prompt_tokens as f64);
                 cold_ms.push(k.ms);
+                cold_ft.push(k.first_token_ms);
                 first = false;
             } else {
                 warm.push(k.prefilled_tokens as f64);
                 warm_ms.push(k.ms);
+                warm_ft.push(k.first_token_ms);
             }
         }
     }
@@ -272,6 +284,8 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
         cold_prompt_tokens: mean(&cold),
         cold_ms: mean(&cold_ms),
         warm_ms: mean(&warm_ms),
+        cold_first_token_ms: mean(&cold_ft),
+        warm_first_token_ms: mean(&warm_ft),
         shown: all.iter().filter(|k| k.shown).count(),
         exact: all.iter().filter(|k| k.exact).count(),
     }
@@ -307,6 +321,7 @@ mod tests {
             prompt_tokens: prompt,
             reused_tokens: reused,
             prefilled_tokens: prefilled,
+            first_token_ms: prompt as f64 / 10.0,
             shown: source == "model",
             exact: false,
         };
@@ -314,6 +329,7 @@ mod tests {
         assert_eq!((s.model_calls, s.typed_through, s.keystrokes), (2, 1, 3));
         assert_eq!(s.cold_prompt_tokens, 100.0);
         assert_eq!(s.warm_prefill_tokens, 3.0);
+        assert_eq!((s.cold_first_token_ms, s.warm_first_token_ms), (10.0, 10.2));
         assert!((s.reused_ratio - 99.0 / 202.0).abs() < 1e-9);
         assert_eq!((s.shown, s.exact), (2, 0));
     }

@@ -127,19 +127,16 @@ impl KvCache {
         })
     }
 
-    /// The first `offset` positions, row-contiguous (a copy of the keys and values once per
-    /// step, small beside the weights a step reads). Added while chasing wrong logits on MLX
-    /// 0.32's CUDA backend; the cause proved to be RoPE over transposed views (see
-    /// `models::AttentionCore::attend`), and attention over a sliced view is right on the H200
-    /// (`mlx_ops::attention_of_one_query_at_small_and_real_head_sizes`). The copy stays until
-    /// a GPU run shows the engine tests pass without it.
+    /// The first `offset` positions: a view of the buffers, no copy (attention reads strided
+    /// keys and values; `mlx_ops::attention_of_one_query_at_small_and_real_head_sizes` checks
+    /// that on each backend).
     fn fetch(&self) -> Result<(Array, Array)> {
         let end = self.offset as i32;
         let view = |a: &Array| -> Result<Array> {
             if a.dim(2) == end {
                 Ok(a.clone())
             } else {
-                a.try_index((.., .., ..end, ..))?.contiguous()
+                a.try_index((.., .., ..end, ..))
             }
         };
         match (&self.keys, &self.values) {

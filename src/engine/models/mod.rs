@@ -16,14 +16,14 @@
 pub mod qwen2;
 pub mod qwen3;
 
-use std::collections::HashMap;
+use std::{cell::RefCell, collections::HashMap};
 
 use mlx_rs::error::Exception;
 use mlx_rs::fast;
 use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::ops::{self, quantized_matmul};
-use mlx_rs::transforms::eval;
-use mlx_rs::{Array, Dtype};
+use mlx_rs::transforms::{compile::compile, eval};
+use mlx_rs::{Array, Device, DeviceType, Dtype};
 
 use crate::engine::cache::KvCache;
 
@@ -400,9 +400,32 @@ impl Mlp {
             .forward(x)?
             .try_into()
             .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))?;
-        let act = gate.multiply(ops::sigmoid(&gate)?)?.multiply(&up)?;
-        self.down_proj.forward(&act)
+        self.down_proj.forward(&swiglu(&gate, &up)?)
     }
+}
+
+type Fused2 = Box<dyn for<'a> FnMut((&'a Array, &'a Array)) -> std::result::Result<Array, Exception>>;
+
+thread_local! {
+    /// This thread's compiled `swiglu` (MLX keys a compiled graph by the function's identity).
+    static SWIGLU: RefCell<Option<Fused2>> = const { RefCell::new(None) };
+}
+
+/// `silu(gate) * up`. On the GPU one fused kernel through MLX compile instead of three (small
+/// models are launch-bound there: each op is a kernel launch). On the CPU the plain ops: MLX's
+/// CPU backend would build the fused kernel with the system's C++ compiler at run time.
+fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
+    fn plain((g, u): (&Array, &Array)) -> std::result::Result<Array, Exception> {
+        g.multiply(ops::sigmoid(g)?)?.multiply(u)
+    }
+    if !matches!(Device::default().get_type(), Ok(DeviceType::Gpu)) {
+        return Ok(plain((gate, up))?);
+    }
+    SWIGLU.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let f = slot.get_or_insert_with(|| Box::new(compile(plain, true)));
+        Ok(f((gate, up))?)
+    })
 }
 
 struct RmsNorm {

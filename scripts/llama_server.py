@@ -1,0 +1,78 @@
+"""llama.cpp's own C++ server (`llama-server`) as a peer: start it on a free loopback port,
+send fill-in-the-middle requests to its /infill endpoint, stop it.
+
+Used by bench_infill.py and bench_typing_peer.py with `--server-bin PATH` (a llama-server
+binary, e.g. one built with CUDA for a GPU run; see docs/benchmarks.md). /infill builds the
+prompt itself: for Qwen2.5-Coder it is
+
+    <|repo_name|>myproject\\n<|file_sep|>filename\\n<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>
+
+(the repository-level form, which llama.cpp uses whenever the vocabulary has those tokens), with
+the prefix cut to its last 3/4 of a batch of tokens and the suffix to the rest; the batch is
+set to 4096 here so that the windows the callers cut (2048 tokens at most) pass whole.
+`cache_prompt` is on: the server keeps the previous request's KV and reuses its longest common
+token prefix. `--cache-reuse N` (passed through `extra_args`) additionally shifts cached chunks
+of at least N tokens into place, as llama.cpp's editor plugins configure it.
+"""
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+class LlamaServer:
+    def __init__(self, binary, model, port, n_ctx=8192, extra_args=(), log=None):
+        self.base = f"http://127.0.0.1:{port}"
+        self.cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+                    "-c", str(n_ctx), "-b", "4096", "-ngl", "999", "-np", "1", *extra_args]
+        self.log = open(log, "w") if log else subprocess.DEVNULL
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 600:
+            if self.proc.poll() is not None:
+                sys.exit(f"llama-server exited with {self.proc.returncode} before it was ready: "
+                         f"{' '.join(self.cmd)}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - t0
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)
+        sys.exit("llama-server was not ready after 600 s")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.log is not subprocess.DEVNULL:
+            self.log.close()
+
+    def version(self):
+        try:
+            with urllib.request.urlopen(self.base + "/props", timeout=10) as r:
+                props = json.loads(r.read().decode("utf-8"))
+            return props.get("build_info") or "llama-server"
+        except (urllib.error.URLError, ValueError):
+            return "llama-server"
+
+    def infill(self, prefix, suffix, n_predict):
+        """Greedy /infill; returns (text, the server's response)."""
+        body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": [],
+                "n_predict": n_predict, "cache_prompt": True, "temperature": 0.0,
+                "top_k": 1, "repeat_penalty": 1.0, "stream": False}
+        req = urllib.request.Request(self.base + "/infill", data=json.dumps(body).encode("utf-8"),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=900) as r:
+            resp = json.loads(r.read().decode("utf-8"))
+        return resp.get("content", ""), resp
