@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # On the GPU machine after `scripts/cuda-ops.sh unbundle`: the real-model numbers of
-# docs/benchmarks.md for one GGUF (default: the 0.5B) at q8 on MLX CUDA:
-#   - `laya complete examples/fib.py:5:1` (sanity: a real completion, time split);
-#   - `laya bench quality` over all cases beside llama.cpp's answers, at the default suffix
-#     share (0.15 of the budget) and a short one (0.02), the two FIM-suffix strategies;
-#   - `laya bench typing` over the first case of each language (2048-token budget, 16 tokens):
-#     anchored prompts (the default), fresh prompts with the full suffix, fresh prompts with a
-#     short suffix (all with the prefix store), and no reuse at all.
-# Results (JSON) and a log go to $OUT (default /tmp). STEPS limits the runs (e.g. "complete quality").
+# docs/benchmarks.md for one GGUF (default: the 0.5B) at q8 on MLX CUDA. STEPS picks them:
+#   complete   `laya complete examples/fib.py:5:1` (sanity: a real completion, time split);
+#   quality    `laya bench quality` over all cases beside llama.cpp's answers (PEER), at the
+#              default suffix share (0.02) and the older one (0.15), the two FIM-suffix strategies;
+#   typing     `laya bench typing` over the first case of each language (2048-token budget,
+#              16 tokens): anchored prompts (the default), fresh prompts with a 0.15 suffix,
+#              fresh prompts with a short suffix (all with the prefix store), and no reuse;
+#   llama      build llama.cpp's llama-server with CUDA (sm_90) from .peer/llama.cpp.tar.xz into
+#              /tmp/llama-cuda (once per machine; the source is llama-cpp-python 0.3.36's
+#              vendored llama.cpp, see docs/benchmarks.md);
+#   peer-typing  the typing traces of `typing` (anchored) and the long-file traces in LONG
+#              (FILE:LINE:LANG ..., 2k-token prompts) through laya, then the same keystrokes
+#              through that llama-server's /infill with cache_prompt, without and with
+#              --cache-reuse 256, on the same GPU and GGUF;
+#   peer-quality  the quality cases through that llama-server's /infill, then `laya bench
+#              quality` compared with those answers.
+# Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 G=${GGUF:-/tmp/laya-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}
@@ -16,9 +25,12 @@ TAG=${TAG:-0.5b}
 out=${OUT:-/tmp}
 log=$out/gpu-real-$TAG.log
 STEPS=${STEPS:-complete quality typing}
+LLAMA=/tmp/llama-cuda/build/bin/llama-server
+LONG=${LONG:-}
 laya() { scripts/cuda-ops.sh exec .device/laya --device gpu "$@"; }
 say() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 short='"budget":{"suffixShare":0.02}'
+long_suffix='"budget":{"suffixShare":0.15}'
 fresh='"anchorMaxBytes":0,"typingThrough":false'
 for step in $STEPS; do
   case $step in
@@ -26,16 +38,52 @@ for step in $STEPS; do
     say "complete examples/fib.py:5:1"
     laya complete examples/fib.py:5:1 --model "$G" 2>&1 | tee -a "$log" ;;
   quality)
-    say "bench quality (suffix share 0.15)"
+    say "bench quality (suffix share 0.02, the default)"
     laya bench quality --model "$G" --precision q8 --compare "$PEER" --out "$out/q-$TAG.json" 2>>"$log.err" | tee -a "$log"
-    say "bench quality (suffix share 0.02)"
-    laya bench quality --model "$G" --precision q8 --compare "$PEER" --settings "{$short}" \
-      --out "$out/q-$TAG-short.json" 2>>"$log.err" | tee -a "$log" ;;
+    say "bench quality (suffix share 0.15)"
+    laya bench quality --model "$G" --precision q8 --compare "$PEER" --settings "{$long_suffix}" \
+      --out "$out/q-$TAG-suffix0.15.json" 2>>"$log.err" | tee -a "$log" ;;
+  llama)
+    if [[ ! -x $LLAMA ]]; then
+      say "build llama-server (CUDA)"
+      command -v nvcc >/dev/null || export PATH="$PATH:$(ls -d /usr/local/cuda*/bin 2>/dev/null | head -1)"
+      command -v nvcc | tee -a "$log"
+      mkdir -p /tmp/llama-cuda && tar -C /tmp/llama-cuda --strip-components=1 -xJf .peer/llama.cpp.tar.xz
+      cmake -S /tmp/llama-cuda -B /tmp/llama-cuda/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
+        -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >>"$log" 2>&1
+      timeout "${LLAMA_BUILD_TIMEOUT:-540}" ninja -C /tmp/llama-cuda/build llama-server >>"$log" 2>&1
+      tail -3 "$log"
+    fi
+    "$LLAMA" --version 2>&1 | tail -2 | tee -a "$log" ;;
+  peer-typing)
+    traces=()
+    for f in $LONG; do traces+=(--file "$f"); done
+    for set in cases long; do
+      if [[ $set == cases ]]; then sel=(); else [[ ${#traces[@]} -gt 0 ]] || continue; sel=("${traces[@]}"); fi
+      say "bench typing, laya ($set)"
+      laya bench typing --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${sel[@]}" \
+        --steps-out "$out/steps-$TAG-$set.json" --json "$out/t-$TAG-$set.json" 2>>"$log.err" | tee -a "$log"
+      for reuse in 0 256; do
+        extra=(); [[ $reuse == 0 ]] || extra=(--server-arg=--cache-reuse "--server-arg=$reuse")
+        say "bench typing, llama-server /infill ($set, cache-reuse $reuse)"
+        python3 scripts/bench_typing_peer.py --server-bin "$LLAMA" --model "$G" --steps "$out/steps-$TAG-$set.json" \
+          --max-tokens 16 --budget 2048 "${extra[@]}" --server-log "$out/llama-server-$set-$reuse.log" \
+          --out "$out/t-llama-$TAG-$set-reuse$reuse.json" 2>>"$log.err" | tee -a "$log"
+      done
+    done ;;
+  peer-quality)
+    say "llama-server /infill on the quality cases"
+    python3 scripts/bench_infill.py --server-bin "$LLAMA" --model "$G" --server-log "$out/llama-server-quality.log" \
+      --out "$out/llama-server-$TAG.json" 2>>"$log.err"
+    say "bench quality against it"
+    laya bench quality --model "$G" --precision q8 --compare "$out/llama-server-$TAG.json" \
+      --out "$out/q-$TAG-vs-server.json" 2>>"$log.err" | tee -a "$log" ;;
   typing)
     for run in anchored fresh fresh-short no-reuse; do
       case $run in
       anchored) extra=() ;;
-      fresh) extra=(--settings "{$fresh}") ;;
+      fresh) extra=(--settings "{$fresh,$long_suffix}") ;;
       fresh-short) extra=(--settings "{$fresh,$short}") ;;
       no-reuse) extra=(--no-reuse) ;;
       esac

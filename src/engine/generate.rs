@@ -463,7 +463,8 @@ mod tests {
         let a = prefill(&model, &mut chunked, &long, &cancel).unwrap().unwrap();
         let t = Array::from_slice(&long, &[1, long.len() as i32]);
         let b = model.forward(&t, &mut model.new_caches()).unwrap();
-        assert!(crate::engine::models::test_util::max_abs_diff(&a, &b) <= 1e-4);
+        use crate::engine::models::test_util::{max_abs_diff, tol};
+        assert!(max_abs_diff(&a, &b) <= tol(1e-4));
         assert_eq!(chunked[0].offset(), long.len());
     }
 

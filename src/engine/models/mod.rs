@@ -729,6 +729,16 @@ pub(crate) mod test_util {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
+    /// A CPU tolerance for comparing two computations of the same logits, on the device the
+    /// tests run on: GPUs run f32 matrix products in TF32 (10-bit mantissa), so two orders of
+    /// summation differ by about 1e-3 of the logits' size there.
+    pub fn tol(cpu: f32) -> f32 {
+        match Device::default().get_type() {
+            Ok(DeviceType::Gpu) => cpu.max(1e-2),
+            _ => cpu,
+        }
+    }
+
     /// Host copy of a weight: data and shape.
     pub type HostWeights = HashMap<String, (Vec<f32>, Vec<i32>)>;
 
@@ -993,14 +1003,14 @@ mod tests {
         let whole = chunked(model, &ids, &[ids.len()]);
         let one_by_one = chunked(model, &ids, &[1; 12]);
         let in_chunks = chunked(model, &ids, &[5, 4, 3]);
-        assert!(max_abs_diff(&whole, &one_by_one) <= 1e-4);
-        assert!(max_abs_diff(&whole, &in_chunks) <= 1e-4);
+        assert!(max_abs_diff(&whole, &one_by_one) <= tol(1e-4));
+        assert!(max_abs_diff(&whole, &in_chunks) <= tol(1e-4));
         // forward (last position only) agrees with forward_all.
         let mut caches = model.new_caches();
         let last = model.forward(&tokens(&ids), &mut caches).unwrap();
         assert_eq!(last.shape(), &[1, 97]);
         let l = ids.len() as i32;
-        assert!(max_abs_diff(&last, &whole.index((.., l - 1, ..))) <= 1e-5);
+        assert!(max_abs_diff(&last, &whole.index((.., l - 1, ..))) <= tol(1e-5));
     }
 
     #[test]
@@ -1034,7 +1044,7 @@ mod tests {
             let mut fresh = model.new_caches();
             model.forward(&tokens(&ids[..k]), &mut fresh).unwrap();
             let direct = model.forward_all(&tokens(&other), &mut fresh).unwrap();
-            assert!(max_abs_diff(&refed, &direct) <= 1e-5);
+            assert!(max_abs_diff(&refed, &direct) <= tol(1e-5));
         }
     }
 
@@ -1076,7 +1086,7 @@ mod tests {
         let ids = seq();
         let got = model.forward(&tokens(&ids), &mut model.new_caches()).unwrap();
         let want = reference_forward(&cfg, &w, &ids).pop().unwrap();
-        assert!(max_abs_diff(&got, &Array::from_slice(&want, &[1, 97])) <= 1e-4);
+        assert!(max_abs_diff(&got, &Array::from_slice(&want, &[1, 97])) <= tol(1e-4));
     }
 
     #[test]
@@ -1197,7 +1207,7 @@ mod tests {
         let ids = tokens(&seq());
         let a = model.forward_all(&ids, &mut model.new_caches()).unwrap();
         let b = dm.forward_all(&ids, &mut dm.new_caches()).unwrap();
-        assert!(max_abs_diff(&a, &b) <= 1e-4);
+        assert!(max_abs_diff(&a, &b) <= tol(1e-4));
     }
 
     #[test]
