@@ -59,7 +59,7 @@ for step in $STEPS; do
   peer-typing)
     traces=()
     for f in $LONG; do traces+=(--file "$f"); done
-    for set in cases long; do
+    for set in ${SETS:-cases long}; do
       if [[ $set == cases ]]; then sel=(); else [[ ${#traces[@]} -gt 0 ]] || continue; sel=("${traces[@]}"); fi
       say "bench typing, laya ($set)"
       laya bench typing --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${sel[@]}" \

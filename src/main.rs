@@ -1039,6 +1039,9 @@ fn bench_typing(
     });
     let completion = serde_json::to_value(completion_settings(completion, overrides)?)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let start = std::time::Instant::now();
+    rt.block_on(t::replay(engine.clone(), &t::warm_up_trace(), completion.clone())).map_err(anyhow::Error::msg)?;
+    eprintln!("warm-up trace (untimed): {:.1} s", start.elapsed().as_secs_f64());
     let mut runs = vec![];
     for c in &traces {
         eprintln!("trace {} ({} keystrokes) on {label}", c.id, c.expected.chars().count());

@@ -74,6 +74,21 @@ pub fn trace_from_file(path: &std::path::Path, line: usize, language: &str) -> R
     })
 }
 
+/// A short trace to type before the measured ones, untimed: the first request of a process
+/// pays for loading the model and for MLX's kernel compiles, which an editor that has been open
+/// a while never sees (the peers get an untimed request too).
+pub fn warm_up_trace() -> Case {
+    Case {
+        id: "warm-up".into(),
+        language: "python".into(),
+        source: String::new(),
+        file_name: "warm_up.py".into(),
+        prefix: "def add(a, b):\n    ".into(),
+        suffix: "\n\n\nprint(add(1, 2))\n".into(),
+        expected: "return a + b".into(),
+    }
+}
+
 /// Keystrokes of a trace: (prefix, suffix) after each character of `case.expected`.
 pub fn steps(case: &Case) -> Vec<PeerStep> {
     case.expected
@@ -332,6 +347,60 @@ mod tests {
         assert_eq!((s.cold_first_token_ms, s.warm_first_token_ms), (10.0, 10.2));
         assert!((s.reused_ratio - 99.0 / 202.0).abs() < 1e-9);
         assert_eq!((s.shown, s.exact), (2, 0));
+    }
+
+    /// Completes the warm-up line: answers the rest of `return a + b` after what the prompt's
+    /// last line already has, as a model that knows the line would.
+    struct KnowsTheLine;
+
+    #[async_trait::async_trait]
+    impl Engine for KnowsTheLine {
+        async fn complete(
+            &self,
+            req: crate::engine::CompletionRequest,
+            _cancel: Arc<std::sync::atomic::AtomicBool>,
+        ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
+            // An anchored prompt continues an earlier one: what was typed since then follows
+            // `<|fim_middle|>`.
+            let prefix = req.prompt.split("<|fim_prefix|>").last().unwrap_or("");
+            let line = prefix.split("<|fim_suffix|>").next().unwrap_or("").rsplit('\n').next();
+            let middle = prefix.split("<|fim_middle|>").nth(1).unwrap_or("");
+            let typed = format!("{}{middle}", line.unwrap_or("").trim_start());
+            let text = "return a + b".strip_prefix(typed.as_str()).unwrap_or("").to_owned();
+            Ok(crate::engine::CompletionOutput {
+                served_by: None,
+                choices: vec![crate::engine::Choice {
+                    text,
+                    finish_reason: crate::engine::FinishReason::StopToken,
+                    tokens: 1,
+                }],
+                timing: crate::engine::Timing::default(),
+            })
+        }
+
+        fn state(&self) -> crate::engine::worker::ModelState {
+            crate::engine::worker::ModelState::Ready {
+                load_time: std::time::Duration::ZERO,
+                device: "fake".into(),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn replay_types_the_line_and_types_through_the_suggestion() {
+        let case = warm_up_trace();
+        let settings = json!({ "debounceMs": 0, "typingThrough": true });
+        let keys = replay(Arc::new(KnowsTheLine), &case, settings).await.unwrap();
+        assert_eq!(keys.len(), case.expected.chars().count());
+        let last = keys.len() - 1;
+        // The first keystroke asks the model; typing through its suggestion needs no call until
+        // the line is complete and nothing of it is left to show.
+        assert_eq!(keys[0].source, "model");
+        assert!(keys[1..last].iter().all(|k| k.source == "typed-through"), "{keys:?}");
+        assert_eq!((keys[last].source.as_str(), keys[last].shown), ("model", false), "{keys:?}");
+        assert!(keys[..last].iter().all(|k| k.shown && k.exact), "{keys:?}");
+        let s = summarize(&[keys]);
+        assert_eq!((s.model_calls, s.typed_through), (2, 10));
     }
 
     #[test]
