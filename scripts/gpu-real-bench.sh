@@ -44,6 +44,9 @@ for step in $STEPS; do
     laya bench quality --model "$G" --precision q8 --compare "$PEER" --settings "{$long_suffix}" \
       --out "$out/q-$TAG-suffix0.15.json" 2>>"$log.err" | tee -a "$log" ;;
   llama)
+    if [[ ! -x $LLAMA && -f .peer/llama-server-cuda-sm90.xz ]]; then  # one built earlier, carried
+      mkdir -p "$(dirname "$LLAMA")" && xz -dc .peer/llama-server-cuda-sm90.xz >"$LLAMA" && chmod +x "$LLAMA"
+    fi
     if [[ ! -x $LLAMA ]]; then
       say "build llama-server (CUDA)"
       command -v nvcc >/dev/null || export PATH="$PATH:$(ls -d /usr/local/cuda*/bin 2>/dev/null | head -1)"
@@ -55,7 +58,9 @@ for step in $STEPS; do
       timeout "${LLAMA_BUILD_TIMEOUT:-540}" ninja -C /tmp/llama-cuda/build llama-server >>"$log" 2>&1
       tail -3 "$log"
     fi
-    "$LLAMA" --version 2>&1 | tail -2 | tee -a "$log" ;;
+    "$LLAMA" --version 2>&1 | tail -2 | tee -a "$log"
+    # Keep the binary for later runs (carry it back instead of building again).
+    strip -o /tmp/llama-server.stripped "$LLAMA" && xz -T0 -6 -c /tmp/llama-server.stripped >"$out/llama-server-cuda-sm90.xz" ;;
   peer-typing)
     traces=()
     for f in $LONG; do traces+=(--file "$f"); done
@@ -64,6 +69,7 @@ for step in $STEPS; do
       say "bench typing, laya ($set)"
       laya bench typing --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${sel[@]}" \
         --steps-out "$out/steps-$TAG-$set.json" --json "$out/t-$TAG-$set.json" 2>>"$log.err" | tee -a "$log"
+      [[ -x $LLAMA ]] || { say "no $LLAMA (run STEPS=llama first): laya only"; continue; }
       for reuse in 0 256; do
         extra=(); [[ $reuse == 0 ]] || extra=(--server-arg=--cache-reuse "--server-arg=$reuse")
         say "bench typing, llama-server /infill ($set, cache-reuse $reuse)"
