@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Builds bench/quality/cases.jsonl: masked-line completion cases from real third-party code.
 
-    python3 bench/quality/make_cases.py [--out bench/quality/cases.jsonl] [--per-language 20]
+    python3 bench/quality/make_cases.py [--set small|large] [--out FILE] [--per-language N]
         [--python-lib DIR] [--cargo-src DIR] [--npm-dir DIR] [--go-dir DIR] [--jdk-src-zip ZIP]
+
+`--set small` (the default) reads SOURCES and writes cases.jsonl (20 cases a language);
+`--set large` reads SOURCES + LARGE_EXTRA_SOURCES and writes cases-large.jsonl (100 a language,
+ids `<language>/<slug>-L<n>` so they never name a case of the small set).
 
 Each case masks one line of a source file: `prefix` is the text before the line (whole lines,
 at most PREFIX_BYTES bytes, cut at a line boundary from the start) plus the line's indentation,
@@ -89,6 +93,85 @@ SOURCES = [
      "OpenJDK 25 (Temurin 25.0.3) java.base/java/util/Scanner.java",
      "GPL-2.0-only WITH Classpath-exception-2.0"),
 ]
+
+# More files for the large set (`--set large`): SOURCES first, then these, so a language has 10
+# files (Go 6: the two repositories have no other files with enough code) and 100 cases shared
+# evenly over them. The small set (cases.jsonl) does not read these.
+_JDK = "OpenJDK 25 (Temurin 25.0.3) "
+_JDK_LICENSE = "GPL-2.0-only WITH Classpath-exception-2.0"
+LARGE_EXTRA_SOURCES = [
+    ("python", "json-encoder", "python", "json/encoder.py",
+     "CPython 3.11.7 Lib/json/encoder.py", "PSF-2.0"),
+    ("python", "difflib", "python", "difflib.py",
+     "CPython 3.11.7 Lib/difflib.py", "PSF-2.0"),
+    ("python", "configparser", "python", "configparser.py",
+     "CPython 3.11.7 Lib/configparser.py", "PSF-2.0"),
+    ("python", "dataclasses", "python", "dataclasses.py",
+     "CPython 3.11.7 Lib/dataclasses.py", "PSF-2.0"),
+    ("python", "fractions", "python", "fractions.py",
+     "CPython 3.11.7 Lib/fractions.py", "PSF-2.0"),
+    ("python", "pprint", "python", "pprint.py",
+     "CPython 3.11.7 Lib/pprint.py", "PSF-2.0"),
+    ("rust", "serde-json-de", "cargo", "serde_json-1.0.154/src/de.rs",
+     "crate serde_json 1.0.154 src/de.rs", "MIT OR Apache-2.0"),
+    ("rust", "smallvec", "cargo", "smallvec-1.16.6/src/lib.rs",
+     "crate smallvec 1.16.6 src/lib.rs", "MIT OR Apache-2.0"),
+    ("rust", "indexmap-map", "cargo", "indexmap-2.14.2/src/map.rs",
+     "crate indexmap 2.14.2 src/map.rs", "Apache-2.0 OR MIT"),
+    ("rust", "url-parser", "cargo", "url-2.5.8/src/parser.rs",
+     "crate url 2.5.8 src/parser.rs", "MIT OR Apache-2.0"),
+    ("rust", "ropey-rope", "cargo", "ropey-1.6.1/src/rope.rs",
+     "crate ropey 1.6.1 src/rope.rs", "MIT"),
+    ("rust", "regex-syntax-literal", "cargo", "regex-syntax-0.8.12/src/hir/literal.rs",
+     "crate regex-syntax 0.8.12 src/hir/literal.rs", "MIT OR Apache-2.0"),
+    ("typescript", "rxjs-observable", "npm", "rxjs-7.8.2/package/src/internal/Observable.ts",
+     "npm rxjs 7.8.2 src/internal/Observable.ts", "Apache-2.0"),
+    ("typescript", "rxjs-ajax", "npm", "rxjs-7.8.2/package/src/internal/ajax/ajax.ts",
+     "npm rxjs 7.8.2 src/internal/ajax/ajax.ts", "Apache-2.0"),
+    ("typescript", "rxjs-test-scheduler", "npm",
+     "rxjs-7.8.2/package/src/internal/testing/TestScheduler.ts",
+     "npm rxjs 7.8.2 src/internal/testing/TestScheduler.ts", "Apache-2.0"),
+    ("typescript", "zod-checks", "npm", "zod-4.6.7/package/src/v4/core/checks.ts",
+     "npm zod 4.6.7 src/v4/core/checks.ts", "MIT"),
+    ("typescript", "zod-api", "npm", "zod-4.6.7/package/src/v4/core/api.ts",
+     "npm zod 4.6.7 src/v4/core/api.ts", "MIT"),
+    ("typescript", "zod-errors", "npm", "zod-4.6.7/package/src/v4/core/errors.ts",
+     "npm zod 4.6.7 src/v4/core/errors.ts", "MIT"),
+    ("go", "mux-regexp", "go", "mux/regexp.go",
+     "gorilla/mux @db9d1d00 regexp.go", "BSD-3-Clause"),
+    ("go", "cobra-bash-completions", "go", "cobra/bash_completions.go",
+     "spf13/cobra @adbc8813 bash_completions.go", "Apache-2.0"),
+    ("c", "tree-sitter-parser", "cargo", "tree-sitter-0.27.1/src/parser.c",
+     "tree-sitter 0.27.1 lib/src/parser.c (crate tree-sitter)", "MIT"),
+    ("c", "tree-sitter-stack", "cargo", "tree-sitter-0.27.1/src/stack.c",
+     "tree-sitter 0.27.1 lib/src/stack.c (crate tree-sitter)", "MIT"),
+    ("c", "tree-sitter-lexer", "cargo", "tree-sitter-0.27.1/src/lexer.c",
+     "tree-sitter 0.27.1 lib/src/lexer.c (crate tree-sitter)", "MIT"),
+    ("c", "oniguruma-regcomp", "cargo", "onig_sys-69.9.3/oniguruma/src/regcomp.c",
+     "Oniguruma 6.9 src/regcomp.c (crate onig_sys 69.9.3)", "BSD-2-Clause"),
+    ("c", "oniguruma-regparse", "cargo", "onig_sys-69.9.3/oniguruma/src/regparse.c",
+     "Oniguruma 6.9 src/regparse.c (crate onig_sys 69.9.3)", "BSD-2-Clause"),
+    ("c", "tree-sitter-javascript-scanner", "cargo", "tree-sitter-javascript-0.25.0/src/scanner.c",
+     "tree-sitter-javascript 0.25.0 src/scanner.c (crate tree-sitter-javascript)", "MIT"),
+    ("java", "jdk-linkedlist", "jdk", "java.base/java/util/LinkedList.java",
+     _JDK + "java.base/java/util/LinkedList.java", _JDK_LICENSE),
+    ("java", "jdk-treemap", "jdk", "java.base/java/util/TreeMap.java",
+     _JDK + "java.base/java/util/TreeMap.java", _JDK_LICENSE),
+    ("java", "jdk-priorityqueue", "jdk", "java.base/java/util/PriorityQueue.java",
+     _JDK + "java.base/java/util/PriorityQueue.java", _JDK_LICENSE),
+    ("java", "jdk-bitset", "jdk", "java.base/java/util/BitSet.java",
+     _JDK + "java.base/java/util/BitSet.java", _JDK_LICENSE),
+    ("java", "jdk-base64", "jdk", "java.base/java/util/Base64.java",
+     _JDK + "java.base/java/util/Base64.java", _JDK_LICENSE),
+    ("java", "jdk-regex-matcher", "jdk", "java.base/java/util/regex/Matcher.java",
+     _JDK + "java.base/java/util/regex/Matcher.java", _JDK_LICENSE),
+]
+
+# set: (sources, default --per-language, default output file name, id suffix before the number)
+SETS = {
+    "small": (SOURCES, 20, "cases.jsonl", ""),
+    "large": (SOURCES + LARGE_EXTRA_SOURCES, 100, "cases-large.jsonl", "L"),
+}
 
 LANGUAGES = ["python", "rust", "typescript", "go", "c", "java"]
 
@@ -316,8 +399,10 @@ def make_cases_for_file(text, language, k, rng):
 def main():
     roots = default_roots()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(Path(__file__).with_name("cases.jsonl")))
-    ap.add_argument("--per-language", type=int, default=20)
+    ap.add_argument("--set", choices=sorted(SETS), default="small",
+                    help="small: cases.jsonl; large: cases-large.jsonl (default: %(default)s)")
+    ap.add_argument("--out", help="default: cases.jsonl or cases-large.jsonl beside this script")
+    ap.add_argument("--per-language", type=int, help="default: 20 (small) or 100 (large)")
     ap.add_argument("--python-lib", default=roots["python"],
                     help="CPython 3.11.7 Lib/ directory (default: %(default)s)")
     ap.add_argument("--cargo-src", default=roots["cargo"],
@@ -328,12 +413,17 @@ def main():
                     help="Go repositories as cobra/ and mux/ (default: %(default)s)")
     ap.add_argument("--jdk-src-zip", default=roots["jdk"], help="default: %(default)s")
     args = ap.parse_args()
+    sources, per_language, out_name, id_mark = SETS[args.set]
+    if args.per_language is None:
+        args.per_language = per_language
+    if args.out is None:
+        args.out = str(Path(__file__).with_name(out_name))
     roots = {"python": args.python_lib, "cargo": args.cargo_src, "npm": args.npm_dir,
              "go": args.go_dir, "jdk": args.jdk_src_zip}
 
     out = []
     for language in LANGUAGES:
-        files = [s for s in SOURCES if s[0] == language]
+        files = [s for s in sources if s[0] == language]
         for idx, (lang, slug, root, rel, desc, lic) in enumerate(files):
             k = args.per_language // len(files) + (1 if idx < args.per_language % len(files) else 0)
             text = read_source(roots, root, rel)
@@ -344,7 +434,7 @@ def main():
                 raise SystemExit(f"{rel}: {e}")
             for n, c in enumerate(picked, 1):
                 out.append({
-                    "id": f"{lang}/{slug}-{n}",
+                    "id": f"{lang}/{slug}-{id_mark}{n}",
                     "language": lang,
                     "source": f"{desc} line {c['line']} ({lic})",
                     "file_name": os.path.basename(rel),
