@@ -15,7 +15,8 @@
 #              through that llama-server's /infill with cache_prompt, without and with
 #              --cache-reuse 256, on the same GPU and GGUF;
 #   peer-quality  the quality cases through that llama-server's /infill, then `laya bench
-#              quality` compared with those answers.
+#              quality` compared with those answers (CASES: the case file, default
+#              bench/quality/cases.jsonl; bench/quality/cases-large.jsonl for 100 a language).
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,8 @@ out=${OUT:-/tmp}
 log=$out/gpu-real-$TAG.log
 STEPS=${STEPS:-complete quality typing}
 LLAMA=/tmp/llama-cuda/build/bin/llama-server
+CASES=${CASES:-bench/quality/cases.jsonl}   # or bench/quality/cases-large.jsonl
+SET=$(basename "$CASES" .jsonl)
 LONG=${LONG:-}
 laya() { scripts/cuda-ops.sh exec .device/laya --device gpu "$@"; }
 say() { echo "== $* ($(date +%T))" | tee -a "$log"; }
@@ -80,11 +83,11 @@ for step in $STEPS; do
     done ;;
   peer-quality)
     say "llama-server /infill on the quality cases"
-    python3 scripts/bench_infill.py --server-bin "$LLAMA" --model "$G" --server-log "$out/llama-server-quality.log" \
-      --out "$out/llama-server-$TAG.json" 2>>"$log.err"
+    python3 scripts/bench_infill.py --server-bin "$LLAMA" --model "$G" --cases "$CASES" \
+      --server-log "$out/llama-server-quality.log" --out "$out/llama-server-$TAG-$SET.json" 2>>"$log.err"
     say "bench quality against it"
-    laya bench quality --model "$G" --precision q8 --compare "$out/llama-server-$TAG.json" \
-      --out "$out/q-$TAG-vs-server.json" 2>>"$log.err" | tee -a "$log" ;;
+    laya bench quality --model "$G" --precision q8 --cases "$CASES" --compare "$out/llama-server-$TAG-$SET.json" \
+      --out "$out/q-$TAG-$SET-vs-server.json" 2>>"$log.err" | tee -a "$log" ;;
   typing)
     for run in anchored fresh fresh-short no-reuse; do
       case $run in
