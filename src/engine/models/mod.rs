@@ -404,6 +404,11 @@ impl Mlp {
     }
 }
 
+/// Whether MLX's default device (where the model runs) is a GPU.
+pub(crate) fn on_gpu() -> bool {
+    matches!(Device::default().get_type(), Ok(DeviceType::Gpu))
+}
+
 type Fused2 = Box<dyn for<'a> FnMut((&'a Array, &'a Array)) -> std::result::Result<Array, Exception>>;
 
 thread_local! {
@@ -418,7 +423,7 @@ fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
     fn plain((g, u): (&Array, &Array)) -> std::result::Result<Array, Exception> {
         g.multiply(ops::sigmoid(g)?)?.multiply(u)
     }
-    if !matches!(Device::default().get_type(), Ok(DeviceType::Gpu)) {
+    if !on_gpu() {
         return Ok(plain((gate, up))?);
     }
     SWIGLU.with(|cell| {
@@ -733,9 +738,10 @@ pub(crate) mod test_util {
     /// tests run on: GPUs run f32 matrix products in TF32 (10-bit mantissa), so two orders of
     /// summation differ by about 1e-3 of the logits' size there.
     pub fn tol(cpu: f32) -> f32 {
-        match Device::default().get_type() {
-            Ok(DeviceType::Gpu) => cpu.max(1e-2),
-            _ => cpu,
+        if on_gpu() {
+            cpu.max(1e-2)
+        } else {
+            cpu
         }
     }
 
