@@ -9,7 +9,7 @@
 #              fresh prompts with a short suffix (all with the prefix store), and no reuse;
 #   llama      build llama.cpp's llama-server with CUDA (sm_90) from .peer/llama.cpp.tar.xz into
 #              /tmp/llama-cuda (once per machine; the source is llama-cpp-python 0.3.36's
-#              vendored llama.cpp, see docs/benchmarks.md);
+#              vendored llama.cpp, packed here by scripts/peer-cuda-source.sh);
 #   peer-typing  the typing traces of `typing` (anchored) and the long-file traces in LONG
 #              (FILE:LINE:LANG ..., 2k-token prompts) through laya, then the same keystrokes
 #              through that llama-server's /infill with cache_prompt, without and with
