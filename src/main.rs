@@ -651,13 +651,48 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    #[cfg(target_os = "linux")]
+    if laya::engine::runtime::gpu_in_use() {
+        skip_teardown(&code);
     }
+    code
+}
+
+/// The status `exit_code` last made, for [`skip_teardown`] (`ExitCode` cannot be read back).
+static EXIT_STATUS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(1);
+
+/// `ExitCode::from(n)`, remembered.
+fn exit_code(n: u8) -> ExitCode {
+    EXIT_STATUS.store(n, std::sync::atomic::Ordering::Relaxed);
+    ExitCode::from(n)
+}
+
+/// Leave without the process's teardown. MLX's CUDA backend can abort in its static
+/// destructors once the CUDA runtime has shut down ("terminate called after throwing …
+/// std::runtime_error", or a segfault), after all of the command's output, turning a finished
+/// run into a failing exit status. Everything of ours is dropped and written by now; flush the
+/// standard streams and leave with the status `main` returns.
+#[cfg(target_os = "linux")]
+fn skip_teardown(code: &ExitCode) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    let status = if *code == ExitCode::SUCCESS {
+        0
+    } else if *code == ExitCode::FAILURE {
+        1
+    } else {
+        EXIT_STATUS.load(std::sync::atomic::Ordering::Relaxed) as i32
+    };
+    // SAFETY: `_exit` ends the process at once; nothing after it runs.
+    unsafe { libc::_exit(status) }
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -686,7 +721,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(()) => Ok(ExitCode::SUCCESS),
                 Err(e) => {
                     eprintln!("error: {e}");
-                    Ok(ExitCode::from(e.exit_code()))
+                    Ok(exit_code(e.exit_code()))
                 }
             }
         }

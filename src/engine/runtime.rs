@@ -113,11 +113,21 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
     }
 }
 
+static GPU_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Make `pref` the default device for every MLX op of this process and return its description.
 pub fn use_device(pref: DevicePref) -> Result<String, String> {
     let info = MlxInfo::probe();
     info.check_version()?;
     let (device, desc) = choose_device(pref, &info)?;
     Device::set_default(&device);
+    if matches!(device.get_type(), Ok(DeviceType::Gpu)) {
+        GPU_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     Ok(desc)
+}
+
+/// Whether this process made a GPU its MLX device ([`use_device`]).
+pub fn gpu_in_use() -> bool {
+    GPU_IN_USE.load(std::sync::atomic::Ordering::Relaxed)
 }
