@@ -76,15 +76,11 @@ pub fn trace_from_file(path: &std::path::Path, line: usize, language: &str) -> R
 
 /// A short trace to type before the measured ones, untimed: the first request of a process
 /// pays for loading the model and for MLX's kernel compiles, which an editor that has been open
-/// a while never sees (the peers get an untimed request too). On a GPU its prompt is a few
-/// hundred tokens, so the prefill takes the matrix-product path of the measured traces' cold
-/// prompts (MLX's CUDA backend compiles one for more than 16 rows), not only the one for a few
-/// tokens; on the CPU, which compiles nothing, a few tokens.
+/// a while never sees (the peers get an untimed request too). Its file starts with
+/// [`warm_up_source`](crate::engine::warm_up_source), so on a GPU the cold prompt takes the
+/// prefill path of the measured traces' cold prompts, not only the one for a few tokens.
 pub fn warm_up_trace() -> Case {
-    let n = if crate::engine::models::on_gpu() { 12 } else { 0 };
-    let helpers: String = (0..n)
-        .map(|i| format!("def scale_{i}(values, factor={i}):\n    return [v * factor for v in values]\n\n\n"))
-        .collect();
+    let helpers = crate::engine::warm_up_source();
     Case {
         id: "warm-up".into(),
         language: "python".into(),

@@ -140,16 +140,11 @@ impl LocalModel {
 
 
     /// Run a short request once, so the first real one does not pay for kernel compilation
-    /// and buffer allocation (MLX compiles GPU kernels at first use). On a GPU the prompt is
-    /// over a hundred tokens: MLX's CUDA backend builds another matrix-product kernel for more
-    /// than 16 rows, which every cold prompt uses (3.3 s on an H200 when a real request paid
-    /// for it). The CPU compiles nothing, so there it stays a few tokens. Returns its duration.
+    /// and buffer allocation (MLX compiles GPU kernels at first use); its prompt starts with
+    /// [`warm_up_source`]. Returns its duration.
     pub fn warmup(&self) -> Result<Duration, EngineError> {
         let start = Instant::now();
-        let lines = if models::on_gpu() { 8 } else { 0 };
-        let body: String = (0..lines)
-            .map(|i| format!("def scale_{i}(values, factor={i}):\n    return [v * factor for v in values]\n\n"))
-            .collect();
+        let body = warm_up_source();
         let req = CompletionRequest {
             model: None,
             prompt: format!("<|fim_prefix|>{body}def add(a, b):\n    return<|fim_suffix|>\n<|fim_middle|>"),
@@ -313,6 +308,17 @@ impl<'t> StopScanner<'t> {
     }
 }
 
+/// Python code to start a warm-up prompt with (the engine's at load, `laya bench typing`'s
+/// untimed trace). On a GPU a few hundred tokens: MLX's CUDA backend builds another
+/// matrix-product kernel for more than 16 rows, which every cold prompt uses (3.3 s on an H200
+/// when a real request paid for it). Empty on the CPU, which compiles nothing.
+pub fn warm_up_source() -> String {
+    let n = if models::on_gpu() { 12 } else { 0 };
+    (0..n)
+        .map(|i| format!("def scale_{i}(values, factor={i}):\n    return [v * factor for v in values]\n\n\n"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,3 +383,4 @@ mod tests {
         assert_eq!(text, "naïve 🙂 café ");
     }
 }
+

@@ -381,6 +381,9 @@ impl AttentionCore {
 struct Mlp {
     gate_up: FusedLinear,
     down_proj: Linear,
+    /// SwiGLU through MLX compile (one kernel) rather than plain ops: decided at load, on the
+    /// device the model is loaded for (see [`swiglu`]).
+    fused_swiglu: bool,
 }
 
 impl Mlp {
@@ -391,6 +394,7 @@ impl Mlp {
         Ok(Mlp {
             gate_up: FusedLinear::new(vec![gate, up])?,
             down_proj: w.linear(&format!("{prefix}.down_proj"), hidden, inter, false)?,
+            fused_swiglu: on_gpu(),
         })
     }
 
@@ -400,7 +404,7 @@ impl Mlp {
             .forward(x)?
             .try_into()
             .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))?;
-        self.down_proj.forward(&swiglu(&gate, &up)?)
+        self.down_proj.forward(&swiglu(&gate, &up, self.fused_swiglu)?)
     }
 }
 
@@ -416,14 +420,15 @@ thread_local! {
     static SWIGLU: RefCell<Option<Fused2>> = const { RefCell::new(None) };
 }
 
-/// `silu(gate) * up`. On the GPU one fused kernel through MLX compile instead of three (small
-/// models are launch-bound there: each op is a kernel launch). On the CPU the plain ops: MLX's
-/// CPU backend would build the fused kernel with the system's C++ compiler at run time.
-fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
+/// `silu(gate) * up`. `fused` (on a GPU): one kernel through MLX compile instead of three
+/// (small models are launch-bound there: each op is a kernel launch). Otherwise (the CPU) the
+/// plain ops: MLX's CPU backend would build the fused kernel with the system's C++ compiler at
+/// run time.
+fn swiglu(gate: &Array, up: &Array, fused: bool) -> Result<Array> {
     fn plain((g, u): (&Array, &Array)) -> std::result::Result<Array, Exception> {
         g.multiply(ops::sigmoid(g)?)?.multiply(u)
     }
-    if !on_gpu() {
+    if !fused {
         return Ok(plain((gate, up))?);
     }
     SWIGLU.with(|cell| {
