@@ -17,10 +17,10 @@ of at least N tokens into place, as llama.cpp's editor plugins configure it.
 
 import json
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
+
+from bench_infill import wait_ready
 
 
 class LlamaServer:
@@ -33,20 +33,8 @@ class LlamaServer:
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 600:
-            if self.proc.poll() is not None:
-                sys.exit(f"llama-server exited with {self.proc.returncode} before it was ready: "
-                         f"{' '.join(self.cmd)}")
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        self.ready_s = time.monotonic() - t0
-                        return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
-        sys.exit("llama-server was not ready after 600 s")
+        wait_ready(self.base, self.proc, 600)  # llama-server answers /v1/models once loaded
+        return self
 
     def __exit__(self, *exc):
         self.proc.terminate()
