@@ -120,6 +120,15 @@ struct RemoteArgs {
     /// Seconds a remote request may take.
     #[arg(long, default_value_t = 30, requires = "remote_url")]
     remote_timeout: u64,
+    /// Server-specific fields for every request, as a JSON object (e.g.
+    /// '{"repeat_penalty": 1.0}' for llama-cpp-python's server, which otherwise penalizes
+    /// repeats).
+    #[arg(long, value_name = "JSON", requires = "remote_url", value_parser = remote_extra)]
+    remote_extra: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+fn remote_extra(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    laya::engine::remote::RemoteConfig::parse_extra_body(text)
 }
 
 impl RemoteArgs {
@@ -129,6 +138,7 @@ impl RemoteArgs {
         cfg.model = self.remote_model.clone();
         cfg.api_key = std::env::var(&self.remote_api_key_env).ok().filter(|k| !k.is_empty());
         cfg.timeout = std::time::Duration::from_secs(self.remote_timeout);
+        cfg.extra_body = self.remote_extra.clone().unwrap_or_default();
         Some(cfg)
     }
 }
@@ -223,6 +233,15 @@ struct ServeArgs {
     /// Requests sent at once to a remote tier's server (a local model runs one at a time).
     #[arg(long, default_value_t = 4)]
     remote_parallel: usize,
+    /// Server-specific fields for every request to a remote tier, as a JSON object (e.g.
+    /// '{"repeat_penalty": 1.0}' for llama-cpp-python's server).
+    #[arg(long, value_name = "JSON", value_parser = remote_extra_text)]
+    remote_extra: Option<String>,
+}
+
+/// `--remote-extra` checked at parse time but kept as text, to be handed on to a daemon.
+fn remote_extra_text(text: &str) -> Result<String, String> {
+    remote_extra(text).map(|_| text.to_owned())
 }
 
 impl ServeArgs {
@@ -252,7 +271,11 @@ impl ServeArgs {
             "--prefill-cache-bytes".into(),
             self.prefill_cache_bytes.to_string(),
         ];
-        for (flag, v) in [("--small-remote", &self.small_remote), ("--large-remote", &self.large_remote)] {
+        for (flag, v) in [
+            ("--small-remote", &self.small_remote),
+            ("--large-remote", &self.large_remote),
+            ("--remote-extra", &self.remote_extra),
+        ] {
             if let Some(v) = v {
                 a.extend([flag.to_owned(), v.clone()]);
             }
@@ -304,9 +327,11 @@ impl ServeArgs {
         a
     }
 
-    fn remote(url: &str) -> laya::engine::remote::RemoteConfig {
+    fn remote(&self, url: &str) -> laya::engine::remote::RemoteConfig {
         let mut cfg = laya::engine::remote::RemoteConfig::new(url);
         cfg.api_key = std::env::var("LAYA_REMOTE_API_KEY").ok().filter(|k| !k.is_empty());
+        // Checked by clap when parsed.
+        cfg.extra_body = self.remote_extra.as_deref().and_then(|t| remote_extra(t).ok()).unwrap_or_default();
         cfg
     }
 
@@ -324,7 +349,7 @@ impl ServeArgs {
         };
         match &self.small_remote {
             Some(url) => {
-                tiers.insert(Tier::Small, TierSource::Remote(Self::remote(url)));
+                tiers.insert(Tier::Small, TierSource::Remote(self.remote(url)));
                 names.insert(Tier::Small, url.clone());
             }
             None => {
@@ -341,7 +366,7 @@ impl ServeArgs {
         }
         let large = match (&self.large_remote, self.large.as_str()) {
             (Some(url), _) => {
-                tiers.insert(Tier::Large, TierSource::Remote(Self::remote(url)));
+                tiers.insert(Tier::Large, TierSource::Remote(self.remote(url)));
                 names.insert(Tier::Large, url.clone());
                 None
             }

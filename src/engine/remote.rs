@@ -30,6 +30,11 @@ pub struct RemoteConfig {
     pub api_key: Option<String>,
     /// Whole-request limit.
     pub timeout: Duration,
+    /// Server-specific fields added to every completions request, e.g.
+    /// `{"repeat_penalty": 1.0}` for llama-cpp-python's server, whose default (1.1) is not the
+    /// plain greedy sampling the other servers and laya's own engine use. The fields laya sets
+    /// itself (model, prompt, sampling, n, stop, stream) take precedence.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
 }
 
 impl RemoteConfig {
@@ -39,6 +44,16 @@ impl RemoteConfig {
             model: None,
             api_key: None,
             timeout: Duration::from_secs(30),
+            extra_body: serde_json::Map::new(),
+        }
+    }
+
+    /// Parses `--remote-extra`: a JSON object, or a message saying what is wrong with it.
+    pub fn parse_extra_body(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => Ok(m),
+            Ok(other) => Err(format!("expected a JSON object such as {{\"repeat_penalty\": 1.0}}, got {other}")),
+            Err(e) => Err(format!("not JSON: {e}")),
         }
     }
 }
@@ -155,15 +170,18 @@ impl RemoteEngine {
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::Request("cancelled".into()));
         }
-        let mut body = json!({
-            "model": model,
-            "prompt": req.prompt,
-            "max_tokens": req.max_tokens,
-            "temperature": req.sampling.temperature.max(0.0),
-            "top_p": req.sampling.top_p,
-            "n": req.n,
-            "stream": false,
-        });
+        let mut body = serde_json::Value::Object(self.config.extra_body.clone());
+        for (k, v) in [
+            ("model", json!(model)),
+            ("prompt", json!(req.prompt)),
+            ("max_tokens", json!(req.max_tokens)),
+            ("temperature", json!(req.sampling.temperature.max(0.0))),
+            ("top_p", json!(req.sampling.top_p)),
+            ("n", json!(req.n)),
+            ("stream", json!(false)),
+        ] {
+            body[k] = v;
+        }
         if !req.stop.is_empty() {
             body["stop"] = json!(req.stop);
         }
@@ -306,6 +324,7 @@ mod tests {
         ]);
         let mut cfg = RemoteConfig::new(url);
         cfg.api_key = Some("sekret".into());
+        cfg.extra_body = RemoteConfig::parse_extra_body(r#"{"repeat_penalty": 1.0, "n": 9}"#).unwrap();
         let engine = RemoteEngine::new(cfg);
         let out = engine.complete_blocking(&request(), &AtomicBool::new(false)).unwrap();
         let texts: Vec<_> = out.choices.iter().map(|c| c.text.as_str()).collect();
@@ -321,6 +340,15 @@ mod tests {
         assert_eq!(body["n"], 2);
         assert_eq!(body["stop"], json!(["\n\n"]));
         assert_eq!(body["prompt"], request().prompt);
+        // Extra fields travel; laya's own fields win over them.
+        assert_eq!(body["repeat_penalty"], 1.0);
+    }
+
+    #[test]
+    fn extra_body_must_be_a_json_object() {
+        assert!(RemoteConfig::parse_extra_body(r#"{"repeat_penalty": 1.0}"#).is_ok());
+        assert!(RemoteConfig::parse_extra_body("[1]").unwrap_err().contains("JSON object"));
+        assert!(RemoteConfig::parse_extra_body("{").unwrap_err().contains("not JSON"));
     }
 
     #[test]
