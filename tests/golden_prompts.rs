@@ -103,14 +103,14 @@ def perimeter(points: list[Point]) -> float:
 "#,
         expect![[r#"
             <|fim_prefix|>import math
-            def distance(a: Point, b: Point) -> float:
             class Point:
                 x: float
                 y: float
+            def perimeter(points: list[Point]) -> float:
 
                 total = 0.0
                 for i in range(len(points)):
-                    <|fim_suffix|>
+            <|fim_suffix|>
                 return total
             <|fim_middle|>"#]],
     );
@@ -145,7 +145,7 @@ pub fn nearest(points: &[Point], to: &Point) -> Option<usize> {
             pub fn nearest(points: &[Point], to: &Point) -> Option<usize>
 
                 for (i, p) in points.iter().enumerate() {
-                    <|fim_suffix|>
+            <|fim_suffix|>
                 }
                 best.map(|(i, _)| i)
             }
@@ -179,15 +179,12 @@ export function cartTotal(items: Item[]): Money {
 }
 "#,
         expect![[r#"
-            <|fim_prefix|>interface Item {
-              name: string;
-              price: Money;
-              quantity: number;
-            }
+            <|fim_prefix|>function lineTotal(item: Item): Money
+            function cartTotal(items: Item[]): Money
 
               let total = Money.zero();
               for (const item of items) {
-                <|fim_suffix|>
+            <|fim_suffix|>
               }
               return total;
             }
@@ -218,15 +215,15 @@ class Queue extends EventEmitter {
 }
 "#,
         expect![[r#"
-            <|fim_prefix|>class Queue extends EventEmitter
+            <|fim_prefix|>constructor(limit)
+            class Queue extends EventEmitter
 
-                this.limit = limit;
                 this.items = [];
               }
 
               push(item) {
                 if (this.items.length >= this.limit) {
-                  <|fim_suffix|>
+            <|fim_suffix|>
                 }
                 this.items.push(item);
               }
@@ -273,7 +270,7 @@ func (s *Store) Get(key string) (string, error) {
             func (s *Store) Get(key string) (string, error) {
             	s.mu.Lock()
             	defer s.mu.Unlock()
-            	<|fim_suffix|>
+            <|fim_suffix|>
             }
             <|fim_middle|>"#]],
     );
@@ -304,15 +301,13 @@ int buf_grow(struct buf *b, size_t need) {
 "#,
         expect![[r#"
             <|fim_prefix|>#include <stdlib.h>
-            struct buf {
-                char *data;
-                size_t len;
-                size_t cap;
-            }
+            #include <string.h>
+            int buf_grow(struct buf *b, size_t need)
 
+                    return 0;
                 size_t cap = b->cap ? b->cap * 2 : 16;
                 while (cap < need)
-                    <|fim_suffix|>
+            <|fim_suffix|>
                 return 0;
             }
             <|fim_middle|>"#]],
@@ -345,7 +340,7 @@ private:
 "#,
         expect![[r#"
             <|fim_prefix|>#include <vector>
-
+            #include <stdexcept>
 
             template <typename T>
             class Stack {
@@ -353,7 +348,7 @@ private:
                 void push(const T& v) { items_.push_back(v); }
                 T pop() {
                     if (items_.empty()) {
-                        <|fim_suffix|>
+            <|fim_suffix|>
                     }
             <|fim_middle|>"#]],
     );
@@ -385,11 +380,11 @@ public class Account {
 "#,
         expect![[r#"
             <|fim_prefix|>import java.math.BigDecimal;
-            public void deposit(BigDecimal amount)
             public class Account
+            public void withdraw(BigDecimal amount)
 
                     if (balance.compareTo(amount) < 0) {
-                        <|fim_suffix|>
+            <|fim_suffix|>
                     }
             <|fim_middle|>"#]],
     );

@@ -301,7 +301,10 @@ async fn typing_through_and_anchored_prompts() {
     c.inline(uri, (1, 8)).await;
     assert_eq!(c_prompts_len(&c), 2);
     let second = c.engine.prompts.lock().unwrap()[1].clone();
-    assert_eq!(second, format!("{first}retx"));
+    // The first prompt ended at the line start (indentation healing): the continuation
+    // carries the indentation and what was typed.
+    assert!(first.contains("def add(a, b):\n<|fim_suffix|>"), "{first}");
+    assert_eq!(second, format!("{first}    retx"));
     let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
     assert_eq!(r["result"]["anchored"], true, "{r}");
     assert_eq!(r["result"]["source"], "model");
@@ -311,6 +314,29 @@ async fn typing_through_and_anchored_prompts() {
     c.inline(uri, (2, 8)).await;
     let third = c.engine.prompts.lock().unwrap()[2].clone();
     assert!(third.starts_with("<|fim_prefix|># sum\ndef add(a, b):\n    retx<|fim_suffix|>"), "{third}");
+}
+
+/// At a line that holds only indentation the prompt stops at the line start, and the
+/// indentation the model writes back is not inserted twice; with healing off the prompt ends
+/// at the cursor.
+#[tokio::test]
+async fn indentation_is_healed() {
+    let answer = |_: &str| vec!["    return a + b".to_owned()];
+    let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
+    let uri = "file:///work/demo/calc.py";
+    let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
+    let r = c.inline(uri, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "return a + b", "{r}");
+    let prompt = c.engine.prompts.lock().unwrap()[0].clone();
+    assert!(prompt.starts_with("<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n"), "{prompt}");
+
+    let init = json!({ "completion": { "debounceMs": 0, "healIndentation": false } });
+    let mut c = Client::start(answer, Duration::ZERO, true, init).await;
+    let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
+    let r = c.inline(uri, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "    return a + b", "{r}");
+    let prompt = c.engine.prompts.lock().unwrap()[0].clone();
+    assert!(prompt.starts_with("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>"), "{prompt}");
 }
 
 /// `laya/explain` says which model the router chose and why.

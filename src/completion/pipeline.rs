@@ -11,6 +11,13 @@
 //! end, the engine's prefix store finds all of it but the new characters (including the
 //! tokens it generated, when the user typed what it suggested), and a keystroke costs a few
 //! tokens of prefill.
+//!
+//! *Indentation healing*: when the cursor's line holds only indentation, the prompt stops at
+//! the line start and the model writes the indentation itself; the part of it already in the
+//! document is taken off the answer. A prompt that ends in a run of spaces splits the
+//! indentation into tokens the model never saw before code (Qwen's tokenizer writes
+//! `"\n    return"` as `"\n"`, `"   "`, `" return"`), and models answer such prompts with
+//! indentation again or with the wrong line.
 
 use std::sync::{atomic::AtomicBool, Arc, Mutex};
 
@@ -50,6 +57,9 @@ pub struct CompletionSettings {
     /// Continue the document's last prompt while the user types at its cursor (bytes typed
     /// at most; 0 turns it off and builds every prompt afresh).
     pub anchor_max_bytes: usize,
+    /// End the prompt at the line start when the cursor's line holds only indentation (see
+    /// the module text).
+    pub heal_indentation: bool,
 }
 
 impl Default for CompletionSettings {
@@ -65,6 +75,7 @@ impl Default for CompletionSettings {
             router: RouterPolicy::default(),
             typing_through: true,
             anchor_max_bytes: 512,
+            heal_indentation: true,
         }
     }
 }
@@ -204,8 +215,9 @@ impl Mark {
 /// Per-document memory between requests.
 #[derive(Default)]
 struct DocState {
-    /// Where the last fresh prompt was built, and the prompt.
-    anchor: Option<(Mark, String)>,
+    /// Where the last fresh prompt was built, the prompt, and the indentation healed off its
+    /// end (which the document has at the mark, before the cursor).
+    anchor: Option<(Mark, String, String)>,
     /// Where the last suggestion was shown, and what it was.
     shown: Option<(Mark, Edit)>,
     explanation: Option<Explanation>,
@@ -342,16 +354,33 @@ impl Pipeline {
             }
             None => (vec![], vec![], vec![]),
         };
-        // Continue the anchor's prompt while the user types on at its cursor.
+        // Indentation the model is to write itself (healing): all of the cursor's line when it
+        // is only indentation.
+        let indent = if settings.heal_indentation && surroundings.line_prefix.trim().is_empty() {
+            surroundings.line_prefix
+        } else {
+            ""
+        };
+        // Continue the anchor's prompt while the user types on at its cursor, less the
+        // indentation it ends with.
         let anchored = self.docs.get(&doc.uri).and_then(|d| {
-            let (mark, prompt) = d.anchor.as_ref()?;
+            let (mark, prompt, prompt_healed) = d.anchor.as_ref()?;
             let typed = mark.typed_since(text, cursor)?;
-            (typed.len() <= settings.anchor_max_bytes).then(|| format!("{prompt}{typed}"))
+            // What follows the prompt: the indentation it was healed of, and the typing since.
+            let middle = format!("{prompt_healed}{typed}");
+            let healed = indent.len().min(middle.len());
+            (typed.len() <= settings.anchor_max_bytes).then(|| {
+                (
+                    format!("{prompt}{}", &middle[..middle.len() - healed]),
+                    &text[cursor - healed..cursor],
+                )
+            })
         });
         let is_anchored = anchored.is_some();
-        let prompt_text = match anchored {
+        let (prompt_text, healed) = match anchored {
             Some(p) => p,
             None => {
+                let start = cursor - indent.len();
                 let repo = workspace_root
                     .and_then(|r| r.trim_end_matches('/').rsplit('/').next())
                     .unwrap_or("workspace");
@@ -360,7 +389,7 @@ impl Pipeline {
                     &PromptInput {
                         repo_name: repo,
                         path: &path,
-                        prefix: &text[..cursor],
+                        prefix: &text[..start],
                         suffix: &text[cursor..],
                         imports: &imports,
                         local_context: &local,
@@ -375,9 +404,10 @@ impl Pipeline {
                             cursor,
                         },
                         prompt.text.clone(),
+                        indent.to_owned(),
                     ));
                 }
-                prompt.text
+                (prompt.text, indent)
             }
         };
         let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
@@ -423,7 +453,8 @@ impl Pipeline {
         let out = self.engine.complete(req, cancel).await?;
         let mut edits: Vec<Edit> = vec![];
         for choice in &out.choices {
-            if let Some(edit) = postprocess::process(&choice.text, &surroundings) {
+            let text = postprocess::strip_healed(&choice.text, healed);
+            if let Some(edit) = postprocess::process(text, &surroundings) {
                 if !edits.iter().any(|e| e.text == edit.text) {
                     edits.push(edit);
                 }

@@ -178,6 +178,37 @@ fn head_lines(s: &str, max: usize) -> &str {
     }
 }
 
+/// The imports and local definitions to show above the prefix window, as text: those that
+/// `shown` does not already contain, most important first while they fit in `max` bytes.
+fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
+    let mut used = 0;
+    let mut chosen_local: Vec<&String> = vec![];
+    let mut chosen_imports: Vec<&String> = vec![];
+    for (is_import, part) in input
+        .local_context
+        .iter()
+        .map(|p| (false, p))
+        .chain(input.imports.iter().map(|p| (true, p)))
+    {
+        let part_text = part.trim_end();
+        if part_text.is_empty() || shown.contains(part_text) || used + part_text.len() + 1 > max {
+            continue;
+        }
+        used += part_text.len() + 1;
+        if is_import {
+            chosen_imports.push(part);
+        } else {
+            chosen_local.push(part);
+        }
+    }
+    let mut lead = String::new();
+    for part in chosen_imports.into_iter().chain(chosen_local.into_iter().rev()) {
+        lead.push_str(part.trim_end());
+        lead.push('\n');
+    }
+    lead
+}
+
 /// Build a Qwen FIM prompt inside `budget`. Stable parts come first so consecutive
 /// keystrokes share the longest token prefix: other files (repo-level form, only when there
 /// are any), then the current file's path, the context cut off from its prefix, the prefix
@@ -215,38 +246,27 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
         // The window cut off the top of the file: bring back the local definitions in reach
         // of the cursor and the imports, most important first while they fit (a part that
         // does not fit is skipped, a smaller one may still), then shown as the file would:
-        // imports first, the most important definition last, right above the window.
-        let mut used = 0;
-        let mut chosen_local: Vec<&String> = vec![];
-        let mut chosen_imports: Vec<&String> = vec![];
-        for (is_import, part) in input
-            .local_context
-            .iter()
-            .map(|p| (false, p))
-            .chain(input.imports.iter().map(|p| (true, p)))
-        {
-            let part_text = part.trim_end();
-            if part_text.is_empty() || prefix.contains(part_text) {
-                continue;
-            }
-            if used + part_text.len() + 1 > context_max {
-                continue;
-            }
-            used += part_text.len() + 1;
-            if is_import {
-                chosen_imports.push(part);
-            } else {
-                chosen_local.push(part);
-            }
-        }
+        // imports first, the most important definition last, right above the window. A part
+        // the window shows is not repeated; as the parts take room from the window, it is
+        // chosen again against the smaller window until nothing changes, so a part is never
+        // dropped for being in a window that then lost it.
         let mut lead = String::new();
-        for part in chosen_imports.into_iter().chain(chosen_local.into_iter().rev()) {
-            lead.push_str(part.trim_end());
-            lead.push('\n');
+        let mut tail = prefix.clone();
+        for _ in 0..4 {
+            let next_lead = lead_parts(input, &tail, context_max);
+            let next_tail = if next_lead.is_empty() {
+                prefix.clone()
+            } else {
+                tail_lines(input.prefix, prefix_max.saturating_sub(next_lead.len() + 1)).to_owned()
+            };
+            let settled = next_lead == lead && next_tail == tail;
+            (lead, tail) = (next_lead, next_tail);
+            if settled {
+                break;
+            }
         }
         if !lead.is_empty() {
-            let room = prefix_max.saturating_sub(lead.len() + 1);
-            prefix = format!("{lead}\n{}", tail_lines(input.prefix, room));
+            prefix = format!("{lead}\n{tail}");
         }
     }
     let text = format!("{header}{}", fim(&prefix, suffix));
@@ -338,6 +358,42 @@ mod budget_tests {
             body.lines().all(|l| l.starts_with('x') && l.contains(" = ")),
             "{body}"
         );
+    }
+
+    /// The enclosing function's signature is in the window before the context takes its room,
+    /// and out of it after: it must then come back with the context, not be lost.
+    #[test]
+    fn a_signature_pushed_out_of_the_window_by_the_context_comes_back() {
+        let mut prefix = String::from("struct Far;\n");
+        for i in 0..400 {
+            prefix.push_str(&format!("const C{i}: u32 = {i};\n"));
+        }
+        prefix.push_str("fn outer(a: u32) -> u32 {\n");
+        for i in 0..30 {
+            prefix.push_str(&format!("    let v{i} = a + {i};\n"));
+        }
+        prefix.push_str("    ");
+        let big_type = format!("struct Big {{\n{}}}", "    field: [u8; 1024],\n".repeat(8));
+        let local = ["fn outer(a: u32) -> u32".to_owned(), big_type.clone()];
+        let budget = Budget {
+            max_tokens: 256,
+            suffix_share: 0.0,
+            context_share: 0.4,
+        };
+        let window_alone = tail_lines(&prefix, 256 * BYTES_PER_TOKEN);
+        assert!(window_alone.contains("fn outer(a: u32) -> u32 {"), "the case needs it in the first window");
+        let p = build(
+            &PromptInput {
+                path: "a.rs",
+                prefix: &prefix,
+                local_context: &local,
+                ..Default::default()
+            },
+            &budget,
+        );
+        assert!(p.text.contains("fn outer(a: u32) -> u32"), "{}", p.text);
+        assert!(p.text.contains("struct Big {"), "{}", p.text);
+        assert_eq!(p.text.matches("fn outer(a: u32) -> u32").count(), 1, "{}", p.text);
     }
 
     #[test]
