@@ -110,7 +110,7 @@ def perimeter(points: list[Point]) -> float:
 
                 total = 0.0
                 for i in range(len(points)):
-            <|fim_suffix|>
+                    <|fim_suffix|>
                 return total
             <|fim_middle|>"#]],
     );
@@ -145,7 +145,7 @@ pub fn nearest(points: &[Point], to: &Point) -> Option<usize> {
             pub fn nearest(points: &[Point], to: &Point) -> Option<usize>
 
                 for (i, p) in points.iter().enumerate() {
-            <|fim_suffix|>
+                    <|fim_suffix|>
                 }
                 best.map(|(i, _)| i)
             }
@@ -184,7 +184,7 @@ export function cartTotal(items: Item[]): Money {
 
               let total = Money.zero();
               for (const item of items) {
-            <|fim_suffix|>
+                <|fim_suffix|>
               }
               return total;
             }
@@ -223,7 +223,7 @@ class Queue extends EventEmitter {
 
               push(item) {
                 if (this.items.length >= this.limit) {
-            <|fim_suffix|>
+                  <|fim_suffix|>
                 }
                 this.items.push(item);
               }
@@ -270,7 +270,7 @@ func (s *Store) Get(key string) (string, error) {
             func (s *Store) Get(key string) (string, error) {
             	s.mu.Lock()
             	defer s.mu.Unlock()
-            <|fim_suffix|>
+            	<|fim_suffix|>
             }
             <|fim_middle|>"#]],
     );
@@ -307,7 +307,7 @@ int buf_grow(struct buf *b, size_t need) {
                     return 0;
                 size_t cap = b->cap ? b->cap * 2 : 16;
                 while (cap < need)
-            <|fim_suffix|>
+                    <|fim_suffix|>
                 return 0;
             }
             <|fim_middle|>"#]],
@@ -342,13 +342,12 @@ private:
             <|fim_prefix|>#include <vector>
             #include <stdexcept>
 
-            template <typename T>
             class Stack {
             public:
                 void push(const T& v) { items_.push_back(v); }
                 T pop() {
                     if (items_.empty()) {
-            <|fim_suffix|>
+                        <|fim_suffix|>
                     }
             <|fim_middle|>"#]],
     );
@@ -384,7 +383,7 @@ public class Account {
             public void withdraw(BigDecimal amount)
 
                     if (balance.compareTo(amount) < 0) {
-            <|fim_suffix|>
+                        <|fim_suffix|>
                     }
             <|fim_middle|>"#]],
     );

@@ -301,10 +301,7 @@ async fn typing_through_and_anchored_prompts() {
     c.inline(uri, (1, 8)).await;
     assert_eq!(c_prompts_len(&c), 2);
     let second = c.engine.prompts.lock().unwrap()[1].clone();
-    // The first prompt ended at the line start (indentation healing): the continuation
-    // carries the indentation and what was typed.
-    assert!(first.contains("def add(a, b):\n<|fim_suffix|>"), "{first}");
-    assert_eq!(second, format!("{first}    retx"));
+    assert_eq!(second, format!("{first}retx"));
     let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
     assert_eq!(r["result"]["anchored"], true, "{r}");
     assert_eq!(r["result"]["source"], "model");
@@ -316,25 +313,37 @@ async fn typing_through_and_anchored_prompts() {
     assert!(third.starts_with("<|fim_prefix|># sum\ndef add(a, b):\n    retx<|fim_suffix|>"), "{third}");
 }
 
-/// At a line that holds only indentation the prompt stops at the line start, and the
-/// indentation the model writes back is not inserted twice; with healing off the prompt ends
-/// at the cursor.
+/// With `healIndentation` a line that holds only indentation ends the prompt at the line
+/// start, typing on continues it with the indentation and the typed text, and the
+/// indentation the model writes back is not inserted twice. By default the prompt ends at
+/// the cursor, and the answer's repeated indentation is dropped all the same.
 #[tokio::test]
-async fn indentation_is_healed() {
+async fn indentation_healing() {
     let answer = |_: &str| vec!["    return a + b".to_owned()];
-    let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
+    let init = json!({ "completion": { "debounceMs": 0, "healIndentation": true, "typingThrough": false } });
+    let mut c = Client::start(answer, Duration::ZERO, true, init).await;
     let uri = "file:///work/demo/calc.py";
     let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return a + b", "{r}");
-    let prompt = c.engine.prompts.lock().unwrap()[0].clone();
-    assert!(prompt.starts_with("<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n"), "{prompt}");
+    let first = c.engine.prompts.lock().unwrap()[0].clone();
+    assert!(first.starts_with("<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n"), "{first}");
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 2 },
+            "contentChanges": [{ "range": { "start": { "line": 1, "character": 4 }, "end": { "line": 1, "character": 4 } }, "text": "re" }],
+        }),
+    )
+    .await;
+    c.inline(uri, (1, 6)).await;
+    let second = c.engine.prompts.lock().unwrap()[1].clone();
+    assert_eq!(second, format!("{first}    re"));
 
-    let init = json!({ "completion": { "debounceMs": 0, "healIndentation": false } });
-    let mut c = Client::start(answer, Duration::ZERO, true, init).await;
+    let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
     let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
     let r = c.inline(uri, pos).await;
-    assert_eq!(r["result"][0]["insertText"], "    return a + b", "{r}");
+    assert_eq!(r["result"][0]["insertText"], "return a + b", "{r}");
     let prompt = c.engine.prompts.lock().unwrap()[0].clone();
     assert!(prompt.starts_with("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>"), "{prompt}");
 }

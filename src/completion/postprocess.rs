@@ -63,6 +63,14 @@ fn indent_of(line: &str) -> &str {
 pub fn process(raw: &str, s: &Surroundings) -> Option<Edit> {
     // The suffix as the model saw it: the rest of this line, then the following lines.
     let suffix = format!("{}\n{}", s.line_suffix, s.after_line);
+    // On a line indented already and holding nothing else, indentation at the start of the
+    // answer is that indentation again (models write lines from column 0 after a prompt that
+    // ends in spaces): it is not inserted twice.
+    let raw = if !s.line_prefix.is_empty() && s.line_prefix.trim().is_empty() {
+        raw.trim_start_matches(|c: char| c.is_whitespace() && c != '\n' && c != '\r')
+    } else {
+        raw
+    };
     let mut text = cut_suffix_repeat(raw, &suffix);
     if s.mid_line() {
         text.truncate(text.find('\n').unwrap_or(text.len()));
@@ -255,6 +263,24 @@ mod tests {
                 "name = \"$0\"\n",
                 "laya\"",
                 edit("laya\"", 1),
+            ),
+            (
+                "indentation the line already has is not inserted again",
+                "def f(x):\n    if x:\n        return 1\n    $0\n",
+                "    return 0\n",
+                edit("return 0", 0),
+            ),
+            (
+                "any leading indentation on an indented blank line goes, later lines keep theirs",
+                "class A {\n  void f() {\n    try {\n      g();\n    $0\n  }\n}\n",
+                "  } catch (E e) {\n      h();",
+                edit("} catch (E e) {\n      h();", 0),
+            ),
+            (
+                "at column 0 the answer's indentation is the line's indentation and stays",
+                "def f(x):\n$0\n",
+                "    return x",
+                edit("    return x", 0),
             ),
             (
                 "tabs: dedent measured in the same whitespace",
