@@ -235,13 +235,8 @@ struct ServeArgs {
     remote_parallel: usize,
     /// Server-specific fields for every request to a remote tier, as a JSON object (e.g.
     /// '{"repeat_penalty": 1.0}' for llama-cpp-python's server).
-    #[arg(long, value_name = "JSON", value_parser = remote_extra_text)]
-    remote_extra: Option<String>,
-}
-
-/// `--remote-extra` checked at parse time but kept as text, to be handed on to a daemon.
-fn remote_extra_text(text: &str) -> Result<String, String> {
-    remote_extra(text).map(|_| text.to_owned())
+    #[arg(long, value_name = "JSON", value_parser = remote_extra)]
+    remote_extra: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ServeArgs {
@@ -271,14 +266,13 @@ impl ServeArgs {
             "--prefill-cache-bytes".into(),
             self.prefill_cache_bytes.to_string(),
         ];
-        for (flag, v) in [
-            ("--small-remote", &self.small_remote),
-            ("--large-remote", &self.large_remote),
-            ("--remote-extra", &self.remote_extra),
-        ] {
+        for (flag, v) in [("--small-remote", &self.small_remote), ("--large-remote", &self.large_remote)] {
             if let Some(v) = v {
                 a.extend([flag.to_owned(), v.clone()]);
             }
+        }
+        if let Some(extra) = &self.remote_extra {
+            a.extend(["--remote-extra".to_owned(), serde_json::Value::Object(extra.clone()).to_string()]);
         }
         if self.no_cache {
             a.push("--no-cache".into());
@@ -330,8 +324,7 @@ impl ServeArgs {
     fn remote(&self, url: &str) -> laya::engine::remote::RemoteConfig {
         let mut cfg = laya::engine::remote::RemoteConfig::new(url);
         cfg.api_key = std::env::var("LAYA_REMOTE_API_KEY").ok().filter(|k| !k.is_empty());
-        // Checked by clap when parsed.
-        cfg.extra_body = self.remote_extra.as_deref().and_then(|t| remote_extra(t).ok()).unwrap_or_default();
+        cfg.extra_body = self.remote_extra.clone().unwrap_or_default();
         cfg
     }
 

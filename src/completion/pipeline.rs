@@ -12,9 +12,9 @@
 //! tokens it generated, when the user typed what it suggested), and a keystroke costs a few
 //! tokens of prefill.
 //!
-//! *Indentation healing* (`healIndentation`, off by default): when the cursor's line holds only indentation, the prompt stops at
-//! the line start and the model writes the indentation itself; the part of it already in the
-//! document is taken off the answer. A prompt that ends in a run of spaces splits the
+//! *Indentation healing* (`healIndentation`, off by default): when the cursor's line holds
+//! only indentation, the prompt stops at the line start and the model writes the indentation
+//! itself; post-processing takes it off the answer, as the line has it already. A prompt that ends in a run of spaces splits the
 //! indentation into tokens the model never saw before code (Qwen's tokenizer writes
 //! `"\n    return"` as `"\n"`, `"   "`, `" return"`), and models answer such prompts with
 //! indentation again or with the wrong line.
@@ -370,15 +370,10 @@ impl Pipeline {
             // What follows the prompt: the indentation it was healed of, and the typing since.
             let middle = format!("{prompt_healed}{typed}");
             let healed = indent.len().min(middle.len());
-            (typed.len() <= settings.anchor_max_bytes).then(|| {
-                (
-                    format!("{prompt}{}", &middle[..middle.len() - healed]),
-                    &text[cursor - healed..cursor],
-                )
-            })
+            (typed.len() <= settings.anchor_max_bytes).then(|| format!("{prompt}{}", &middle[..middle.len() - healed]))
         });
         let is_anchored = anchored.is_some();
-        let (prompt_text, healed) = match anchored {
+        let prompt_text = match anchored {
             Some(p) => p,
             None => {
                 let start = cursor - indent.len();
@@ -408,7 +403,7 @@ impl Pipeline {
                         indent.to_owned(),
                     ));
                 }
-                (prompt.text, indent)
+                prompt.text
             }
         };
         let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
@@ -454,8 +449,7 @@ impl Pipeline {
         let out = self.engine.complete(req, cancel).await?;
         let mut edits: Vec<Edit> = vec![];
         for choice in &out.choices {
-            let text = postprocess::strip_healed(&choice.text, healed);
-            if let Some(edit) = postprocess::process(text, &surroundings) {
+            if let Some(edit) = postprocess::process(&choice.text, &surroundings) {
                 if !edits.iter().any(|e| e.text == edit.text) {
                     edits.push(edit);
                 }

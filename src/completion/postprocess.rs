@@ -84,20 +84,6 @@ pub fn process(raw: &str, s: &Surroundings) -> Option<Edit> {
     Some(merge_closers(text, s.line_suffix))
 }
 
-/// The model's answer to a healed prompt (one that ends before the indentation of the
-/// cursor's line, `healed`) without the part of that indentation the document already has:
-/// the longest common start of the two. An answer indented less keeps what it has; one
-/// indented more keeps the extra.
-pub fn strip_healed<'t>(raw: &'t str, healed: &str) -> &'t str {
-    let common = raw
-        .char_indices()
-        .zip(healed.chars())
-        .take_while(|((_, a), b)| a == b)
-        .last()
-        .map_or(0, |((i, c), _)| i + c.len_utf8());
-    &raw[common..]
-}
-
 /// Cut `middle` where it starts re-creating the text after the cursor: at the first line of
 /// `suffix` that carries code (at least 3 non-blank characters), when the middle contains it
 /// at the start of one of its lines.
@@ -171,25 +157,6 @@ fn merge_closers(text: String, line_suffix: &str) -> Edit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn healed_indentation_comes_off_the_answer_as_far_as_it_matches() {
-        // The model wrote the indentation the document has: it comes off.
-        assert_eq!(strip_healed("    return x\n    y", "    "), "return x\n    y");
-        // Less indentation than the document: what there is comes off, the rest stays.
-        assert_eq!(strip_healed("  return x", "    "), "return x");
-        assert_eq!(strip_healed("return x", "    "), "return x");
-        // More: the extra stays (a deeper line).
-        assert_eq!(strip_healed("        return x", "    "), "    return x");
-        // Tabs are not spaces; nothing healed, nothing taken.
-        assert_eq!(strip_healed("\treturn x", "    "), "\treturn x");
-        assert_eq!(strip_healed("\t\tx", "\t"), "\tx");
-        assert_eq!(strip_healed("x", ""), "x");
-        assert_eq!(strip_healed("", "  "), "");
-        // Multi-byte whitespace is matched by character.
-        assert_eq!(strip_healed("\u{3000}x", "\u{3000}"), "x");
-        assert_eq!(strip_healed("\u{3000}x", "\u{a0}"), "\u{3000}x");
-    }
 
     /// `$0` marks the cursor in `doc`.
     fn run(doc: &str, raw: &str) -> Option<Edit> {

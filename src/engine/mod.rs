@@ -383,4 +383,3 @@ mod tests {
         assert_eq!(text, "naïve 🙂 café ");
     }
 }
-
