@@ -20,9 +20,9 @@ use laya::{
     prompt::Budget,
 };
 
-/// Records the prompt and answers nothing.
+/// Records the prompt and answers nothing; reports `parameters` as its model's size.
 #[derive(Default)]
-struct Capture(Mutex<Vec<String>>);
+struct Capture(Mutex<Vec<String>>, Option<u64>);
 
 #[async_trait::async_trait]
 impl Engine for Capture {
@@ -41,20 +41,30 @@ impl Engine for Capture {
             device: "capture".into(),
         }
     }
+
+    fn parameters(&self) -> Option<u64> {
+        self.1
+    }
 }
 
 fn check(language: &str, file: &str, fixture: &str, expect: Expect) {
+    let budget = Budget {
+        max_tokens: 64,
+        suffix_share: Some(0.2),
+        context_share: 0.5,
+    };
+    expect.assert_eq(&prompt_for(language, file, fixture, budget, None));
+}
+
+/// The prompt the pipeline sends for `fixture` within `budget`, to a model of `parameters`.
+fn prompt_for(language: &str, file: &str, fixture: &str, budget: Budget, parameters: Option<u64>) -> String {
     let cursor = fixture.find("$0").expect("$0 in the fixture");
     let text = fixture.replace("$0", "");
     let doc = Document::new(&text, 1, language).snapshot(&format!("file:///repo/{file}"));
-    let engine = Arc::new(Capture::default());
+    let engine = Arc::new(Capture(Mutex::default(), parameters));
     let pipeline = Pipeline::new(engine.clone());
     let settings = CompletionSettings {
-        budget: Budget {
-            max_tokens: 64,
-            suffix_share: 0.2,
-            context_share: 0.5,
-        },
+        budget,
         ..CompletionSettings::default()
     };
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -71,7 +81,35 @@ fn check(language: &str, file: &str, fixture: &str, expect: Expect) {
     ))
     .unwrap();
     let prompt = engine.0.lock().unwrap().pop().expect("one prompt");
-    expect.assert_eq(&prompt);
+    prompt
+}
+
+/// Unset, the suffix share follows the model's size: a few lines of suffix for a model under
+/// 1B parameters, about three times as much for larger or unknown (remote) ones; a configured
+/// share wins over both.
+#[test]
+fn suffix_share_follows_the_model_size() {
+    let body: String = (0..60).map(|i| format!("    let v{i} = {i};\n")).collect();
+    let fixture = format!("fn main() {{\n    $0\n{body}}}\n");
+    let suffix_of = |budget: Budget, parameters: Option<u64>| {
+        let p = prompt_for("rust", "main.rs", &fixture, budget, parameters);
+        let start = p.find("<|fim_suffix|>").expect("suffix marker") + "<|fim_suffix|>".len();
+        let end = p.find("<|fim_middle|>").expect("middle marker");
+        p[start..end].len()
+    };
+    let auto = Budget::default();
+    let small = suffix_of(auto.clone(), Some(494_000_000));
+    let large = suffix_of(auto.clone(), Some(1_540_000_000));
+    let unknown = suffix_of(auto.clone(), None);
+    let total = auto.max_tokens * laya::prompt::BYTES_PER_TOKEN;
+    assert!(small <= (total as f32 * 0.02) as usize && small > 0, "small model: {small} bytes");
+    assert!(large > 2 * small && large <= (total as f32 * 0.06) as usize, "1.5B: {large} vs {small} bytes");
+    assert_eq!(unknown, large, "an unknown size gets the larger models' share");
+    let fixed = Budget {
+        suffix_share: Some(0.02),
+        ..Budget::default()
+    };
+    assert_eq!(suffix_of(fixed, Some(1_540_000_000)), small, "a configured share wins");
 }
 
 #[test]

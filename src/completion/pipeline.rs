@@ -391,7 +391,7 @@ impl Pipeline {
                         local_context: &local,
                         other_files: &snippets,
                     },
-                    &settings.budget,
+                    &settings.budget.for_model(self.engine.parameters()),
                 );
                 if settings.anchor_max_bytes > 0 {
                     self.docs.entry(doc.uri.clone()).or_default().anchor = Some((

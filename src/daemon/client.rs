@@ -23,7 +23,7 @@ use tokio::{
 
 use super::{
     paths,
-    protocol::{ClientMessage, DaemonStatus, ServerMessage, WireRequest, MAX_LINE_BYTES, PROTOCOL_VERSION},
+    protocol::{ClientMessage, DaemonStatus, ModelStatus, ServerMessage, WireRequest, MAX_LINE_BYTES, PROTOCOL_VERSION},
     server::read_line_limited,
 };
 use crate::engine::{
@@ -61,6 +61,8 @@ type Report = Box<dyn Fn(&ModelState) + Send>;
 struct Inner {
     cfg: ClientConfig,
     state: Mutex<ModelState>,
+    /// The default model's parameter count, as the daemon last reported it (0: unknown).
+    parameters: std::sync::atomic::AtomicU64,
     report: Mutex<Report>,
     /// Held while a daemon is being started, so concurrent requests start one.
     starting: tokio::sync::Mutex<()>,
@@ -87,6 +89,7 @@ impl DaemonEngine {
             inner: Arc::new(Inner {
                 cfg,
                 state: Mutex::new(ModelState::Loading),
+                parameters: std::sync::atomic::AtomicU64::new(0),
                 report: Mutex::new(Box::new(report)),
                 starting: tokio::sync::Mutex::new(()),
                 watching: AtomicBool::new(false),
@@ -125,6 +128,8 @@ impl DaemonEngine {
                                 st.pid
                             );
                         }
+                        let parameters = default_model(&st).and_then(|m| m.parameters).unwrap_or(0);
+                        this.inner.parameters.store(parameters, Ordering::Relaxed);
                         let s = state_of(&st);
                         let loading = s == ModelState::Loading;
                         this.set_state(s);
@@ -321,12 +326,17 @@ async fn exchange(
     }
 }
 
-/// The state the LSP shows for a daemon: that of its default model.
-fn state_of(st: &DaemonStatus) -> ModelState {
-    let default = st.models.iter().find(|m| m.id == st.default).or_else(|| {
+/// The daemon's default model in its status.
+fn default_model(st: &DaemonStatus) -> Option<&ModelStatus> {
+    st.models.iter().find(|m| m.id == st.default).or_else(|| {
         let tier = st.default.split('/').next().unwrap_or_default();
         st.models.iter().find(|m| m.tier == tier)
-    });
+    })
+}
+
+/// The state the LSP shows for a daemon: that of its default model.
+fn state_of(st: &DaemonStatus) -> ModelState {
+    let default = default_model(st);
     match st.status.as_str() {
         "loading" => ModelState::Loading,
         "failed" => ModelState::Failed(
@@ -381,6 +391,10 @@ impl Engine for DaemonEngine {
     fn state(&self) -> ModelState {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    fn parameters(&self) -> Option<u64> {
+        Some(self.inner.parameters.load(Ordering::Relaxed)).filter(|&p| p > 0)
+    }
 }
 
 /// The status of the daemon at `runtime_dir`, without starting one (blocking; for scripts,
@@ -396,5 +410,41 @@ pub fn status_blocking(runtime_dir: &Path, timeout: Duration) -> Result<DaemonSt
     match serde_json::from_str::<ServerMessage>(&line).map_err(|e| format!("{e}: {line}"))? {
         ServerMessage::Status { status } => Ok(status),
         other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(models: serde_json::Value) -> DaemonStatus {
+        serde_json::from_value(serde_json::json!({
+            "status": "ok", "version": "0", "protocol": PROTOCOL_VERSION, "pid": 1, "uptime_s": 1.0,
+            "socket": "s", "http": null, "default": "small/q8", "models": models,
+            "queue": {"running": 0, "waiting": 0}
+        }))
+        .unwrap()
+    }
+
+    fn model(id: &str, parameters: Option<u64>) -> serde_json::Value {
+        let mut m = serde_json::json!({
+            "id": id, "tier": id.split('/').next().unwrap(), "precision": "q8", "name": id,
+            "source": "local", "state": "ready", "load_time_ms": 5.0, "device": "cpu",
+            "warm": true, "served": 0, "error": null
+        });
+        if let Some(p) = parameters {
+            m["parameters"] = p.into();
+        }
+        m
+    }
+
+    /// The LSP shapes its prompts by the daemon's default model's size; a daemon that does
+    /// not report one (an older version) leaves it unknown.
+    #[test]
+    fn the_default_models_size_comes_from_the_status() {
+        let st = status(serde_json::json!([model("large/q8", Some(32_000_000_000)), model("small/q8", Some(494_000_000))]));
+        assert_eq!(default_model(&st).and_then(|m| m.parameters), Some(494_000_000));
+        let old = status(serde_json::json!([model("small/q8", None)]));
+        assert_eq!(default_model(&old).and_then(|m| m.parameters), None);
     }
 }

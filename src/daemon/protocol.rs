@@ -278,6 +278,9 @@ pub struct ModelStatus {
     /// `not_loaded`, `loading`, `ready` or `failed`.
     pub state: String,
     pub load_time_ms: Option<f64>,
+    /// Parameter count of a loaded local model (prompts are shaped by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<u64>,
     pub device: Option<String>,
     /// Loaded and run at least once (the worker runs a short request after loading; a
     /// remote model is warm once it answered).

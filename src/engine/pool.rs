@@ -163,6 +163,13 @@ impl ModelPool {
         Ok(engine)
     }
 
+    /// Parameter count of the model behind `key`, once loaded (starts nothing).
+    pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
+        let key = self.canonical(key);
+        let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
+        engines.get(&key)?.engine.parameters()
+    }
+
     /// Every model started so far, with its state.
     pub fn states(&self) -> Vec<(ModelKey, ModelState)> {
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
@@ -223,6 +230,10 @@ impl Engine for ModelPool {
             Ok(e) => e.state(),
             Err(e) => ModelState::Failed(e.to_string()),
         }
+    }
+
+    fn parameters(&self) -> Option<u64> {
+        self.engine(self.config.default).ok()?.parameters()
     }
 }
 

@@ -206,3 +206,24 @@ pub fn write_folder(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counts `ModelConfig::parameters` gives the shapes match the sizes their model
+    /// cards state (0.49B, 1.54B, 3.09B, 4.0B, 32.5B) within 2 %.
+    #[test]
+    fn parameter_counts_match_the_model_cards() {
+        for (name, card) in [
+            ("qwen2.5-coder-0.5b", 0.49e9),
+            ("qwen2.5-coder-1.5b", 1.54e9),
+            ("qwen2.5-coder-3b", 3.09e9),
+            ("qwen3-4b", 4.0e9),
+            ("qwen2.5-coder-32b", 32.5e9),
+        ] {
+            let n = shape(name).unwrap().parameters() as f64;
+            assert!((n / card - 1.0).abs() < 0.02, "{name}: {n} parameters, card {card}");
+        }
+    }
+}

@@ -39,6 +39,12 @@ pub trait Engine: Send + Sync + 'static {
     ) -> Result<CompletionOutput, EngineError>;
     fn state(&self) -> ModelState;
 
+    /// Parameter count of the model that answers requests naming none, once it is known
+    /// (loaded); `None` where the engine cannot tell (a remote server).
+    fn parameters(&self) -> Option<u64> {
+        None
+    }
+
     /// [`complete`](Self::complete), also sending `(candidate, piece)` to `on_piece` as text
     /// is decoded; a candidate's pieces concatenate to its final text. Engines that cannot
     /// stream send each candidate's whole text once it is done (this default).
@@ -72,6 +78,7 @@ struct Job {
 pub struct ModelWorker {
     jobs: Mutex<Sender<Job>>,
     state: Arc<Mutex<ModelState>>,
+    parameters: Arc<std::sync::OnceLock<u64>>,
 }
 
 impl ModelWorker {
@@ -85,6 +92,8 @@ impl ModelWorker {
         let (tx, rx) = mpsc::channel::<Job>();
         let state = Arc::new(Mutex::new(ModelState::Loading));
         let shared = state.clone();
+        let parameters = Arc::new(std::sync::OnceLock::new());
+        let known = parameters.clone();
         std::thread::Builder::new()
             .name("laya-model".into())
             .spawn(move || {
@@ -102,6 +111,7 @@ impl ModelWorker {
                 });
                 match loaded {
                     Ok((model, device)) => {
+                        let _ = known.set(model.loaded.model.config().parameters());
                         set(ModelState::Ready {
                             load_time: model.loaded.load_time,
                             device,
@@ -124,6 +134,7 @@ impl ModelWorker {
         ModelWorker {
             jobs: Mutex::new(tx),
             state,
+            parameters,
         }
     }
 }
@@ -210,5 +221,9 @@ impl Engine for ModelWorker {
 
     fn state(&self) -> ModelState {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn parameters(&self) -> Option<u64> {
+        self.parameters.get().copied()
     }
 }

@@ -93,10 +93,10 @@ mod tests {
 #[serde(default, rename_all = "camelCase")]
 pub struct Budget {
     pub max_tokens: usize,
-    /// Share of `max_tokens` for the text after the cursor. The default, 0.02 (a few lines),
-    /// was chosen from measurements against 0.15: better exact-line on the 0.5B and 1.5B and a
-    /// shorter cold prompt (docs/benchmarks.md, "The FIM suffix problem").
-    pub suffix_share: f32,
+    /// Share of `max_tokens` for the text after the cursor; unset (the default), it follows
+    /// the model's size ([`Budget::suffix_share_for`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suffix_share: Option<f32>,
     /// Share of `max_tokens` for context from other files and far parts of this file.
     pub context_share: f32,
 }
@@ -105,8 +105,35 @@ impl Default for Budget {
     fn default() -> Self {
         Budget {
             max_tokens: 2048,
-            suffix_share: 0.02,
+            suffix_share: None,
             context_share: 0.2,
+        }
+    }
+}
+
+impl Budget {
+    /// Models under this many parameters get the short suffix.
+    pub const SMALL_MODEL_PARAMETERS: u64 = 1_000_000_000;
+
+    /// The suffix share for a model of `parameters` (unknown: a remote server's model).
+    /// Measured on 600 masked-line cases (docs/benchmarks.md, "Suffix share by model size"):
+    /// the 0.5B answers best with a few lines of suffix (0.02; 10.2 % exact against 7.7 % at
+    /// 0.06), the 1.5B with about 370 bytes of it (0.06; 33.8 % against 30.8 % at 0.02), and
+    /// more suffix did not help it further (32.8 % at 0.15). Larger models, the product's
+    /// tiers and those behind a remote server, get the longer one.
+    pub fn suffix_share_for(parameters: Option<u64>) -> f32 {
+        match parameters {
+            Some(p) if p < Self::SMALL_MODEL_PARAMETERS => 0.02,
+            _ => 0.06,
+        }
+    }
+
+    /// This budget with its suffix share set: the configured one, else the one for a model
+    /// of `parameters`.
+    pub fn for_model(&self, parameters: Option<u64>) -> Budget {
+        Budget {
+            suffix_share: Some(self.suffix_share.unwrap_or_else(|| Self::suffix_share_for(parameters))),
+            ..self.clone()
         }
     }
 }
@@ -216,7 +243,8 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
 pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let total = budget.max_tokens * BYTES_PER_TOKEN;
     let context_max = (total as f32 * budget.context_share) as usize;
-    let suffix_max = (total as f32 * budget.suffix_share) as usize;
+    let suffix_share = budget.suffix_share.unwrap_or_else(|| Budget::suffix_share_for(None));
+    let suffix_max = (total as f32 * suffix_share) as usize;
 
     let mut header = String::new();
     let mut context_files = 0;
@@ -280,6 +308,26 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
 
 #[cfg(test)]
 mod budget_tests {
+    #[test]
+    fn suffix_share_follows_the_model_size_unless_set() {
+        assert_eq!(Budget::suffix_share_for(Some(494_032_768)), 0.02);
+        assert_eq!(Budget::suffix_share_for(Some(1_543_714_304)), 0.06);
+        assert_eq!(Budget::suffix_share_for(None), 0.06);
+        let auto = Budget::default();
+        assert_eq!(auto.for_model(Some(400_000_000)).suffix_share, Some(0.02));
+        assert_eq!(auto.for_model(None).suffix_share, Some(0.06));
+        let set = Budget {
+            suffix_share: Some(0.15),
+            ..Budget::default()
+        };
+        assert_eq!(set.for_model(Some(400_000_000)).suffix_share, Some(0.15));
+        // Settings without the field leave it unset; `null` does too.
+        let b: Budget = serde_json::from_str(r#"{"maxTokens": 1024}"#).unwrap();
+        assert_eq!(b.suffix_share, None);
+        let b: Budget = serde_json::from_str(r#"{"suffixShare": null}"#).unwrap();
+        assert_eq!(b.suffix_share, None);
+    }
+
     use super::*;
 
     #[test]
@@ -377,7 +425,7 @@ mod budget_tests {
         let local = ["fn outer(a: u32) -> u32".to_owned(), big_type.clone()];
         let budget = Budget {
             max_tokens: 256,
-            suffix_share: 0.0,
+            suffix_share: Some(0.0),
             context_share: 0.4,
         };
         let window_alone = tail_lines(&prefix, 256 * BYTES_PER_TOKEN);

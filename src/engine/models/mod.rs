@@ -55,6 +55,25 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// Parameter count, from the shapes the configuration implies (projections, MLP,
+    /// embedding and an untied LM head; biases and norms, a rounding error, left out).
+    pub fn parameters(&self) -> u64 {
+        let [h, i, l, q, kv, d, v] = [
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_hidden_layers,
+            self.num_attention_heads,
+            self.num_key_value_heads,
+            self.head_dim,
+            self.vocab_size,
+        ]
+        .map(|x| x.max(0) as u64);
+        let attention = 2 * h * q * d + 2 * h * kv * d;
+        let mlp = 3 * h * i;
+        let heads = if self.tie_word_embeddings { 1 } else { 2 };
+        l * (attention + mlp) + heads * v * h
+    }
+
     fn validate(&self) -> Result<(), ModelError> {
         let positive = [
             ("hidden_size", self.hidden_size),
