@@ -64,6 +64,8 @@ pub struct RemoteEngine {
     config: RemoteConfig,
     agent: ureq::Agent,
     model: Arc<OnceLock<String>>,
+    /// The model's parameter count, where `GET /models` states it (llama.cpp's `meta.n_params`).
+    parameters: Arc<OnceLock<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +100,14 @@ struct ModelList {
 #[derive(Deserialize)]
 struct ModelEntry {
     id: String,
+    #[serde(default)]
+    meta: Option<ModelMeta>,
+}
+
+#[derive(Deserialize)]
+struct ModelMeta {
+    #[serde(default)]
+    n_params: Option<u64>,
 }
 
 impl RemoteEngine {
@@ -110,7 +120,12 @@ impl RemoteEngine {
         if let Some(m) = &config.model {
             let _ = model.set(m.clone());
         }
-        RemoteEngine { config, agent, model }
+        RemoteEngine {
+            config,
+            agent,
+            model,
+            parameters: Arc::new(OnceLock::new()),
+        }
     }
 
     fn request(&self, method: &str, path: &str) -> ureq::Request {
@@ -138,6 +153,9 @@ impl RemoteEngine {
             .into_iter()
             .next()
             .ok_or_else(|| self.error("GET /models lists no model; pass the model name".into()))?;
+        if let Some(n) = first.meta.and_then(|m| m.n_params).filter(|&n| n > 0) {
+            let _ = self.parameters.set(n);
+        }
         Ok(self.model.get_or_init(|| first.id).clone())
     }
 
@@ -255,6 +273,11 @@ impl Engine for RemoteEngine {
             device: format!("remote {}", self.config.url),
         }
     }
+
+    /// Known once the model list was read (no `--remote-model`) and the server states it.
+    fn parameters(&self) -> Option<u64> {
+        self.parameters.get().copied()
+    }
 }
 
 #[cfg(test)]
@@ -342,6 +365,27 @@ mod tests {
         assert_eq!(body["prompt"], request().prompt);
         // Extra fields travel; laya's own fields win over them.
         assert_eq!(body["repeat_penalty"], 1.0);
+    }
+
+    /// llama.cpp's server states the model's size in its model list; other servers do not.
+    #[test]
+    fn the_model_size_comes_from_the_model_list_where_stated() {
+        let answer = r#"{"choices":[{"index":0,"text":"x","finish_reason":"stop"}]}"#;
+        let (url, server) = serve(vec![
+            (200, r#"{"object":"list","data":[{"id":"q","meta":{"n_vocab":151936,"n_params":494032768}}]}"#.into()),
+            (200, answer.into()),
+        ]);
+        let engine = RemoteEngine::new(RemoteConfig::new(url));
+        assert_eq!(engine.parameters(), None, "unknown before the list is read");
+        engine.complete_blocking(&request(), &AtomicBool::new(false)).unwrap();
+        assert_eq!(engine.parameters(), Some(494_032_768));
+        server.join().unwrap();
+
+        let (url, server) = serve(vec![(200, r#"{"data":[{"id":"vllm-model"}]}"#.into()), (200, answer.into())]);
+        let engine = RemoteEngine::new(RemoteConfig::new(url));
+        engine.complete_blocking(&request(), &AtomicBool::new(false)).unwrap();
+        assert_eq!(engine.parameters(), None);
+        server.join().unwrap();
     }
 
     #[test]
