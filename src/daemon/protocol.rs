@@ -278,7 +278,7 @@ pub struct ModelStatus {
     /// `not_loaded`, `loading`, `ready` or `failed`.
     pub state: String,
     pub load_time_ms: Option<f64>,
-    /// Parameter count of a loaded local model (prompts are shaped by it).
+    /// Parameter count of a loaded model, where known (prompts are shaped by it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<u64>,
     pub device: Option<String>,

@@ -377,7 +377,8 @@ impl Daemon {
     pub fn status(&self) -> DaemonStatus {
         let served = self.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let cfg = &self.config.pool;
-        let states = self.pool.get().map(|p| p.states()).unwrap_or_default();
+        let pool = self.pool.get();
+        let states = pool.map(|p| p.states()).unwrap_or_default();
         let mut models = vec![];
         for (key, state) in &states {
             let remote = matches!(cfg.tiers.get(&key.tier), Some(TierSource::Remote(_)));
@@ -397,7 +398,7 @@ impl Daemon {
                 source: if remote { "remote" } else { "local" }.into(),
                 state: state_name.into(),
                 load_time_ms: load,
-                parameters: self.pool.get().and_then(|p| p.parameters_of(*key)),
+                parameters: pool.and_then(|p| p.parameters_of(*key)),
                 device,
                 warm: state_name == "ready" && (!remote || n > 0),
                 served: n,

@@ -233,7 +233,7 @@ impl Engine for ModelPool {
     }
 
     fn parameters(&self) -> Option<u64> {
-        self.engine(self.config.default).ok()?.parameters()
+        self.parameters_of(self.config.default)
     }
 }
 

@@ -40,7 +40,7 @@ pub trait Engine: Send + Sync + 'static {
     fn state(&self) -> ModelState;
 
     /// Parameter count of the model that answers requests naming none, once it is known
-    /// (loaded); `None` where the engine cannot tell (a remote server).
+    /// (loaded); `None` where the engine cannot tell (a remote server that does not state it).
     fn parameters(&self) -> Option<u64> {
         None
     }

@@ -308,6 +308,8 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
 
 #[cfg(test)]
 mod budget_tests {
+    use super::*;
+
     #[test]
     fn suffix_share_follows_the_model_size_unless_set() {
         assert_eq!(Budget::suffix_share_for(Some(494_032_768)), 0.02);
@@ -327,8 +329,6 @@ mod budget_tests {
         let b: Budget = serde_json::from_str(r#"{"suffixShare": null}"#).unwrap();
         assert_eq!(b.suffix_share, None);
     }
-
-    use super::*;
 
     #[test]
     fn small_file_is_a_plain_fim_prompt() {
