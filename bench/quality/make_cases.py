@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """Builds bench/quality/cases.jsonl: masked-line completion cases from real third-party code.
 
-    python3 bench/quality/make_cases.py [--set small|large] [--out FILE] [--per-language N]
+    python3 bench/quality/make_cases.py [--set small|large|xl] [--out FILE] [--per-language N]
         [--python-lib DIR] [--cargo-src DIR] [--npm-dir DIR] [--go-dir DIR] [--jdk-src-zip ZIP]
 
 `--set small` (the default) reads SOURCES and writes cases.jsonl (20 cases a language);
 `--set large` reads SOURCES + LARGE_EXTRA_SOURCES and writes cases-large.jsonl (100 a language,
-ids `<language>/<slug>-L<n>` so they never name a case of the small set).
+ids `<language>/<slug>-L<n>` so they never name a case of the small set); `--set xl` reads only
+XL_SOURCES, files that neither of the other sets reads, and writes cases-xl.jsonl (100 a
+language, ids `<language>/<slug>-X<n>`): a held-out set.
 
 Each case masks one line of a source file: `prefix` is the text before the line (whole lines,
 at most PREFIX_BYTES bytes, cut at a line boundary from the start) plus the line's indentation,
 `expected` is the rest of the line without trailing whitespace, and `suffix` is "\\n" plus the
-following whole lines (at most SUFFIX_BYTES bytes). The sources are listed in SOURCES below and
-in README.md, with where each root comes from. Selection is deterministic (seeded per file):
-eligible lines are split into as many contiguous runs as cases wanted from the file and one
-line is drawn from each run, so the cases spread over the whole file.
+following whole lines (at most SUFFIX_BYTES bytes). The sources are listed in SOURCES,
+LARGE_EXTRA_SOURCES and XL_SOURCES below and in README.md, with where each root comes from.
+Selection is deterministic (seeded per file): eligible lines are split into as many contiguous
+runs as cases wanted from the file and one line is drawn from each run, so the cases spread
+over the whole file.
 
 Only the Python standard library is used.
 """
@@ -167,10 +170,125 @@ LARGE_EXTRA_SOURCES = [
      _JDK + "java.base/java/util/regex/Matcher.java", _JDK_LICENSE),
 ]
 
+# The held-out set (`--set xl`): only these files, none of which SOURCES or LARGE_EXTRA_SOURCES
+# names, from other modules, crates, packages and repositories where there are any. 100 cases a
+# language shared evenly over its files (10 files: 10 each; Go has 8: 13, 13, 13, 13, 12, ...).
+_PY = "CPython 3.11.7 Lib/"
+_PFLAG = "spf13/pflag @5fdac2d1 "  # 5fdac2d16c16d60605cb8baa887e8c5c38ef623f
+_WEBSOCKET = "gorilla/websocket @e064f32e "  # e064f32e3674d9d79a8fd417b5bc06fa5c6cad8f
+_TOML = "BurntSushi/toml @d733fc53 "  # d733fc535e4a9f3c454e421a87b90ade5d49bf31
+XL_SOURCES = [
+    ("python", "ipaddress", "python", "ipaddress.py", _PY + "ipaddress.py", "PSF-2.0"),
+    ("python", "statistics", "python", "statistics.py", _PY + "statistics.py", "PSF-2.0"),
+    ("python", "tokenize", "python", "tokenize.py", _PY + "tokenize.py", "PSF-2.0"),
+    ("python", "calendar", "python", "calendar.py", _PY + "calendar.py", "PSF-2.0"),
+    ("python", "datetime", "python", "datetime.py", _PY + "datetime.py", "PSF-2.0"),
+    ("python", "tarfile", "python", "tarfile.py", _PY + "tarfile.py", "PSF-2.0"),
+    ("python", "pathlib", "python", "pathlib.py", _PY + "pathlib.py", "PSF-2.0"),
+    ("python", "enum", "python", "enum.py", _PY + "enum.py", "PSF-2.0"),
+    ("python", "http-cookiejar", "python", "http/cookiejar.py", _PY + "http/cookiejar.py",
+     "PSF-2.0"),
+    ("python", "gettext", "python", "gettext.py", _PY + "gettext.py", "PSF-2.0"),
+    ("rust", "httparse", "cargo", "httparse-1.10.1/src/lib.rs",
+     "crate httparse 1.10.1 src/lib.rs", "MIT OR Apache-2.0"),
+    ("rust", "http-header-map", "cargo", "http-1.5.0/src/header/map.rs",
+     "crate http 1.5.0 src/header/map.rs", "MIT OR Apache-2.0"),
+    ("rust", "slab", "cargo", "slab-0.4.12/src/lib.rs",
+     "crate slab 0.4.12 src/lib.rs", "MIT"),
+    ("rust", "either", "cargo", "either-1.19.0/src/lib.rs",
+     "crate either 1.19.0 src/lib.rs", "MIT OR Apache-2.0"),
+    ("rust", "hashbrown-map", "cargo", "hashbrown-0.17.2/src/map.rs",
+     "crate hashbrown 0.17.2 src/map.rs", "MIT OR Apache-2.0"),
+    ("rust", "regex-automata-strategy", "cargo", "regex-automata-0.4.19/src/meta/strategy.rs",
+     "crate regex-automata 0.4.19 src/meta/strategy.rs", "MIT OR Apache-2.0"),
+    ("rust", "crossbeam-deque", "cargo", "crossbeam-deque-0.8.8/src/deque.rs",
+     "crate crossbeam-deque 0.8.8 src/deque.rs", "MIT OR Apache-2.0"),
+    ("rust", "memchr-memmem-searcher", "cargo", "memchr-2.8.3/src/memmem/searcher.rs",
+     "crate memchr 2.8.3 src/memmem/searcher.rs", "Unlicense OR MIT"),
+    ("rust", "tokio-mpsc-chan", "cargo", "tokio-1.54.1/src/sync/mpsc/chan.rs",
+     "crate tokio 1.54.1 src/sync/mpsc/chan.rs", "MIT"),
+    ("rust", "hyper-h1-role", "cargo", "hyper-1.12.0/src/proto/h1/role.rs",
+     "crate hyper 1.12.0 src/proto/h1/role.rs", "MIT"),
+    ("typescript", "query-core-query", "npm", "tanstack-query-core-5.108.4/package/src/query.ts",
+     "npm @tanstack/query-core 5.108.4 src/query.ts", "MIT"),
+    ("typescript", "query-core-query-observer", "npm",
+     "tanstack-query-core-5.108.4/package/src/queryObserver.ts",
+     "npm @tanstack/query-core 5.108.4 src/queryObserver.ts", "MIT"),
+    ("typescript", "query-core-query-client", "npm",
+     "tanstack-query-core-5.108.4/package/src/queryClient.ts",
+     "npm @tanstack/query-core 5.108.4 src/queryClient.ts", "MIT"),
+    ("typescript", "immer-patches", "npm", "immer-11.2.14/package/src/plugins/patches.ts",
+     "npm immer 11.2.14 src/plugins/patches.ts", "MIT"),
+    ("typescript", "immer-finalize", "npm", "immer-11.2.14/package/src/core/finalize.ts",
+     "npm immer 11.2.14 src/core/finalize.ts", "MIT"),
+    ("typescript", "immer-proxy", "npm", "immer-11.2.14/package/src/core/proxy.ts",
+     "npm immer 11.2.14 src/core/proxy.ts", "MIT"),
+    ("typescript", "zod-classic-schemas", "npm", "zod-4.6.7/package/src/v4/classic/schemas.ts",
+     "npm zod 4.6.7 src/v4/classic/schemas.ts", "MIT"),
+    ("typescript", "zod-to-json-schema", "npm", "zod-4.6.7/package/src/v4/core/to-json-schema.ts",
+     "npm zod 4.6.7 src/v4/core/to-json-schema.ts", "MIT"),
+    ("typescript", "rxjs-websocket-subject", "npm",
+     "rxjs-7.8.2/package/src/internal/observable/dom/WebSocketSubject.ts",
+     "npm rxjs 7.8.2 src/internal/observable/dom/WebSocketSubject.ts", "Apache-2.0"),
+    ("typescript", "rxjs-subject", "npm", "rxjs-7.8.2/package/src/internal/Subject.ts",
+     "npm rxjs 7.8.2 src/internal/Subject.ts", "Apache-2.0"),
+    ("go", "pflag-flag", "go", "pflag/flag.go", _PFLAG + "flag.go", "BSD-3-Clause"),
+    ("go", "websocket-conn", "go", "websocket/conn.go", _WEBSOCKET + "conn.go", "BSD-2-Clause"),
+    ("go", "websocket-client", "go", "websocket/client.go", _WEBSOCKET + "client.go",
+     "BSD-2-Clause"),
+    ("go", "websocket-server", "go", "websocket/server.go", _WEBSOCKET + "server.go",
+     "BSD-2-Clause"),
+    ("go", "toml-decode", "go", "toml/decode.go", _TOML + "decode.go", "MIT"),
+    ("go", "toml-encode", "go", "toml/encode.go", _TOML + "encode.go", "MIT"),
+    ("go", "toml-parse", "go", "toml/parse.go", _TOML + "parse.go", "MIT"),
+    ("go", "toml-lex", "go", "toml/lex.go", _TOML + "lex.go", "MIT"),
+    ("c", "tree-sitter-node", "cargo", "tree-sitter-0.27.1/src/node.c",
+     "tree-sitter 0.27.1 lib/src/node.c (crate tree-sitter)", "MIT"),
+    ("c", "tree-sitter-tree-cursor", "cargo", "tree-sitter-0.27.1/src/tree_cursor.c",
+     "tree-sitter 0.27.1 lib/src/tree_cursor.c (crate tree-sitter)", "MIT"),
+    ("c", "tree-sitter-get-changed-ranges", "cargo", "tree-sitter-0.27.1/src/get_changed_ranges.c",
+     "tree-sitter 0.27.1 lib/src/get_changed_ranges.c (crate tree-sitter)", "MIT"),
+    ("c", "tree-sitter-wasm-store", "cargo", "tree-sitter-0.27.1/src/wasm_store.c",
+     "tree-sitter 0.27.1 lib/src/wasm_store.c (crate tree-sitter)", "MIT"),
+    ("c", "oniguruma-regenc", "cargo", "onig_sys-69.9.3/oniguruma/src/regenc.c",
+     "Oniguruma 6.9 src/regenc.c (crate onig_sys 69.9.3)", "BSD-2-Clause"),
+    ("c", "oniguruma-unicode", "cargo", "onig_sys-69.9.3/oniguruma/src/unicode.c",
+     "Oniguruma 6.9 src/unicode.c (crate onig_sys 69.9.3)", "BSD-2-Clause"),
+    ("c", "oniguruma-utf8", "cargo", "onig_sys-69.9.3/oniguruma/src/utf8.c",
+     "Oniguruma 6.9 src/utf8.c (crate onig_sys 69.9.3)", "BSD-2-Clause"),
+    ("c", "tree-sitter-rust-scanner", "cargo", "tree-sitter-rust-0.24.2/src/scanner.c",
+     "tree-sitter-rust 0.24.2 src/scanner.c (crate tree-sitter-rust)", "MIT"),
+    ("c", "ring-curve25519", "cargo", "ring-0.17.14/crypto/curve25519/curve25519.c",
+     "crate ring 0.17.14 crypto/curve25519/curve25519.c (from BoringSSL)", "Apache-2.0"),
+    ("c", "ring-aes-nohw", "cargo", "ring-0.17.14/crypto/fipsmodule/aes/aes_nohw.c",
+     "crate ring 0.17.14 crypto/fipsmodule/aes/aes_nohw.c (from BoringSSL)", "ISC"),
+    ("java", "jdk-vector", "jdk", "java.base/java/util/Vector.java",
+     _JDK + "java.base/java/util/Vector.java", _JDK_LICENSE),
+    ("java", "jdk-hashtable", "jdk", "java.base/java/util/Hashtable.java",
+     _JDK + "java.base/java/util/Hashtable.java", _JDK_LICENSE),
+    ("java", "jdk-identityhashmap", "jdk", "java.base/java/util/IdentityHashMap.java",
+     _JDK + "java.base/java/util/IdentityHashMap.java", _JDK_LICENSE),
+    ("java", "jdk-uuid", "jdk", "java.base/java/util/UUID.java",
+     _JDK + "java.base/java/util/UUID.java", _JDK_LICENSE),
+    ("java", "jdk-formatter", "jdk", "java.base/java/util/Formatter.java",
+     _JDK + "java.base/java/util/Formatter.java", _JDK_LICENSE),
+    ("java", "jdk-stream-collectors", "jdk", "java.base/java/util/stream/Collectors.java",
+     _JDK + "java.base/java/util/stream/Collectors.java", _JDK_LICENSE),
+    ("java", "jdk-abstractstringbuilder", "jdk", "java.base/java/lang/AbstractStringBuilder.java",
+     _JDK + "java.base/java/lang/AbstractStringBuilder.java", _JDK_LICENSE),
+    ("java", "jdk-localdate", "jdk", "java.base/java/time/LocalDate.java",
+     _JDK + "java.base/java/time/LocalDate.java", _JDK_LICENSE),
+    ("java", "jdk-biginteger", "jdk", "java.base/java/math/BigInteger.java",
+     _JDK + "java.base/java/math/BigInteger.java", _JDK_LICENSE),
+    ("java", "jdk-uri", "jdk", "java.base/java/net/URI.java",
+     _JDK + "java.base/java/net/URI.java", _JDK_LICENSE),
+]
+
 # set: (sources, default --per-language, default output file name, id suffix before the number)
 SETS = {
     "small": (SOURCES, 20, "cases.jsonl", ""),
     "large": (SOURCES + LARGE_EXTRA_SOURCES, 100, "cases-large.jsonl", "L"),
+    "xl": (XL_SOURCES, 100, "cases-xl.jsonl", "X"),
 }
 
 LANGUAGES = ["python", "rust", "typescript", "go", "c", "java"]
@@ -400,9 +518,11 @@ def main():
     roots = default_roots()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", choices=sorted(SETS), default="small",
-                    help="small: cases.jsonl; large: cases-large.jsonl (default: %(default)s)")
-    ap.add_argument("--out", help="default: cases.jsonl or cases-large.jsonl beside this script")
-    ap.add_argument("--per-language", type=int, help="default: 20 (small) or 100 (large)")
+                    help="small: cases.jsonl; large: cases-large.jsonl; xl: cases-xl.jsonl, "
+                         "held out (default: %(default)s)")
+    ap.add_argument("--out", help="default: cases.jsonl, cases-large.jsonl or cases-xl.jsonl "
+                    "beside this script")
+    ap.add_argument("--per-language", type=int, help="default: 20 (small) or 100 (large, xl)")
     ap.add_argument("--python-lib", default=roots["python"],
                     help="CPython 3.11.7 Lib/ directory (default: %(default)s)")
     ap.add_argument("--cargo-src", default=roots["cargo"],
@@ -410,7 +530,8 @@ def main():
     ap.add_argument("--npm-dir", default=roots["npm"],
                     help="`npm pack` tarballs unpacked to <name>-<version>/ (default: %(default)s)")
     ap.add_argument("--go-dir", default=roots["go"],
-                    help="Go repositories as cobra/ and mux/ (default: %(default)s)")
+                    help="Go repositories as cobra/, mux/, pflag/, websocket/ and toml/ "
+                         "(default: %(default)s)")
     ap.add_argument("--jdk-src-zip", default=roots["jdk"], help="default: %(default)s")
     args = ap.parse_args()
     sources, per_language, out_name, id_mark = SETS[args.set]
