@@ -398,6 +398,14 @@ fn real_model_end_to_end_over_http() {
     assert_eq!(again["text"], text.as_str());
     assert!(again["timing"]["reused_tokens"].as_u64().unwrap() > 0, "{again}");
 
+    // A long suffix is cut to the small model's share (2 % of 2048 tokens: ~120 bytes, four of
+    // these lines, ~40 tokens); the larger models' 6 % would keep twelve lines (~120 tokens).
+    let suffix = "\n    total = total + value * 2\n".repeat(40);
+    let body = json!({ "prefix": "def add(a, b):\n    return ", "suffix": suffix, "max_tokens": 1 }).to_string();
+    let c = ok_json(addr, "POST", "/complete", Some(&body));
+    let prompt_tokens = c["timing"]["prompt_tokens"].as_u64().unwrap();
+    assert!((20..80).contains(&prompt_tokens), "{c}");
+
     // Streamed through the model worker: the pieces make up the same greedy text.
     let resp = ureq::post(&format!("http://{addr}/v1/completions"))
         .set("Content-Type", "application/json")

@@ -61,6 +61,9 @@ pub struct CompletionSettings {
     /// the module text). Off by default: on the quality cases it did not help (0.5B through
     /// llama.cpp: 9 exact lines of 120 against 11 without; docs/benchmarks.md).
     pub heal_indentation: bool,
+    /// Begin every prompt with the repository's name and the file's path (Qwen's
+    /// repository-level form), not only those that show other files.
+    pub file_header: bool,
 }
 
 impl Default for CompletionSettings {
@@ -77,6 +80,7 @@ impl Default for CompletionSettings {
             typing_through: true,
             anchor_max_bytes: 512,
             heal_indentation: false,
+            file_header: false,
         }
     }
 }
@@ -390,6 +394,7 @@ impl Pipeline {
                         imports: &imports,
                         local_context: &local,
                         other_files: &snippets,
+                        file_header: settings.file_header,
                     },
                     &settings.budget.for_model(self.engine.parameters()),
                 );

@@ -295,8 +295,17 @@ fn model_key(d: &Daemon, field: Option<ModelField>) -> Result<ModelKey, HttpErro
     }
 }
 
-/// A FIM prompt from a prefix and suffix, inside the prompt budget.
-fn fim_prompt(d: &Daemon, prefix: &str, suffix: &str, path: &str, max_tokens: usize, budget: Option<usize>) -> String {
+/// A FIM prompt from a prefix and suffix for the model `key`, inside the prompt budget (its
+/// suffix share by the model's size, as the LSP's prompts).
+fn fim_prompt(
+    d: &Daemon,
+    key: ModelKey,
+    prefix: &str,
+    suffix: &str,
+    path: &str,
+    max_tokens: usize,
+    budget: Option<usize>,
+) -> String {
     let room = d
         .config()
         .limits
@@ -306,7 +315,8 @@ fn fim_prompt(d: &Daemon, prefix: &str, suffix: &str, path: &str, max_tokens: us
     let budget = Budget {
         max_tokens: budget.unwrap_or(DEFAULT_PROMPT_TOKENS).min(room),
         ..Budget::default()
-    };
+    }
+    .for_model(d.parameters_of(key));
     prompt::build(
         &PromptInput {
             path,
@@ -342,9 +352,10 @@ async fn complete(
 ) -> Result<Json<Value>, HttpError> {
     let b: CompleteBody = parse_body(&headers, body)?;
     let max_tokens = b.max_tokens.unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
+    let key = model_key(&d, b.model)?;
     let req = CompletionRequest {
-        model: Some(model_key(&d, b.model)?),
-        prompt: fim_prompt(&d, &b.prefix, &b.suffix, &b.path, max_tokens, b.max_prompt_tokens),
+        model: Some(key),
+        prompt: fim_prompt(&d, key, &b.prefix, &b.suffix, &b.path, max_tokens, b.max_prompt_tokens),
         max_tokens,
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
@@ -405,7 +416,7 @@ async fn v1_completions(
     let max_tokens = b.max_tokens.unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = d.model_for_name(b.model.as_deref())?;
     let prompt = match &b.suffix {
-        Some(suffix) => fim_prompt(&d, &text, suffix, "", max_tokens, b.max_prompt_tokens),
+        Some(suffix) => fim_prompt(&d, key, &text, suffix, "", max_tokens, b.max_prompt_tokens),
         None => text,
     };
     let req = CompletionRequest {

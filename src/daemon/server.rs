@@ -228,6 +228,12 @@ impl Daemon {
         Ok(pool)
     }
 
+    /// The size of the model `key` names, once it has started loading (None before that, and
+    /// for a remote server that does not state it).
+    pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
+        self.pool.get()?.parameters_of(key)
+    }
+
     /// The model a name given by an HTTP client means: `small`/`large`, `small/q4`, or a
     /// tier's model name (`qwen2.5-coder-1.5b`), each at the default bit width unless given.
     /// Any other name means the default model (clients such as editors send the name their
