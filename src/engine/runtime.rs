@@ -113,6 +113,28 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
     }
 }
 
+/// Bytes of freed buffers MLX keeps for reuse when `LAYA_MLX_CACHE_LIMIT` does not say. MLX's
+/// own default is its whole memory limit, so a resident process would keep the largest
+/// working set it ever had (on a Mac that is system memory, on a shared GPU another process's
+/// room: two such processes on one GPU ran out of memory). 1 GiB holds the buffers of a
+/// prefill step of the 32B tier many times over.
+pub const DEFAULT_CACHE_LIMIT: usize = 1 << 30;
+
+/// The cache limit: `LAYA_MLX_CACHE_LIMIT` (bytes; `0` keeps no freed buffers) or the default.
+pub fn cache_limit() -> Result<usize, String> {
+    parse_cache_limit(std::env::var("LAYA_MLX_CACHE_LIMIT").ok().as_deref())
+}
+
+fn parse_cache_limit(value: Option<&str>) -> Result<usize, String> {
+    match value {
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("LAYA_MLX_CACHE_LIMIT must be a number of bytes, got `{v}`")),
+        None => Ok(DEFAULT_CACHE_LIMIT),
+    }
+}
+
 static GPU_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Make `pref` the default device for every MLX op of this process and return its description.
@@ -121,6 +143,7 @@ pub fn use_device(pref: DevicePref) -> Result<String, String> {
     info.check_version()?;
     let (device, desc) = choose_device(pref, &info)?;
     Device::set_default(&device);
+    mlx_rs::memory::set_cache_limit(cache_limit()?).map_err(|e| format!("setting MLX's cache limit: {e}"))?;
     if matches!(device.get_type(), Ok(DeviceType::Gpu)) {
         GPU_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -130,4 +153,26 @@ pub fn use_device(pref: DevicePref) -> Result<String, String> {
 /// Whether this process made a GPU its MLX device ([`use_device`]).
 pub fn gpu_in_use() -> bool {
     GPU_IN_USE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_limit_is_bytes_from_the_environment_or_the_default() {
+        assert_eq!(parse_cache_limit(None), Ok(DEFAULT_CACHE_LIMIT));
+        assert_eq!(parse_cache_limit(Some(" 268435456 ")), Ok(256 << 20));
+        assert_eq!(parse_cache_limit(Some("0")), Ok(0));
+        let e = parse_cache_limit(Some("1G")).unwrap_err();
+        assert!(e.contains("LAYA_MLX_CACHE_LIMIT") && e.contains("`1G`"), "{e}");
+    }
+
+    #[test]
+    fn choosing_the_device_bounds_the_allocator_cache() {
+        use_device(DevicePref::Cpu).unwrap();
+        // Setting it again returns what `use_device` set (MLX's own default is its memory limit).
+        let previous = mlx_rs::memory::set_cache_limit(DEFAULT_CACHE_LIMIT).unwrap();
+        assert_eq!(previous, DEFAULT_CACHE_LIMIT);
+    }
 }
