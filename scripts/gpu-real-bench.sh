@@ -17,6 +17,11 @@
 #   peer-quality  the quality cases through that llama-server's /infill, then `laya bench
 #              quality` compared with those answers (CASES: the case file, default
 #              bench/quality/cases.jsonl; bench/quality/cases-large.jsonl for 100 a language).
+#   server-quality  only the first half of peer-quality: llama-server's /infill answers to CASES;
+#   laya-quality  only `laya bench quality` on CASES, once per prompt variant in VARIANTS
+#              (default: "default header"; `default` is laya's defaults, `header` adds the
+#              repository-level header to every prompt, `{"fileHeader":true}`); score the
+#              answers against server-quality's with bench/quality/score.py.
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +93,21 @@ for step in $STEPS; do
     say "bench quality against it"
     laya bench quality --model "$G" --precision q8 --cases "$CASES" --compare "$out/llama-server-$TAG-$SET.json" \
       --out "$out/q-$TAG-$SET-vs-server.json" 2>>"$log.err" | tee -a "$log" ;;
+  server-quality)
+    say "llama-server /infill on $CASES"
+    python3 scripts/bench_infill.py --server-bin "$LLAMA" --model "$G" --cases "$CASES" \
+      --server-log "$out/llama-server-$TAG-$SET.log" --out "$out/llama-server-$TAG-$SET.json" 2>>"$log.err" ;;
+  laya-quality)
+    for variant in ${VARIANTS:-default header}; do
+      case $variant in
+      default) extra=() ;;
+      header) extra=(--settings '{"fileHeader":true}') ;;
+      *) say "unknown variant $variant"; continue ;;
+      esac
+      say "bench quality on $CASES ($variant)"
+      laya bench quality --model "$G" --precision q8 --cases "$CASES" "${extra[@]}" \
+        --out "$out/q-$TAG-$SET-$variant.json" 2>>"$log.err" | tee -a "$log"
+    done ;;
   typing)
     for run in anchored fresh fresh-short no-reuse; do
       case $run in

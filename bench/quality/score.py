@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scores a results file of the masked-line benchmark against bench/quality/cases.jsonl.
 
-    python3 bench/quality/score.py RESULTS.json [RESULTS.json ...] [--cases FILE] [--json]
+    python3 bench/quality/score.py RESULTS.json [RESULTS.json ...] [--cases FILE]... [--json]
 
 RESULTS.json is {"results": [{"id": ..., "output": <raw completion>, ...}, ...]} (what
 scripts/bench_infill.py writes). Per case, with `line` = the completion's first line (up to the
@@ -11,6 +11,10 @@ first "\\n") with trailing whitespace trimmed:
                    characters (Unicode code points); 1.0 when both are empty
 Prints per language: cases scored, exact-line rate and mean edit similarity, then all cases.
 Cases missing from the results file are counted as not scored (listed under `missing`).
+
+Several case files (`--cases` repeated) are scored as one set (their ids are distinct); a RESULTS argument may join
+one engine's files with "+" (`laya-large.json+laya-xl.json`), so the two 600-case sets score as
+1200 cases.
 
 --strip-leading is a diagnostic, not the metric: it also trims the line's leading whitespace
 (completions that repeat the indentation the prefix already ends with).
@@ -71,16 +75,18 @@ def score(cases, results, strip_leading=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+")
-    ap.add_argument("--cases", default=str(Path(__file__).with_name("cases.jsonl")))
+    ap.add_argument("--cases", action="append",
+                    help="case file (repeat for several; default: cases.jsonl beside this script)")
     ap.add_argument("--json", action="store_true", help="print the tables as JSON")
     ap.add_argument("--strip-leading", action="store_true",
                     help="diagnostic: also trim the first line's leading whitespace")
     args = ap.parse_args()
-    cases = [json.loads(line) for line in Path(args.cases).read_text(encoding="utf-8").splitlines()
-             if line.strip()]
+    cases = [json.loads(line) for f in args.cases or [Path(__file__).with_name("cases.jsonl")]
+             for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
     out = {}
     for path in args.results:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in path.split("+")]
+        doc = dict(docs[0], results=[r for d in docs for r in d["results"]])
         table, missing = score(cases, doc["results"], args.strip_leading)
         out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
                      "table": table, "missing": len(missing)}
