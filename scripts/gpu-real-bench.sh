@@ -33,6 +33,10 @@ log=$out/gpu-real-$TAG.log
 STEPS=${STEPS:-complete quality typing}
 LLAMA=/tmp/llama-cuda/build/bin/llama-server
 CASES=${CASES:-bench/quality/cases.jsonl}   # or bench/quality/cases-large.jsonl
+if [[ $CASES == *.xz ]]; then  # a compressed case file (cases-xl-file.jsonl.xz): unpack it once
+  [[ -f /tmp/$(basename "$CASES" .xz) ]] || xz -dc "$CASES" >"/tmp/$(basename "$CASES" .xz)"
+  CASES=/tmp/$(basename "$CASES" .xz)
+fi
 SET=$(basename "$CASES" .jsonl)
 LONG=${LONG:-}
 laya() { scripts/cuda-ops.sh exec .device/laya --device gpu "$@"; }

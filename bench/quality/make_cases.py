@@ -36,6 +36,11 @@ from pathlib import Path
 
 PREFIX_BYTES = 1200
 SUFFIX_BYTES = 400
+# `--window file`: the same masked lines with much more of the file around them, as an editor
+# holds it (an engine then cuts the text to its own budget, and laya's context extraction has
+# parts of the file beyond its window to bring back).
+FILE_PREFIX_BYTES = 12000
+FILE_SUFFIX_BYTES = 3000
 MIN_CHARS = 12  # non-space characters in the masked line
 MAX_CHARS = 120  # characters in `expected`: longer lines do not fit a 48-token completion
 SEED = "laya-quality-v1"
@@ -451,7 +456,7 @@ def clike_blocked(text, nlines, language):
 TRIVIAL = re.compile(r"^[\s{}()\[\];,:]*(?:else|end|pass|break|continue|return|default)?[\s{}()\[\];,:]*$")
 
 
-def make_cases_for_file(text, language, k, rng):
+def make_cases_for_file(text, language, k, rng, wide=False):
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -462,11 +467,11 @@ def make_cases_for_file(text, language, k, rng):
         blocked = clike_blocked(text, nlines, language)
     raw = [ln + "\n" for ln in lines]
 
-    def window(i):
+    def window(i, prefix_bytes=PREFIX_BYTES, suffix_bytes=SUFFIX_BYTES):
         before, size = [], 0
         for j in range(i - 1, -1, -1):
             b = len(raw[j].encode("utf-8"))
-            if size + b > PREFIX_BYTES:
+            if size + b > prefix_bytes:
                 break
             before.append(raw[j])
             size += b
@@ -474,7 +479,7 @@ def make_cases_for_file(text, language, k, rng):
         after, size = [], 0
         for j in range(i + 1, nlines):
             b = len(raw[j].encode("utf-8"))
-            if size + b > SUFFIX_BYTES:
+            if size + b > suffix_bytes:
                 break
             after.append(raw[j])
             size += b
@@ -499,6 +504,8 @@ def make_cases_for_file(text, language, k, rng):
         if any(x.strip() == stripped for x in before + after):
             continue  # the answer is visible in the window
         indent = ln[: len(ln) - len(ln.lstrip())]
+        if wide:  # eligibility as above, so the wide set masks the same lines
+            before, after = window(i, FILE_PREFIX_BYTES, FILE_SUFFIX_BYTES)
         candidates.append({
             "line": i + 1,
             "prefix": "".join(before) + indent,
@@ -522,6 +529,10 @@ def main():
                          "held out (default: %(default)s)")
     ap.add_argument("--out", help="default: cases.jsonl, cases-large.jsonl or cases-xl.jsonl "
                     "beside this script")
+    ap.add_argument("--window", choices=["line", "file"], default="line",
+                    help="line: the prefix/suffix limits above; file: the same cases with up to "
+                         f"{FILE_PREFIX_BYTES} bytes before and {FILE_SUFFIX_BYTES} after, written "
+                         "to <set's file>-file.jsonl (default: %(default)s)")
     ap.add_argument("--per-language", type=int, help="default: 20 (small) or 100 (large, xl)")
     ap.add_argument("--python-lib", default=roots["python"],
                     help="CPython 3.11.7 Lib/ directory (default: %(default)s)")
@@ -537,6 +548,8 @@ def main():
     sources, per_language, out_name, id_mark = SETS[args.set]
     if args.per_language is None:
         args.per_language = per_language
+    if args.window == "file":
+        out_name = out_name.replace(".jsonl", "-file.jsonl")
     if args.out is None:
         args.out = str(Path(__file__).with_name(out_name))
     roots = {"python": args.python_lib, "cargo": args.cargo_src, "npm": args.npm_dir,
@@ -550,7 +563,7 @@ def main():
             text = read_source(roots, root, rel)
             rng = random.Random(f"{SEED}:{lang}:{slug}")
             try:
-                picked = make_cases_for_file(text, lang, k, rng)
+                picked = make_cases_for_file(text, lang, k, rng, wide=args.window == "file")
             except SystemExit as e:
                 raise SystemExit(f"{rel}: {e}")
             for n, c in enumerate(picked, 1):
