@@ -58,15 +58,20 @@ fn check(language: &str, file: &str, fixture: &str, expect: Expect) {
 
 /// The prompt the pipeline sends for `fixture` within `budget`, to a model of `parameters`.
 fn prompt_for(language: &str, file: &str, fixture: &str, budget: Budget, parameters: Option<u64>) -> String {
+    let settings = CompletionSettings {
+        budget,
+        ..CompletionSettings::default()
+    };
+    prompt_with(language, file, fixture, &settings, parameters)
+}
+
+/// The prompt the pipeline sends for `fixture` with `settings`, to a model of `parameters`.
+fn prompt_with(language: &str, file: &str, fixture: &str, settings: &CompletionSettings, parameters: Option<u64>) -> String {
     let cursor = fixture.find("$0").expect("$0 in the fixture");
     let text = fixture.replace("$0", "");
     let doc = Document::new(&text, 1, language).snapshot(&format!("file:///repo/{file}"));
     let engine = Arc::new(Capture(Mutex::default(), parameters));
     let pipeline = Pipeline::new(engine.clone());
-    let settings = CompletionSettings {
-        budget,
-        ..CompletionSettings::default()
-    };
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     rt.block_on(pipeline.complete(
         Request {
@@ -74,7 +79,7 @@ fn prompt_for(language: &str, file: &str, fixture: &str, budget: Budget, paramet
             others: &[],
             cursor,
             trigger: Trigger::Invoked,
-            settings: &settings,
+            settings,
             workspace_root: Some("file:///repo"),
         },
         Arc::new(AtomicBool::new(false)),
@@ -110,6 +115,21 @@ fn suffix_share_follows_the_model_size() {
         ..Budget::default()
     };
     assert_eq!(suffix_of(fixed, Some(1_540_000_000)), small, "a configured share wins");
+}
+
+/// `fileHeader` puts the repository's name and the file's path (relative to the workspace)
+/// before a prompt that shows no other file; off (the default) the prompt is plain FIM.
+#[test]
+fn file_header_setting_names_the_repository_and_file() {
+    let fixture = "fn main() {\n    $0\n}\n";
+    let plain = prompt_with("rust", "src/main.rs", fixture, &CompletionSettings::default(), None);
+    assert!(plain.starts_with("<|fim_prefix|>fn main() {"), "{plain}");
+    let settings = CompletionSettings {
+        file_header: true,
+        ..CompletionSettings::default()
+    };
+    let headed = prompt_with("rust", "src/main.rs", fixture, &settings, None);
+    assert_eq!(headed, format!("<|repo_name|>repo\n<|file_sep|>src/main.rs\n{plain}"));
 }
 
 #[test]

@@ -228,8 +228,9 @@ impl Daemon {
         Ok(pool)
     }
 
-    /// The size of the model `key` names, once it has started loading (None before that, and
-    /// for a remote server that does not state it).
+    /// The size of the model `key` names, once it has loaded (None before that, and for a
+    /// remote server that does not state it; a prompt built then gets the larger models'
+    /// suffix share).
     pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
         self.pool.get()?.parameters_of(key)
     }
