@@ -21,9 +21,10 @@
 #   scripts/cuda-ops.sh bundle GGUF...
 #                               # here, after `build`: packs the laya binary (xz) and the GGUF
 #                               # files (libmlx's parts too with LAYA_BUNDLE_MLX=1, and the files
-#                               # in LAYA_BUNDLE_EXTRA, unpacked to /tmp) into 60 MiB parts
+#                               # in LAYA_BUNDLE_EXTRA, unpacked to /tmp) into parts
 #                               # .device/bundle/part.NN, for transports that carry 64 MiB a
-#                               # call (one part each)
+#                               # call with the working tree (one part each): a part is 64 MiB
+#                               # less the tracked files and 2 MiB (LAYA_BUNDLE_PART_MB sets it)
 #   scripts/cuda-ops.sh stage-part NAME
 #                               # on the GPU machine: keep carried part NAME in /tmp/laya-bundle
 #   scripts/cuda-ops.sh unbundle
@@ -160,7 +161,10 @@ bundle)
   mkdir -p "$work/models"
   for g in "$@"; do ln -s "$(realpath "$g")" "$work/models/$(basename "$g")"; done
   rm -rf "$OUTD/bundle" && mkdir -p "$OUTD/bundle"
-  tar -C "$work" -chf - . | split -b 60m -d - "$OUTD/bundle/part."
+  tree_mb=$(( ($(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) + 1048575) / 1048576 ))
+  part_mb=${LAYA_BUNDLE_PART_MB:-$((64 - tree_mb - 2))}
+  echo "cuda-ops: tracked files ${tree_mb} MiB, parts of ${part_mb} MiB"
+  tar -C "$work" -chf - . | split -b "${part_mb}m" -d - "$OUTD/bundle/part."
   rm -rf "$work"
   ls -la "$OUTD/bundle"
   ;;
