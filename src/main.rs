@@ -136,7 +136,9 @@ impl RemoteArgs {
         let url = self.remote_url.as_ref()?;
         let mut cfg = laya::engine::remote::RemoteConfig::new(url.clone());
         cfg.model = self.remote_model.clone();
-        cfg.api_key = std::env::var(&self.remote_api_key_env).ok().filter(|k| !k.is_empty());
+        cfg.api_key = std::env::var(&self.remote_api_key_env)
+            .ok()
+            .filter(|k| !k.is_empty());
         cfg.timeout = std::time::Duration::from_secs(self.remote_timeout);
         cfg.extra_body = self.remote_extra.clone().unwrap_or_default();
         Some(cfg)
@@ -266,13 +268,19 @@ impl ServeArgs {
             "--prefill-cache-bytes".into(),
             self.prefill_cache_bytes.to_string(),
         ];
-        for (flag, v) in [("--small-remote", &self.small_remote), ("--large-remote", &self.large_remote)] {
+        for (flag, v) in [
+            ("--small-remote", &self.small_remote),
+            ("--large-remote", &self.large_remote),
+        ] {
             if let Some(v) = v {
                 a.extend([flag.to_owned(), v.clone()]);
             }
         }
         if let Some(extra) = &self.remote_extra {
-            a.extend(["--remote-extra".to_owned(), serde_json::Value::Object(extra.clone()).to_string()]);
+            a.extend([
+                "--remote-extra".to_owned(),
+                serde_json::Value::Object(extra.clone()).to_string(),
+            ]);
         }
         if self.no_cache {
             a.push("--no-cache".into());
@@ -323,7 +331,9 @@ impl ServeArgs {
 
     fn remote(&self, url: &str) -> laya::engine::remote::RemoteConfig {
         let mut cfg = laya::engine::remote::RemoteConfig::new(url);
-        cfg.api_key = std::env::var("LAYA_REMOTE_API_KEY").ok().filter(|k| !k.is_empty());
+        cfg.api_key = std::env::var("LAYA_REMOTE_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty());
         cfg.extra_body = self.remote_extra.clone().unwrap_or_default();
         cfg
     }
@@ -422,7 +432,11 @@ impl ServeArgs {
             },
             None => None,
         };
-        if !self.no_http && !self.http_addr.ip().is_loopback() && token.is_none() && !self.allow_unauthenticated_remote {
+        if !self.no_http
+            && !self.http_addr.ip().is_loopback()
+            && token.is_none()
+            && !self.allow_unauthenticated_remote
+        {
             bail!(
                 "--http-addr {} is not a loopback address: anyone who can reach it could use this daemon. \
                  Set a bearer token with --token-env VAR, or pass --allow-unauthenticated-remote if that is meant",
@@ -494,7 +508,7 @@ impl ModelArgs {
             group_size: self.group_size,
             use_cache: !self.no_cache,
             progress: std::io::stderr().is_terminal(),
-        ..Default::default()
+            ..Default::default()
         }
     }
 }
@@ -835,8 +849,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 },
         } => {
             bench_typing(
-                &files, &cases, per_language, &model, &remote, max_tokens, budget, no_reuse, steps_out,
-                settings.as_deref(), json, cli.device,
+                &files,
+                &cases,
+                per_language,
+                &model,
+                &remote,
+                max_tokens,
+                budget,
+                no_reuse,
+                steps_out,
+                settings.as_deref(),
+                json,
+                cli.device,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -855,7 +879,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 },
         } => {
             bench_quality(
-                &cases, &model, &remote, &languages, limit, max_tokens, out, compare, settings.as_deref(), cli.device,
+                &cases,
+                &model,
+                &remote,
+                &languages,
+                limit,
+                max_tokens,
+                out,
+                compare,
+                settings.as_deref(),
+                cli.device,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -1043,15 +1076,16 @@ fn bench_typing(
 ) -> Result<()> {
     use laya::{
         bench::{quality, typing as t},
-        engine::{
-            prefix::PrefixLimits,
-            worker::ModelState,
-        },
+        engine::{prefix::PrefixLimits, worker::ModelState},
     };
     let mut traces = vec![];
     for f in files {
         let mut parts = f.rsplitn(3, ':');
-        let (lang, line, path) = (parts.next(), parts.next().and_then(|l| l.parse().ok()), parts.next());
+        let (lang, line, path) = (
+            parts.next(),
+            parts.next().and_then(|l| l.parse().ok()),
+            parts.next(),
+        );
         let (Some(lang), Some(line), Some(path)) = (lang, line, path) else {
             bail!("--file wants FILE:LINE:LANGUAGE, got `{f}`");
         };
@@ -1072,7 +1106,8 @@ fn bench_typing(
             .iter()
             .map(|c| serde_json::json!({ "id": c.id, "steps": t::steps(c) }))
             .collect();
-        std::fs::write(p, serde_json::to_string(&steps)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string(&steps)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     let mut opts = args.options();
     if no_reuse {
@@ -1093,16 +1128,29 @@ fn bench_typing(
     let completion = serde_json::to_value(completion_settings(completion, overrides)?)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let start = std::time::Instant::now();
-    rt.block_on(t::replay(engine.clone(), &t::warm_up_trace(), completion.clone())).map_err(anyhow::Error::msg)?;
+    rt.block_on(t::replay(engine.clone(), &t::warm_up_trace(), completion.clone()))
+        .map_err(anyhow::Error::msg)?;
     eprintln!("warm-up trace (untimed): {:.1} s", start.elapsed().as_secs_f64());
     let mut runs = vec![];
     for c in &traces {
-        eprintln!("trace {} ({} keystrokes) on {label}", c.id, c.expected.chars().count());
-        let keys = rt.block_on(t::replay(engine.clone(), c, completion.clone())).map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "trace {} ({} keystrokes) on {label}",
+            c.id,
+            c.expected.chars().count()
+        );
+        let keys = rt
+            .block_on(t::replay(engine.clone(), c, completion.clone()))
+            .map_err(anyhow::Error::msg)?;
         for k in &keys {
             eprintln!(
                 "  {:>3} {:>9.1} ms {:<13} prompt {:>5} reused {:>5} prefilled {:>4} first token {:>7.1} ms",
-                k.typed, k.ms, k.source, k.prompt_tokens, k.reused_tokens, k.prefilled_tokens, k.first_token_ms
+                k.typed,
+                k.ms,
+                k.source,
+                k.prompt_tokens,
+                k.reused_tokens,
+                k.prefilled_tokens,
+                k.first_token_ms
             );
         }
         runs.push(keys);
@@ -1151,7 +1199,8 @@ fn bench_typing(
     );
     if let Some(p) = json_out {
         let v = serde_json::json!({ "engine": label, "summary": s, "traces": traces.iter().map(|c| &c.id).collect::<Vec<_>>(), "keystrokes": runs });
-        std::fs::write(&p, serde_json::to_string_pretty(&v)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(&p, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -1169,12 +1218,7 @@ fn bench_quality(
     overrides: Option<&str>,
     device: DevicePref,
 ) -> Result<()> {
-    use laya::{
-        bench::quality as q,
-        engine::{
-            worker::ModelState,
-        },
-    };
+    use laya::{bench::quality as q, engine::worker::ModelState};
     let mut all = q::load_cases(cases)?;
     if !languages.is_empty() {
         all.retain(|c| languages.contains(&c.language));
@@ -1488,7 +1532,11 @@ fn bench_memory(serve: &ServeArgs, clients: usize, requests: usize, in_process: 
     };
     let r = memory::run(&bench, |line| eprintln!("{line}")).map_err(anyhow::Error::msg)?;
     println!("daemon RSS with 1 LSP client:  {:8.1} MiB", mib(r.one_client));
-    println!("daemon RSS with {} LSP clients: {:8.1} MiB", r.clients, mib(r.many_clients));
+    println!(
+        "daemon RSS with {} LSP clients: {:8.1} MiB",
+        r.clients,
+        mib(r.many_clients)
+    );
     println!("ratio: {:.3} (goal <= 1.1)", r.ratio());
     if !r.lsp.is_empty() {
         let each: Vec<String> = r.lsp.iter().map(|b| format!("{:.1}", mib(*b))).collect();
@@ -1555,9 +1603,12 @@ fn bench_soak(a: SoakArgs) -> Result<()> {
     let report = result.map_err(anyhow::Error::msg)?;
     print!("{}", soak::summary(&report));
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
-    if report.lost + report.answered_twice + report.errors > 0 || report.daemon_served != report.answered as u64 {
+    if report.lost + report.answered_twice + report.errors > 0
+        || report.daemon_served != report.answered as u64
+    {
         bail!("requests were lost, answered twice or failed (see above)");
     }
     Ok(())

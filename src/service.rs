@@ -52,7 +52,9 @@ pub struct ServiceSpec {
 }
 
 fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
 }
 
 /// Where the service file goes.
@@ -125,7 +127,10 @@ fn xml_escape(s: &str) -> String {
 }
 
 pub fn render_launchd(spec: &ServiceSpec, log: &Path) -> String {
-    let mut args = format!("        <string>{}</string>\n", xml_escape(&spec.program.to_string_lossy()));
+    let mut args = format!(
+        "        <string>{}</string>\n",
+        xml_escape(&spec.program.to_string_lossy())
+    );
     for a in &spec.args {
         args.push_str(&format!("        <string>{}</string>\n", xml_escape(a)));
     }
@@ -211,7 +216,11 @@ fn run(cmd: &[String]) -> Result<(), ServiceError> {
 
 /// Write the service file (replacing an older one) and, with `start`, enable and start it.
 /// Returns the file's path and the commands run.
-pub fn install(platform: Platform, spec: &ServiceSpec, start: bool) -> Result<(PathBuf, Vec<String>), ServiceError> {
+pub fn install(
+    platform: Platform,
+    spec: &ServiceSpec,
+    start: bool,
+) -> Result<(PathBuf, Vec<String>), ServiceError> {
     let path = unit_path(platform)?;
     let io = |p: &Path| {
         let p = p.to_path_buf();

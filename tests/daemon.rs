@@ -27,8 +27,16 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
     assert_eq!(h["status"], "ok", "{h}");
     assert_eq!(h["default"], "small/q8");
     let small = &h["models"][0];
-    assert_eq!((small["tier"].as_str(), small["source"].as_str()), (Some("small"), Some("remote")), "{h}");
-    assert_eq!((small["state"].as_str(), small["warm"].as_bool()), (Some("ready"), Some(false)), "{h}");
+    assert_eq!(
+        (small["tier"].as_str(), small["source"].as_str()),
+        (Some("small"), Some("remote")),
+        "{h}"
+    );
+    assert_eq!(
+        (small["state"].as_str(), small["warm"].as_bool()),
+        (Some("ready"), Some(false)),
+        "{h}"
+    );
     assert_eq!(h["pid"], d.child.id());
 
     let m = ok_json(addr, "GET", "/v1/models", None);
@@ -40,12 +48,21 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
         addr,
         "POST",
         "/complete",
-        Some(r#"{"prefix":"def add(a, b):\n    return ","suffix":"\n\nprint(add(1, 2))\n","max_tokens":8,"stop":["\n"]}"#),
+        Some(
+            r#"{"prefix":"def add(a, b):\n    return ","suffix":"\n\nprint(add(1, 2))\n","max_tokens":8,"stop":["\n"]}"#,
+        ),
     );
     assert_eq!(c["text"], STUB_TEXT, "{c}");
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
     assert_eq!(c["model"], "small/native");
-    for k in ["prompt_tokens", "reused_tokens", "prefilled_tokens", "first_token_ms", "total_ms", "queue_ms"] {
+    for k in [
+        "prompt_tokens",
+        "reused_tokens",
+        "prefilled_tokens",
+        "first_token_ms",
+        "total_ms",
+        "queue_ms",
+    ] {
         assert!(c["timing"][k].is_number(), "timing.{k} missing: {c}");
     }
     assert_eq!(c["timing"]["prompt_tokens"], 7);
@@ -59,7 +76,9 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
         addr,
         "POST",
         "/v1/completions",
-        Some(r#"{"model":"qwen2.5-coder-1.5b","prompt":"<|fim_prefix|>x = <|fim_suffix|><|fim_middle|>","max_tokens":16,"stop":["\n"],"environment":"zed"}"#),
+        Some(
+            r#"{"model":"qwen2.5-coder-1.5b","prompt":"<|fim_prefix|>x = <|fim_suffix|><|fim_middle|>","max_tokens":16,"stop":["\n"],"environment":"zed"}"#,
+        ),
     );
     assert!(v["id"].as_str().unwrap().starts_with("cmpl-"), "{v}");
     assert_eq!(v["object"], "text_completion");
@@ -110,7 +129,9 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
         .filter_map(|c| c["choices"][0]["text"].as_str())
         .collect();
     assert_eq!(text, STUB_TEXT);
-    assert!(chunks.iter().all(|c| c["object"] == "text_completion" && c["id"] == chunks[0]["id"]));
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "text_completion" && c["id"] == chunks[0]["id"]));
     assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == "stop"));
     let last = chunks.last().unwrap();
     assert_eq!(last["usage"]["prompt_tokens"], 7, "{last}");
@@ -129,7 +150,10 @@ fn bad_requests_get_clear_4xx_json_errors() {
     let err = |method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]| {
         let (code, text) = http(addr, method, path, body, headers);
         let v = json_of(&text);
-        let msg = v["error"]["message"].as_str().unwrap_or_else(|| panic!("no error message: {text}")).to_owned();
+        let msg = v["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error message: {text}"))
+            .to_owned();
         assert!(v["error"]["type"].is_string(), "{text}");
         (code, msg)
     };
@@ -143,16 +167,34 @@ fn bad_requests_get_clear_4xx_json_errors() {
     let (code, msg) = err("POST", "/v1/completions", Some(&big), &[]);
     assert_eq!(code, 413);
     assert!(msg.contains("size limit"), "{msg}");
-    let (code, msg) = err("POST", "/v1/completions", Some(r#"{"prompt":"x","max_tokens":33}"#), &[]);
+    let (code, msg) = err(
+        "POST",
+        "/v1/completions",
+        Some(r#"{"prompt":"x","max_tokens":33}"#),
+        &[],
+    );
     assert_eq!(code, 400);
-    assert!(msg.contains("max_tokens 33") && msg.contains("limit of 32"), "{msg}");
+    assert!(
+        msg.contains("max_tokens 33") && msg.contains("limit of 32"),
+        "{msg}"
+    );
     let (code, msg) = err("POST", "/complete", Some(r#"{"prefix":"x","n":0}"#), &[]);
     assert_eq!(code, 400);
     assert!(msg.contains("n must be"), "{msg}");
-    let (code, msg) = err("POST", "/v1/completions", Some(r#"{"prompt":"x","model":"small/q5"}"#), &[]);
+    let (code, msg) = err(
+        "POST",
+        "/v1/completions",
+        Some(r#"{"prompt":"x","model":"small/q5"}"#),
+        &[],
+    );
     assert_eq!(code, 400);
     assert!(msg.contains("small/q5"), "{msg}");
-    let (code, msg) = err("POST", "/complete", Some(r#"{"prefix":"x","model":{"tier":"small","bits":5}}"#), &[]);
+    let (code, msg) = err(
+        "POST",
+        "/complete",
+        Some(r#"{"prefix":"x","model":{"tier":"small","bits":5}}"#),
+        &[],
+    );
     assert_eq!(code, 400);
     assert!(msg.contains("bits"), "{msg}");
     let (code, _) = err("POST", "/v1/completions", Some(r#"{"prompt":""}"#), &[]);
@@ -168,7 +210,10 @@ fn bad_requests_get_clear_4xx_json_errors() {
     assert!(matches!(resp, Err(ureq::Error::Status(415, _))));
     let (code, _) = err("GET", "/health", None, &[("Host", "evil.example:7723")]);
     assert_eq!(code, 403);
-    assert!(stub.prompts.lock().unwrap().is_empty(), "no bad request reached the model");
+    assert!(
+        stub.prompts.lock().unwrap().is_empty(),
+        "no bad request reached the model"
+    );
 }
 
 #[test]
@@ -177,7 +222,15 @@ fn a_configured_token_is_required_over_http() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
     let mut child = laya()
-        .args(["serve", "--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--small-remote",
+            &stub.url,
+            "--large",
+            "none",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
         .args(["--token-env", "LAYA_TEST_TOKEN"])
         .env("LAYA_RUNTIME_DIR", &dir)
         .env("LAYA_TEST_TOKEN", "s3cret")
@@ -189,7 +242,10 @@ fn a_configured_token_is_required_over_http() {
         if let Some(a) = laya::daemon::paths::read_http_addr(&dir) {
             break a;
         }
-        assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "no daemon");
+        assert!(
+            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "no daemon"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let (code, text) = http(addr, "GET", "/health", None, &[]);
@@ -197,13 +253,26 @@ fn a_configured_token_is_required_over_http() {
     assert_eq!(json_of(&text)["error"]["type"], "authentication_error");
     let (code, _) = http(addr, "GET", "/health", None, &[("Authorization", "Bearer wrong")]);
     assert_eq!(code, 401);
-    let (code, _) = http(addr, "GET", "/health", None, &[("Authorization", "Bearer s3cret")]);
+    let (code, _) = http(
+        addr,
+        "GET",
+        "/health",
+        None,
+        &[("Authorization", "Bearer s3cret")],
+    );
     assert_eq!(code, 200);
     child.kill().unwrap();
     child.wait().unwrap();
     // Naming a variable that is not set is an error, not an open server.
     let out = laya()
-        .args(["serve", "--small-remote", &stub.url, "--no-http", "--token-env", "LAYA_TEST_UNSET"])
+        .args([
+            "serve",
+            "--small-remote",
+            &stub.url,
+            "--no-http",
+            "--token-env",
+            "LAYA_TEST_UNSET",
+        ])
         .env("LAYA_RUNTIME_DIR", &dir)
         .env_remove("LAYA_TEST_UNSET")
         .output()
@@ -222,7 +291,10 @@ fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directo
     drop(std::os::unix::net::UnixListener::bind(dir.join("laya.sock")).unwrap());
     assert!(std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_err());
 
-    let d = serve_in(&dir, &["--small-remote", &stub.url, "--large", "none", "--no-http"]);
+    let d = serve_in(
+        &dir,
+        &["--small-remote", &stub.url, "--large", "none", "--no-http"],
+    );
     assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
     let sock = std::fs::symlink_metadata(dir.join("laya.sock")).unwrap();
     assert_eq!(sock.mode() & 0o777, 0o600);
@@ -237,7 +309,10 @@ fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directo
         &dir,
         r#"{"op":"complete","stream":true,"request":{"prompt":"<|fim_prefix|>q<|fim_suffix|><|fim_middle|>","max_tokens":4}}"#,
     );
-    assert_eq!(answer[0], json!({ "type": "piece", "index": 0, "text": STUB_TEXT }));
+    assert_eq!(
+        answer[0],
+        json!({ "type": "piece", "index": 0, "text": STUB_TEXT })
+    );
     assert_eq!(answer[1]["type"], "done");
     assert_eq!(answer[1]["output"]["choices"][0]["text"], STUB_TEXT);
     let answer = socket_request(&dir, r#"{"op":"fly"}"#);
@@ -253,7 +328,10 @@ fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directo
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("another laya daemon is running"));
     // It left the running daemon's socket alone.
-    assert_eq!(socket_request(&dir, r#"{"op":"status"}"#)[0]["status"]["pid"], d.child.id());
+    assert_eq!(
+        socket_request(&dir, r#"{"op":"status"}"#)[0]["status"]["pid"],
+        d.child.id()
+    );
     drop(d);
 }
 
@@ -266,7 +344,14 @@ fn requests_are_taken_round_robin_across_clients_and_a_client_that_leaves_is_dro
     let send = |client: &'static str, tag: String| {
         std::thread::spawn(move || {
             let body = json!({ "prompt": tag, "max_tokens": 2 }).to_string();
-            http(addr, "POST", "/v1/completions", Some(&body), &[("X-Laya-Client", client)]).0
+            http(
+                addr,
+                "POST",
+                "/v1/completions",
+                Some(&body),
+                &[("X-Laya-Client", client)],
+            )
+            .0
         })
     };
     // Client a queues five requests, then b one, then c one that gives up while waiting.
@@ -288,7 +373,11 @@ fn requests_are_taken_round_robin_across_clients_and_a_client_that_leaves_is_dro
     // Over the socket too: a request whose connection closes while queued.
     let sock = dir_socket(&d.dir);
     let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    writeln!(s, r#"{{"op":"complete","client":"d","request":{{"prompt":"d1","max_tokens":2}}}}"#).unwrap();
+    writeln!(
+        s,
+        r#"{{"op":"complete","client":"d","request":{{"prompt":"d1","max_tokens":2}}}}"#
+    )
+    .unwrap();
     std::thread::sleep(Duration::from_millis(30));
     drop(s);
     gone.join().unwrap();
@@ -296,7 +385,11 @@ fn requests_are_taken_round_robin_across_clients_and_a_client_that_leaves_is_dro
         assert_eq!(w.join().unwrap(), 200);
     }
     let seen = stub.prompts.lock().unwrap().clone();
-    assert_eq!(seen.len(), 6, "the requests of clients that left never ran: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        6,
+        "the requests of clients that left never ran: {seen:?}"
+    );
     let b = seen.iter().position(|p| p == "b1").unwrap();
     // First come first served would run b1 last (6th); round-robin runs it right after
     // the a request that was waiting when it arrived.
@@ -364,7 +457,16 @@ fn real_model_end_to_end_over_http() {
     let dir = tmp.path().join("rt");
     let d = serve_in(
         &dir,
-        &["--small", "qwen2.5-coder-0.5b", "--large", "none", "--device", "cpu", "--http-addr", "127.0.0.1:0"],
+        &[
+            "--small",
+            "qwen2.5-coder-0.5b",
+            "--large",
+            "none",
+            "--device",
+            "cpu",
+            "--http-addr",
+            "127.0.0.1:0",
+        ],
     );
     let addr = d.http.unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -378,12 +480,19 @@ fn real_model_end_to_end_over_http() {
     };
     assert_eq!(h["status"], "ok", "{h}");
     let model = &h["models"][0];
-    assert_eq!((model["id"].as_str(), model["warm"].as_bool()), (Some("small/q8"), Some(true)), "{h}");
+    assert_eq!(
+        (model["id"].as_str(), model["warm"].as_bool()),
+        (Some("small/q8"), Some(true)),
+        "{h}"
+    );
     assert!(model["load_time_ms"].as_f64().unwrap() > 0.0);
     // Its size, which shapes the LSP instances' prompts (suffix share): 0.49B and, since this
     // GGUF file carries its output matrix apart from the embedding, 0.14B more; under the line.
     let parameters = model["parameters"].as_u64().unwrap_or(0);
-    assert!((450_000_000..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters), "{h}");
+    assert!(
+        (450_000_000..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters),
+        "{h}"
+    );
 
     let body = r#"{"prefix":"def add(a, b):\n    return ","suffix":"\n","max_tokens":4}"#;
     let c = ok_json(addr, "POST", "/complete", Some(body));
@@ -401,7 +510,8 @@ fn real_model_end_to_end_over_http() {
     // A long suffix is cut to the small model's share (2 % of 2048 tokens: ~120 bytes, four of
     // these lines, ~40 tokens); the larger models' 6 % would keep twelve lines (~120 tokens).
     let suffix = "\n    total = total + value * 2\n".repeat(40);
-    let body = json!({ "prefix": "def add(a, b):\n    return ", "suffix": suffix, "max_tokens": 1 }).to_string();
+    let body =
+        json!({ "prefix": "def add(a, b):\n    return ", "suffix": suffix, "max_tokens": 1 }).to_string();
     let c = ok_json(addr, "POST", "/complete", Some(&body));
     let prompt_tokens = c["timing"]["prompt_tokens"].as_u64().unwrap();
     assert!((20..80).contains(&prompt_tokens), "{c}");
@@ -415,7 +525,9 @@ fn real_model_end_to_end_over_http() {
     let mut chunks = 0;
     for line in BufReader::new(resp.into_reader()).lines() {
         let line = line.unwrap();
-        let Some(d) = line.strip_prefix("data: ") else { continue };
+        let Some(d) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if d == "[DONE]" {
             break;
         }

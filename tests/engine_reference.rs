@@ -57,7 +57,7 @@ fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
             group_size: 64,
             use_cache: true,
             progress: false,
-        ..Default::default()
+            ..Default::default()
         },
     )
     .expect("load 0.5B");

@@ -124,7 +124,10 @@ fn truncated_and_corrupt_model_files_are_errors_naming_the_file_never_panics() {
             Err(e) => e.to_string(),
         };
         eprintln!("{what}: {msg}");
-        assert!(msg.contains(&format!("{what}.gguf")), "{what}: names the file: {msg}");
+        assert!(
+            msg.contains(&format!("{what}.gguf")),
+            "{what}: names the file: {msg}"
+        );
         assert!(msg.contains(names), "{what}: names {names}: {msg}");
     }
 
@@ -144,14 +147,20 @@ fn truncated_and_corrupt_model_files_are_errors_naming_the_file_never_panics() {
         b[at] ^= 0xFF;
         std::fs::write(&path, &b).unwrap();
         let result = std::panic::catch_unwind(|| match LocalModel::load(&path, &load_options()) {
-            Ok(m) => m.complete(&request(2), &AtomicBool::new(false)).map(|_| ()).map_err(|e| e.to_string()),
+            Ok(m) => m
+                .complete(&request(2), &AtomicBool::new(false))
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         });
         match result {
             Ok(Ok(())) => loaded += 1,
             Ok(Err(msg)) => {
                 errors += 1;
-                assert!(msg.contains("flipped.gguf"), "byte {at}: the error names the file: {msg}");
+                assert!(
+                    msg.contains("flipped.gguf"),
+                    "byte {at}: the error names the file: {msg}"
+                );
             }
             Err(_) => panic!("byte {at} flipped: the loader panicked"),
         }
@@ -227,12 +236,21 @@ fn a_daemon_given_broken_weights_reports_them_answers_errors_and_loads_the_fixed
         let v = json_of(&text);
         assert_eq!(code, 503, "{what}: {text}");
         assert_eq!(v["error"]["type"], "model_unavailable", "{what}: {text}");
-        assert!(v["error"]["message"].as_str().unwrap().contains(&file), "{what}: {text}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(&file),
+            "{what}: {text}"
+        );
         let line = json!({ "op": "complete", "request": { "prompt": FIM, "max_tokens": 4 } }).to_string();
         let answer = socket_request(&dir, &line);
         assert_eq!(answer[0]["type"], "error", "{what}: {answer:?}");
-        assert!(answer[0]["error"]["message"].as_str().unwrap().contains(&file), "{answer:?}");
-        assert!(d.child.try_wait().unwrap().is_none(), "{what}: the daemon is still up");
+        assert!(
+            answer[0]["error"]["message"].as_str().unwrap().contains(&file),
+            "{answer:?}"
+        );
+        assert!(
+            d.child.try_wait().unwrap().is_none(),
+            "{what}: the daemon is still up"
+        );
 
         // The fix (the file fetched again) needs no restart: the next request loads it.
         replace(&model, &good);
@@ -262,7 +280,10 @@ fn an_editor_keeps_working_without_completions_when_the_weights_are_missing_trun
             // The server starts (no exit before the handshake), and shows why it cannot complete.
             let mut p = lsp_with(&dir, &args, false);
             assert!(
-                p.wait_log(|l| l.starts_with("shown: ") && l.contains(&file), Duration::from_secs(20)),
+                p.wait_log(
+                    |l| l.starts_with("shown: ") && l.contains(&file),
+                    Duration::from_secs(20)
+                ),
                 "{case}: {:?}",
                 p.logs
             );
@@ -273,7 +294,10 @@ fn an_editor_keeps_working_without_completions_when_the_weights_are_missing_trun
                 assert_eq!(got, None, "{case}: {:?}", p.logs);
             }
             assert!(
-                p.wait_log(|l| l.contains("completion failed") && l.contains(&file), Duration::from_secs(5)),
+                p.wait_log(
+                    |l| l.contains("completion failed") && l.contains(&file),
+                    Duration::from_secs(5)
+                ),
                 "{case}: {:?}",
                 p.logs
             );
@@ -322,7 +346,10 @@ fn a_daemon_killed_mid_request_answers_the_editor_at_once_and_the_next_request_r
     assert_eq!(got, None, "an empty answer, not a wait: {:?}", p.logs);
     // The log notification may come just after the empty answer.
     assert!(
-        p.wait_log(|l| l.contains("completion failed") && l.contains("daemon"), Duration::from_secs(5)),
+        p.wait_log(
+            |l| l.contains("completion failed") && l.contains("daemon"),
+            Duration::from_secs(5)
+        ),
         "{:?}",
         p.logs
     );
@@ -340,7 +367,11 @@ fn a_daemon_killed_mid_request_answers_the_editor_at_once_and_the_next_request_r
     let second = read_pid(&dir).unwrap();
     assert_ne!(first, second);
     assert_eq!(daemons_for(&dir), vec![second]);
-    assert!(p.shown.is_empty(), "a daemon that died is logged, not shown: {:?}", p.shown);
+    assert!(
+        p.shown.is_empty(),
+        "a daemon that died is logged, not shown: {:?}",
+        p.shown
+    );
     p.shutdown(Duration::from_secs(5));
 }
 
@@ -349,12 +380,22 @@ fn the_files_a_killed_daemon_leaves_do_not_stop_the_next_one() {
     let stub = stub();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
-    let args = ["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"];
+    let args = [
+        "--small-remote",
+        &stub.url,
+        "--large",
+        "none",
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
     let old = serve_in(&dir, &args);
     let old_pid = old.child.id();
     drop(old); // SIGKILL: nothing is cleaned up
     for f in ["laya.sock", "laya.pid", "laya.lock", "http.addr"] {
-        assert!(std::fs::symlink_metadata(dir.join(f)).is_ok(), "a killed daemon leaves {f}");
+        assert!(
+            std::fs::symlink_metadata(dir.join(f)).is_ok(),
+            "a killed daemon leaves {f}"
+        );
     }
     assert!(std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_err());
     assert_eq!(read_pid(&dir), Some(old_pid));
@@ -376,19 +417,35 @@ fn the_files_a_killed_daemon_leaves_do_not_stop_the_next_one() {
 /// `laya complete FILE:1:5 --model MODEL` with the converted-weights cache under `cache`; with
 /// `blocks`, under a file size limit (`ulimit -f`) and SIGXFSZ ignored, so writing past the
 /// limit fails with EFBIG as a full disk fails with ENOSPC.
-fn complete_under_limit(model: &Path, cache: &Path, src: &Path, blocks: Option<u32>, extra: &[&str]) -> (String, String) {
-    let limit = blocks.map(|b| format!("trap '' XFSZ; ulimit -f {b}; ")).unwrap_or_default();
+fn complete_under_limit(
+    model: &Path,
+    cache: &Path,
+    src: &Path,
+    blocks: Option<u32>,
+    extra: &[&str],
+) -> (String, String) {
+    let limit = blocks
+        .map(|b| format!("trap '' XFSZ; ulimit -f {b}; "))
+        .unwrap_or_default();
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!("{limit}exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_laya"))
-        .args(["complete", &format!("{}:1:5", src.display()), "--model", &model.display().to_string()])
+        .args([
+            "complete",
+            &format!("{}:1:5", src.display()),
+            "--model",
+            &model.display().to_string(),
+        ])
         .args(["--max-tokens", "4"])
         .args(extra)
         .env("LAYA_CACHE_DIR", cache)
         .output()
         .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert!(out.status.success(), "laya complete failed: {stderr}");
     (stdout.into_owned(), stderr.into_owned())
 }
@@ -416,12 +473,19 @@ fn a_full_disk_while_caching_converted_weights_costs_only_the_cache() {
     assert!(err.contains("cannot write converted weights"), "a warning: {err}");
     let warning = |err: &str, what: &str| plain(err).lines().find(|l| l.contains(what)).map(str::to_owned);
     eprintln!("file size limit: {:?}", warning(&err, "cannot write"));
-    assert_eq!(converted_files(&cache), Vec::<PathBuf>::new(), "no partial file is left");
+    assert_eq!(
+        converted_files(&cache),
+        Vec::<PathBuf>::new(),
+        "no partial file is left"
+    );
 
     // With room, the cache is written (larger than the limit was), then read.
     let (got, err) = complete_under_limit(&model, &cache, &src, None, &[]);
     assert_eq!(got, want);
-    assert!(!err.contains("cannot write") && !err.contains("(converted cache)"), "{err}");
+    assert!(
+        !err.contains("cannot write") && !err.contains("(converted cache)"),
+        "{err}"
+    );
     let files = converted_files(&cache);
     assert_eq!(files.len(), 1, "{files:?}");
     let size = std::fs::metadata(&files[0]).unwrap().len();
@@ -436,10 +500,19 @@ fn a_full_disk_while_caching_converted_weights_costs_only_the_cache() {
     std::fs::write(&files[0], &bytes[..bytes.len() / 2]).unwrap();
     let (got, err) = complete_under_limit(&model, &cache, &src, None, &[]);
     assert_eq!(got, want, "{err}");
-    assert!(err.contains("ignoring") && !err.contains("(converted cache)"), "{err}");
-    eprintln!("cache of {size} bytes cut at half: {:?}", warning(&err, "ignoring"));
+    assert!(
+        err.contains("ignoring") && !err.contains("(converted cache)"),
+        "{err}"
+    );
+    eprintln!(
+        "cache of {size} bytes cut at half: {:?}",
+        warning(&err, "ignoring")
+    );
     let rewritten = std::fs::metadata(&files[0]).unwrap().len();
-    assert!(rewritten > size / 2, "the cache is written anew: {rewritten} bytes");
+    assert!(
+        rewritten > size / 2,
+        "the cache is written anew: {rewritten} bytes"
+    );
     let (got, err) = complete_under_limit(&model, &cache, &src, None, &[]);
     assert_eq!(got, want);
     assert!(err.contains("(converted cache)"), "{err}");
@@ -464,19 +537,34 @@ fn wait_lines(log: &Path, what: &str, n: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = plain(&std::fs::read_to_string(log).unwrap_or_default());
-        let lines: Vec<String> = text.lines().filter(|l| l.contains(what)).map(str::to_owned).collect();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_owned)
+            .collect();
         if lines.len() >= n {
             return lines;
         }
-        assert!(Instant::now() < deadline, "{n} lines with {what:?} expected in: {text}");
+        assert!(
+            Instant::now() < deadline,
+            "{n} lines with {what:?} expected in: {text}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// The `tokens=N` of a log line.
 fn tokens_of(line: &str) -> usize {
-    let at = line.find("tokens=").unwrap_or_else(|| panic!("no tokens= in {line}")) + "tokens=".len();
-    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    let at = line
+        .find("tokens=")
+        .unwrap_or_else(|| panic!("no tokens= in {line}"))
+        + "tokens=".len();
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -510,7 +598,10 @@ fn a_client_that_vanishes_mid_stream_stops_its_generation_and_the_next_one_is_se
     let mut r = BufReader::new(s);
     let first = loop {
         let mut line = String::new();
-        assert!(r.read_line(&mut line).unwrap() > 0, "the stream ended before its first event");
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "the stream ended before its first event"
+        );
         if let Some(data) = line.trim_end().strip_prefix("data: ") {
             break json_of(data);
         }
@@ -521,10 +612,16 @@ fn a_client_that_vanishes_mid_stream_stops_its_generation_and_the_next_one_is_se
     let c = ok_json(addr, "POST", "/v1/completions", Some(&short));
     assert_eq!(c["choices"][0]["text"], gguf::TOKEN_TEXT.repeat(3), "{c}");
     let ended = wait_lines(&log, "generation ended", 2);
-    assert!(ended[0].contains("Cancelled"), "the vanished client's generation stopped: {ended:?}");
+    assert!(
+        ended[0].contains("Cancelled"),
+        "the vanished client's generation stopped: {ended:?}"
+    );
     let stopped_at = tokens_of(&ended[0]);
     assert!(stopped_at < LONG, "{ended:?}");
-    assert!(ended[1].contains("Length") && tokens_of(&ended[1]) == 3, "{ended:?}");
+    assert!(
+        ended[1].contains("Length") && tokens_of(&ended[1]) == 3,
+        "{ended:?}"
+    );
 
     // The unix socket: a streaming client that reads one piece and leaves.
     let mut u = std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).unwrap();
@@ -533,13 +630,18 @@ fn a_client_that_vanishes_mid_stream_stops_its_generation_and_the_next_one_is_se
         "request": { "prompt": FIM, "max_tokens": LONG } });
     writeln!(u, "{line}").unwrap();
     let mut first = String::new();
-    BufReader::new(u.try_clone().unwrap()).read_line(&mut first).unwrap();
+    BufReader::new(u.try_clone().unwrap())
+        .read_line(&mut first)
+        .unwrap();
     assert_eq!(json_of(&first)["type"], "piece", "{first}");
     drop(u);
     let c = ok_json(addr, "POST", "/v1/completions", Some(&short));
     assert_eq!(c["choices"][0]["text"], gguf::TOKEN_TEXT.repeat(3), "{c}");
     let ended = wait_lines(&log, "generation ended", 4);
-    assert!(ended[2].contains("Cancelled") && tokens_of(&ended[2]) < LONG, "{ended:?}");
+    assert!(
+        ended[2].contains("Cancelled") && tokens_of(&ended[2]) < LONG,
+        "{ended:?}"
+    );
     eprintln!(
         "generations of vanished clients stopped after {stopped_at} (HTTP) and {} (socket) of {LONG} tokens",
         tokens_of(&ended[2])

@@ -26,7 +26,11 @@ struct Capture(Mutex<Vec<String>>, Option<u64>);
 
 #[async_trait::async_trait]
 impl Engine for Capture {
-    async fn complete(&self, req: CompletionRequest, _: Arc<AtomicBool>) -> Result<CompletionOutput, EngineError> {
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        _: Arc<AtomicBool>,
+    ) -> Result<CompletionOutput, EngineError> {
         self.0.lock().unwrap().push(req.prompt);
         Ok(CompletionOutput {
             served_by: None,
@@ -66,7 +70,13 @@ fn prompt_for(language: &str, file: &str, fixture: &str, budget: Budget, paramet
 }
 
 /// The prompt the pipeline sends for `fixture` with `settings`, to a model of `parameters`.
-fn prompt_with(language: &str, file: &str, fixture: &str, settings: &CompletionSettings, parameters: Option<u64>) -> String {
+fn prompt_with(
+    language: &str,
+    file: &str,
+    fixture: &str,
+    settings: &CompletionSettings,
+    parameters: Option<u64>,
+) -> String {
     let cursor = fixture.find("$0").expect("$0 in the fixture");
     let text = fixture.replace("$0", "");
     let doc = Document::new(&text, 1, language).snapshot(&format!("file:///repo/{file}"));
@@ -107,14 +117,24 @@ fn suffix_share_follows_the_model_size() {
     let large = suffix_of(auto.clone(), Some(1_540_000_000));
     let unknown = suffix_of(auto.clone(), None);
     let total = auto.max_tokens * laya::prompt::BYTES_PER_TOKEN;
-    assert!(small <= (total as f32 * 0.02) as usize && small > 0, "small model: {small} bytes");
-    assert!(large > 2 * small && large <= (total as f32 * 0.06) as usize, "1.5B: {large} vs {small} bytes");
+    assert!(
+        small <= (total as f32 * 0.02) as usize && small > 0,
+        "small model: {small} bytes"
+    );
+    assert!(
+        large > 2 * small && large <= (total as f32 * 0.06) as usize,
+        "1.5B: {large} vs {small} bytes"
+    );
     assert_eq!(unknown, large, "an unknown size gets the larger models' share");
     let fixed = Budget {
         suffix_share: Some(0.02),
         ..Budget::default()
     };
-    assert_eq!(suffix_of(fixed, Some(1_540_000_000)), small, "a configured share wins");
+    assert_eq!(
+        suffix_of(fixed, Some(1_540_000_000)),
+        small,
+        "a configured share wins"
+    );
 }
 
 /// `fileHeader` puts the repository's name and the file's path (relative to the workspace)
@@ -122,14 +142,23 @@ fn suffix_share_follows_the_model_size() {
 #[test]
 fn file_header_setting_names_the_repository_and_file() {
     let fixture = "fn main() {\n    $0\n}\n";
-    let plain = prompt_with("rust", "src/main.rs", fixture, &CompletionSettings::default(), None);
+    let plain = prompt_with(
+        "rust",
+        "src/main.rs",
+        fixture,
+        &CompletionSettings::default(),
+        None,
+    );
     assert!(plain.starts_with("<|fim_prefix|>fn main() {"), "{plain}");
     let settings = CompletionSettings {
         file_header: true,
         ..CompletionSettings::default()
     };
     let headed = prompt_with("rust", "src/main.rs", fixture, &settings, None);
-    assert_eq!(headed, format!("<|repo_name|>repo\n<|file_sep|>src/main.rs\n{plain}"));
+    assert_eq!(
+        headed,
+        format!("<|repo_name|>repo\n<|file_sep|>src/main.rs\n{plain}")
+    );
 }
 
 #[test]

@@ -272,7 +272,9 @@ async fn typing_through_and_anchored_prompts() {
     let answer = |_: &str| vec!["return a + b".to_owned()];
     let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
     let uri = "file:///work/demo/calc.py";
-    let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
+    let pos = c
+        .open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n")
+        .await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return a + b");
     fn c_prompts_len(c: &Client) -> usize {
@@ -291,9 +293,14 @@ async fn typing_through_and_anchored_prompts() {
     c.notify("textDocument/didChange", type_at(1, 4, "ret", 2)).await;
     let r = c.inline(uri, (1, 7)).await;
     assert_eq!(r["result"][0]["insertText"], "urn a + b", "{r}");
-    assert_eq!(r["result"][0]["range"]["start"], json!({ "line": 1, "character": 7 }));
+    assert_eq!(
+        r["result"][0]["range"]["start"],
+        json!({ "line": 1, "character": 7 })
+    );
     assert_eq!(c_prompts_len(&c), 1);
-    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
+    let r = c
+        .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
+        .await;
     assert_eq!(r["result"]["source"], "typed-through", "{r}");
 
     // Type "x", off the suggestion: a model call whose prompt continues the first one.
@@ -302,15 +309,21 @@ async fn typing_through_and_anchored_prompts() {
     assert_eq!(c_prompts_len(&c), 2);
     let second = c.engine.prompts.lock().unwrap()[1].clone();
     assert_eq!(second, format!("{first}retx"));
-    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
+    let r = c
+        .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
+        .await;
     assert_eq!(r["result"]["anchored"], true, "{r}");
     assert_eq!(r["result"]["source"], "model");
 
     // An edit elsewhere (above the cursor) ends the anchor: a fresh prompt.
-    c.notify("textDocument/didChange", type_at(0, 0, "# sum\n", 4)).await;
+    c.notify("textDocument/didChange", type_at(0, 0, "# sum\n", 4))
+        .await;
     c.inline(uri, (2, 8)).await;
     let third = c.engine.prompts.lock().unwrap()[2].clone();
-    assert!(third.starts_with("<|fim_prefix|># sum\ndef add(a, b):\n    retx<|fim_suffix|>"), "{third}");
+    assert!(
+        third.starts_with("<|fim_prefix|># sum\ndef add(a, b):\n    retx<|fim_suffix|>"),
+        "{third}"
+    );
 }
 
 /// With `healIndentation` a line that holds only indentation ends the prompt at the line
@@ -323,11 +336,16 @@ async fn indentation_healing() {
     let init = json!({ "completion": { "debounceMs": 0, "healIndentation": true, "typingThrough": false } });
     let mut c = Client::start(answer, Duration::ZERO, true, init).await;
     let uri = "file:///work/demo/calc.py";
-    let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
+    let pos = c
+        .open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n")
+        .await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return a + b", "{r}");
     let first = c.engine.prompts.lock().unwrap()[0].clone();
-    assert!(first.starts_with("<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n"), "{first}");
+    assert!(
+        first.starts_with("<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n"),
+        "{first}"
+    );
     c.notify(
         "textDocument/didChange",
         json!({
@@ -341,18 +359,28 @@ async fn indentation_healing() {
     assert_eq!(second, format!("{first}    re"));
 
     let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
-    let pos = c.open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n").await;
+    let pos = c
+        .open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n")
+        .await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return a + b", "{r}");
     let prompt = c.engine.prompts.lock().unwrap()[0].clone();
-    assert!(prompt.starts_with("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>"), "{prompt}");
+    assert!(
+        prompt.starts_with("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>"),
+        "{prompt}"
+    );
 }
 
 /// `laya/explain` says which model the router chose and why.
 #[tokio::test]
 async fn explain_reports_the_route_and_its_reason() {
     let mut c = Client::start(|_| vec!["x = 1".to_owned()], Duration::ZERO, true, no_debounce()).await;
-    let r = c.request("laya/explain", json!({ "textDocument": { "uri": "file:///none.py" } })).await;
+    let r = c
+        .request(
+            "laya/explain",
+            json!({ "textDocument": { "uri": "file:///none.py" } }),
+        )
+        .await;
     assert_eq!(r["result"], Value::Null, "nothing to explain yet");
     let r = c.request("laya/explain", json!({})).await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
@@ -360,10 +388,25 @@ async fn explain_reports_the_route_and_its_reason() {
     // In a comment: the prose policy (small q4).
     let pos = c.open(uri, "python", "# compute the $0\nx = 1\n").await;
     c.inline(uri, pos).await;
-    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
-    assert_eq!(r["result"]["route"]["model"], json!({ "tier": "small", "precision": "q4" }), "{r}");
-    assert!(r["result"]["route"]["reason"].as_str().unwrap().contains("comment"), "{r}");
-    assert!(r["result"]["markdown"].as_str().unwrap().contains("small/q4"), "{r}");
+    let r = c
+        .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
+        .await;
+    assert_eq!(
+        r["result"]["route"]["model"],
+        json!({ "tier": "small", "precision": "q4" }),
+        "{r}"
+    );
+    assert!(
+        r["result"]["route"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("comment"),
+        "{r}"
+    );
+    assert!(
+        r["result"]["markdown"].as_str().unwrap().contains("small/q4"),
+        "{r}"
+    );
     // Code on an empty line, asked for: the large tier.
     let uri = "file:///work/demo/b.py";
     let pos = c.open(uri, "python", "def f(a):\n    $0\n").await;
@@ -372,8 +415,14 @@ async fn explain_reports_the_route_and_its_reason() {
         json!({ "textDocument": { "uri": uri }, "position": { "line": pos.0, "character": pos.1 }, "context": { "triggerKind": 1 } }),
     )
     .await;
-    let r = c.request("laya/explain", json!({ "textDocument": { "uri": uri } })).await;
-    assert_eq!(r["result"]["route"]["model"], json!({ "tier": "large", "precision": "q6" }), "{r}");
+    let r = c
+        .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
+        .await;
+    assert_eq!(
+        r["result"]["route"]["model"],
+        json!({ "tier": "large", "precision": "q6" }),
+        "{r}"
+    );
 }
 
 #[tokio::test]
@@ -609,15 +658,29 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     std::fs::write(&disk_file, "struct DiskSecret;\n").unwrap();
     let outside = [
         ("file:///etc/passwd", "pub struct SecretEtc { pub root: i32 }\n"),
-        ("file:///work/demo2/leak.rs", "pub struct SecretSibling { pub a: i32 }\n"),
-        ("file:///work/demo/../keys/k.rs", "pub struct SecretDotDot { pub a: i32 }\n"),
-        ("file:///work/demo/%2E%2E/keys/e.rs", "pub struct SecretEncoded { pub a: i32 }\n"),
+        (
+            "file:///work/demo2/leak.rs",
+            "pub struct SecretSibling { pub a: i32 }\n",
+        ),
+        (
+            "file:///work/demo/../keys/k.rs",
+            "pub struct SecretDotDot { pub a: i32 }\n",
+        ),
+        (
+            "file:///work/demo/%2E%2E/keys/e.rs",
+            "pub struct SecretEncoded { pub a: i32 }\n",
+        ),
         ("file:///work/lib/lib.rs", "pub struct SecretLib { pub a: i32 }\n"),
     ];
     for (uri, text) in outside {
         c.open(uri, "rust", &format!("{text}$0")).await;
     }
-    c.open("file:///work/demo/src/geom.rs", "rust", "pub struct Point {\n    pub x: i32,\n}\n$0").await;
+    c.open(
+        "file:///work/demo/src/geom.rs",
+        "rust",
+        "pub struct Point {\n    pub x: i32,\n}\n$0",
+    )
+    .await;
     let uri = format!("file://{}", disk_file.display());
     let fixture = "use geom::Point;\n\nfn f(a: SecretEtc, b: SecretSibling, c: SecretDotDot, d: SecretEncoded, e: SecretLib) -> Point {\n    $0\n}\n";
     // The document completed is in the workspace too (its folder is added below).
@@ -629,18 +692,36 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     let pos = c.open(&uri, "rust", fixture).await;
     c.inline(&uri, pos).await;
     let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
-    assert!(prompt.contains("pub struct Point"), "a document inside the workspace lends: {prompt}");
-    for secret in ["struct SecretEtc", "SecretSibling {", "SecretDotDot {", "SecretEncoded {", "SecretLib {", "DiskSecret"] {
+    assert!(
+        prompt.contains("pub struct Point"),
+        "a document inside the workspace lends: {prompt}"
+    );
+    for secret in [
+        "struct SecretEtc",
+        "SecretSibling {",
+        "SecretDotDot {",
+        "SecretEncoded {",
+        "SecretLib {",
+        "DiskSecret",
+    ] {
         assert!(!prompt.contains(secret), "{secret} reached the prompt: {prompt}");
     }
     // A folder added to the workspace lends; removed again, it does not.
     let lib = json!([{ "uri": "file:///work/lib", "name": "lib" }]);
-    c.notify("workspace/didChangeWorkspaceFolders", json!({ "event": { "added": lib, "removed": [] } })).await;
+    c.notify(
+        "workspace/didChangeWorkspaceFolders",
+        json!({ "event": { "added": lib, "removed": [] } }),
+    )
+    .await;
     c.inline(&uri, pos).await;
     assert_eq!(c.engine.prompts.lock().unwrap().len(), 2);
     let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
     assert!(prompt.contains("pub struct SecretLib"), "{prompt}");
-    c.notify("workspace/didChangeWorkspaceFolders", json!({ "event": { "added": [], "removed": lib } })).await;
+    c.notify(
+        "workspace/didChangeWorkspaceFolders",
+        json!({ "event": { "added": [], "removed": lib } }),
+    )
+    .await;
     c.inline(&uri, pos).await;
     assert_eq!(c.engine.prompts.lock().unwrap().len(), 3);
     let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();

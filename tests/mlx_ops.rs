@@ -297,9 +297,12 @@ fn slice_update_from_a_transposed_view() {
     let (heads, len, d, cap, at) = (2usize, 3usize, 16usize, 8usize, 2usize);
     let x = Lcg(11).vec(len * heads * d);
     // [1, len, heads, d] viewed as [1, heads, len, d].
-    let src = arr(&x, &[1, len, heads, d]).transpose_axes(&[0, 2, 1, 3]).unwrap();
+    let src = arr(&x, &[1, len, heads, d])
+        .transpose_axes(&[0, 2, 1, 3])
+        .unwrap();
     let mut buf = ops::zeros::<f32>(&[1, heads as i32, cap as i32, d as i32]).unwrap();
-    buf.try_index_mut((.., .., at as i32..(at + len) as i32, ..), &src).unwrap();
+    buf.try_index_mut((.., .., at as i32..(at + len) as i32, ..), &src)
+        .unwrap();
     let t = swap12(&x, 1, len, heads, d);
     let mut want = vec![0f32; heads * cap * d];
     for h in 0..heads {
@@ -319,7 +322,11 @@ fn contiguous_copy_of_a_sliced_buffer() {
     let (heads, cap, d, end) = (2usize, 8usize, 16usize, 5usize);
     let x = Lcg(12).vec(heads * cap * d);
     let a = arr(&x, &[1, heads, cap, d]);
-    let v = a.try_index((.., .., ..end as i32, ..)).unwrap().contiguous().unwrap();
+    let v = a
+        .try_index((.., .., ..end as i32, ..))
+        .unwrap()
+        .contiguous()
+        .unwrap();
     let mut want = vec![];
     for h in 0..heads {
         want.extend_from_slice(&x[h * cap * d..(h * cap + end) * d]);
@@ -339,13 +346,19 @@ fn attention_of_one_query_at_small_and_real_head_sizes() {
         let kb = rng.vec(hkv * cap * d);
         let vb = rng.vec(hkv * cap * d);
         let take = |b: &[f32]| -> Vec<f32> {
-            (0..hkv).flat_map(|h| b[h * cap * d..(h * cap + s) * d].to_vec()).collect()
+            (0..hkv)
+                .flat_map(|h| b[h * cap * d..(h * cap + s) * d].to_vec())
+                .collect()
         };
         let (k, v) = (take(&kb), take(&vb));
         let want = sdpa_ref(&q, &k, &v, hq, hkv, 1, s, d, false);
         for sliced in [false, true] {
             let (ka, va) = if sliced {
-                let c = |b: &[f32]| arr(b, &[1, hkv, cap, d]).try_index((.., .., ..s as i32, ..)).unwrap();
+                let c = |b: &[f32]| {
+                    arr(b, &[1, hkv, cap, d])
+                        .try_index((.., .., ..s as i32, ..))
+                        .unwrap()
+                };
                 (c(&kb), c(&vb))
             } else {
                 (arr(&k, &[1, hkv, s, d]), arr(&v, &[1, hkv, s, d]))
@@ -359,7 +372,12 @@ fn attention_of_one_query_at_small_and_real_head_sizes() {
                 None,
             )
             .unwrap();
-            assert_close(&format!("sdpa d={d} sliced={sliced}"), &host(&o), &want, mm_tol(backend));
+            assert_close(
+                &format!("sdpa d={d} sliced={sliced}"),
+                &host(&o),
+                &want,
+                mm_tol(backend),
+            );
         }
     }
 }

@@ -56,7 +56,10 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::os::unix::net::UnixStream::connect(dir.join("laya.sock")).is_err() {
-        assert!(Instant::now() < deadline && child.try_wait().unwrap().is_none(), "no daemon");
+        assert!(
+            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "no daemon"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // `status` answers once HTTP is bound (or given up: the port may be taken here).
@@ -66,7 +69,10 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
         assert_eq!(status[0]["status"]["http"], "127.0.0.1:7723");
         assert_eq!(paths::read_http_addr(&dir).unwrap().to_string(), "127.0.0.1:7723");
         if let Some(ip) = other_ip {
-            assert!(!reachable(SocketAddr::new(ip, 7723)), "the default daemon answers on {ip}");
+            assert!(
+                !reachable(SocketAddr::new(ip, 7723)),
+                "the default daemon answers on {ip}"
+            );
         }
     }
     let _ = child.kill();
@@ -85,32 +91,72 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
 
     // A non-loopback address without a token is refused, with the way out named.
     let out = laya()
-        .args(["serve", "--small-remote", &stub.url, "--large", "none", "--http-addr", "0.0.0.0:0"])
+        .args([
+            "serve",
+            "--small-remote",
+            &stub.url,
+            "--large",
+            "none",
+            "--http-addr",
+            "0.0.0.0:0",
+        ])
         .env("LAYA_RUNTIME_DIR", tmp.path().join("refused"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not a loopback address") && err.contains("--token-env") && err.contains("--allow-unauthenticated-remote"),
+        err.contains("not a loopback address")
+            && err.contains("--token-env")
+            && err.contains("--allow-unauthenticated-remote"),
         "{err}"
     );
-    assert!(!tmp.path().join("refused").join("laya.sock").exists(), "nothing was served");
+    assert!(
+        !tmp.path().join("refused").join("laya.sock").exists(),
+        "nothing was served"
+    );
 
     // With a token it serves, and the token is required.
     let dir = tmp.path().join("token");
-    let d = serve_with(&dir, &["--small-remote", &stub.url, "--large", "none", "--http-addr", "0.0.0.0:0", "--token-env", "LAYA_SEC_TOKEN"], |c| {
-        c.env("LAYA_SEC_TOKEN", "tok-123");
-    });
+    let d = serve_with(
+        &dir,
+        &[
+            "--small-remote",
+            &stub.url,
+            "--large",
+            "none",
+            "--http-addr",
+            "0.0.0.0:0",
+            "--token-env",
+            "LAYA_SEC_TOKEN",
+        ],
+        |c| {
+            c.env("LAYA_SEC_TOKEN", "tok-123");
+        },
+    );
     let port = d.http.unwrap().port();
-    let (code, _) = http(SocketAddr::from(([127, 0, 0, 1], port)), "GET", "/health", None, &[]);
+    let (code, _) = http(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "GET",
+        "/health",
+        None,
+        &[],
+    );
     assert_eq!(code, 401);
     drop(d);
 
     // With the explicit flag it serves, and says loudly that anyone may use it.
     let dir = tmp.path().join("open");
     let mut child = laya()
-        .args(["serve", "--small-remote", &stub.url, "--large", "none", "--http-addr", "0.0.0.0:0"])
+        .args([
+            "serve",
+            "--small-remote",
+            &stub.url,
+            "--large",
+            "none",
+            "--http-addr",
+            "0.0.0.0:0",
+        ])
         .arg("--allow-unauthenticated-remote")
         .env("LAYA_RUNTIME_DIR", &dir)
         .stdout(Stdio::null())
@@ -128,7 +174,10 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(said.contains("warning: HTTP on 0.0.0.0:") && said.contains("without a token"), "{said}");
+    assert!(
+        said.contains("warning: HTTP on 0.0.0.0:") && said.contains("without a token"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -137,21 +186,35 @@ fn the_runtime_directory_must_be_private_and_owned_by_this_user() {
     let tmp = tempfile::tempdir().unwrap();
     let refused = |dir: &Path, why: &str| {
         let out = laya()
-            .args(["serve", "--small-remote", &stub.url, "--large", "none", "--no-http"])
+            .args([
+                "serve",
+                "--small-remote",
+                &stub.url,
+                "--large",
+                "none",
+                "--no-http",
+            ])
             .env("LAYA_RUNTIME_DIR", dir)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(why), "{err}");
-        assert!(!dir.join("laya.sock").exists() && !dir.join("laya.pid").exists(), "nothing was written");
+        assert!(
+            !dir.join("laya.sock").exists() && !dir.join("laya.pid").exists(),
+            "nothing was written"
+        );
     };
     for mode in [0o770, 0o707, 0o777, 0o1777] {
         let dir = tmp.path().join(format!("loose-{mode:o}"));
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
         refused(&dir, "writable by other users");
-        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, mode, "left as it was");
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().mode() & 0o7777,
+            mode,
+            "left as it was"
+        );
     }
     // A link to a directory is not the directory.
     let real = tmp.path().join("real");
@@ -172,7 +235,10 @@ fn the_runtime_directory_must_be_private_and_owned_by_this_user() {
     }
     // A fresh one is made 0700 and the socket in it is 0600.
     let dir = tmp.path().join("fresh").join("rt");
-    let d = serve_in(&dir, &["--small-remote", &stub.url, "--large", "none", "--no-http"]);
+    let d = serve_in(
+        &dir,
+        &["--small-remote", &stub.url, "--large", "none", "--no-http"],
+    );
     assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
     let sock = std::fs::symlink_metadata(dir.join("laya.sock")).unwrap();
     assert_eq!(sock.mode() & 0o777, 0o600);
@@ -188,7 +254,16 @@ fn a_configured_token_guards_every_endpoint() {
     let token = "s3cret-token";
     let d = serve_with(
         &dir,
-        &["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0", "--token-env", "LAYA_SEC_TOKEN"],
+        &[
+            "--small-remote",
+            &stub.url,
+            "--large",
+            "none",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--token-env",
+            "LAYA_SEC_TOKEN",
+        ],
         |c| {
             c.env("LAYA_SEC_TOKEN", token);
         },
@@ -198,8 +273,16 @@ fn a_configured_token_guards_every_endpoint() {
         ("GET", "/health", None),
         ("GET", "/v1/models", None),
         ("POST", "/complete", Some(r#"{"prefix":"x = ","max_tokens":2}"#)),
-        ("POST", "/v1/completions", Some(r#"{"prompt":"x = ","max_tokens":2}"#)),
-        ("POST", "/v1/completions", Some(r#"{"prompt":"x = ","max_tokens":2,"stream":true}"#)),
+        (
+            "POST",
+            "/v1/completions",
+            Some(r#"{"prompt":"x = ","max_tokens":2}"#),
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            Some(r#"{"prompt":"x = ","max_tokens":2,"stream":true}"#),
+        ),
     ];
     let wrong = [
         None,
@@ -221,7 +304,11 @@ fn a_configured_token_guards_every_endpoint() {
         let (code, text) = http(addr, method, path, body, &[("Authorization", &bearer)]);
         assert_eq!(code, 200, "{method} {path}: {text}");
     }
-    assert_eq!(stub.prompts.lock().unwrap().len(), 3, "only the three authorized completions ran");
+    assert_eq!(
+        stub.prompts.lock().unwrap().len(),
+        3,
+        "only the three authorized completions ran"
+    );
     // An unknown path is no way around it either.
     let (code, _) = http(addr, "GET", "/nope", None, &[]);
     assert_eq!(code, 401);
@@ -230,7 +317,17 @@ fn a_configured_token_guards_every_endpoint() {
 #[test]
 fn requests_are_bounded_over_http_and_over_the_socket() {
     let stub = stub();
-    let (_tmp, d) = serve_stub(&stub, &["--max-tokens", "32", "--max-body-bytes", "8192", "--max-seq-len", "256"]);
+    let (_tmp, d) = serve_stub(
+        &stub,
+        &[
+            "--max-tokens",
+            "32",
+            "--max-body-bytes",
+            "8192",
+            "--max-seq-len",
+            "256",
+        ],
+    );
     let addr = d.http.unwrap();
     let check = |path: &str, body: &str, want: u16, says: &str| {
         let (code, text) = http(addr, "POST", path, Some(body), &[]);
@@ -240,13 +337,41 @@ fn requests_are_bounded_over_http_and_over_the_socket() {
     };
     let big = format!(r#"{{"prompt":"{}"}}"#, "x".repeat(9000));
     check("/v1/completions", &big, 413, "size limit");
-    check("/complete", &format!(r#"{{"prefix":"{}"}}"#, "x".repeat(9000)), 413, "size limit");
-    check("/v1/completions", r#"{"prompt":"x","max_tokens":33}"#, 400, "limit of 32");
-    check("/complete", r#"{"prefix":"x","max_tokens":33}"#, 400, "limit of 32");
-    check("/v1/completions", r#"{"prompt":"x","max_tokens":2,"n":9}"#, 400, "n must be between 1 and 8");
-    check("/complete", r#"{"prefix":"x","n":100000}"#, 400, "n must be between 1 and 8");
+    check(
+        "/complete",
+        &format!(r#"{{"prefix":"{}"}}"#, "x".repeat(9000)),
+        413,
+        "size limit",
+    );
+    check(
+        "/v1/completions",
+        r#"{"prompt":"x","max_tokens":33}"#,
+        400,
+        "limit of 32",
+    );
+    check(
+        "/complete",
+        r#"{"prefix":"x","max_tokens":33}"#,
+        400,
+        "limit of 32",
+    );
+    check(
+        "/v1/completions",
+        r#"{"prompt":"x","max_tokens":2,"n":9}"#,
+        400,
+        "n must be between 1 and 8",
+    );
+    check(
+        "/complete",
+        r#"{"prefix":"x","n":100000}"#,
+        400,
+        "n must be between 1 and 8",
+    );
     // A prompt longer than the sequence limit (256 tokens) but inside the body limit.
-    let long = format!(r#"{{"prompt":"{}","max_tokens":8}}"#, "def f(): pass\\n".repeat(300));
+    let long = format!(
+        r#"{{"prompt":"{}","max_tokens":8}}"#,
+        "def f(): pass\\n".repeat(300)
+    );
     check("/v1/completions", &long, 400, "sequence limit of 256");
     // The same limits over the socket.
     let socket_err = |request: &str, says: &str| {
@@ -254,15 +379,24 @@ fn requests_are_bounded_over_http_and_over_the_socket() {
         let answer = socket_request(&d.dir, &line);
         assert_eq!(answer.len(), 1, "{answer:?}");
         assert_eq!(answer[0]["error"]["kind"], "invalid_request_error", "{answer:?}");
-        assert!(answer[0]["error"]["message"].as_str().unwrap().contains(says), "{answer:?}");
+        assert!(
+            answer[0]["error"]["message"].as_str().unwrap().contains(says),
+            "{answer:?}"
+        );
     };
     socket_err(r#"{"prompt":"x","max_tokens":33}"#, "limit of 32");
     socket_err(r#"{"prompt":"x","max_tokens":2,"n":9}"#, "n must be between");
     socket_err(
-        &format!(r#"{{"prompt":"{}","max_tokens":8}}"#, "def f(): pass\\n".repeat(300)),
+        &format!(
+            r#"{{"prompt":"{}","max_tokens":8}}"#,
+            "def f(): pass\\n".repeat(300)
+        ),
         "sequence limit of 256",
     );
-    assert!(stub.prompts.lock().unwrap().is_empty(), "no request over a limit reached the model");
+    assert!(
+        stub.prompts.lock().unwrap().is_empty(),
+        "no request over a limit reached the model"
+    );
 
     // A 100 MB line without a newline: the daemon reads at most MAX_LINE_BYTES of it, answers
     // with an error and closes, so its memory grows by a bounded amount.
@@ -298,7 +432,9 @@ fn requests_are_bounded_over_http_and_over_the_socket() {
     let _ = reader.read_to_string(&mut answer);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     sampler.join().unwrap();
-    let growth = peak.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(before);
+    let growth = peak
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_sub(before);
     eprintln!(
         "100 MB line: {:.1} MB written before the daemon closed, in {:?}; daemon RSS growth {:.1} MiB",
         written as f64 / 1e6,
@@ -325,7 +461,9 @@ fn sources(dir: &str) -> Vec<(String, String)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") && p.file_name().is_some_and(|n| n != "tests.rs") {
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && p.file_name().is_some_and(|n| n != "tests.rs")
+            {
                 let text = std::fs::read_to_string(&p).unwrap();
                 let text = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
                 out.push((p.strip_prefix(root).unwrap().display().to_string(), text));
@@ -360,12 +498,18 @@ fn sites(dirs: &[&str], patterns: &[&str]) -> Vec<(String, String)> {
 fn check_reviewed(found: &[(String, String)], reviewed: &[(&str, &str, &str)], what: &str) {
     let listed = |f: &str, l: &str| reviewed.iter().any(|(rf, rl, _)| *rf == f && l.contains(rl));
     let new: Vec<_> = found.iter().filter(|(f, l)| !listed(f, l)).collect();
-    assert!(new.is_empty(), "{what} not reviewed (add each, with why it is safe, to the list): {new:#?}");
+    assert!(
+        new.is_empty(),
+        "{what} not reviewed (add each, with why it is safe, to the list): {new:#?}"
+    );
     let gone: Vec<_> = reviewed
         .iter()
         .filter(|(rf, rl, _)| !found.iter().any(|(f, l)| f == rf && l.contains(rl)))
         .collect();
-    assert!(gone.is_empty(), "listed {what} no longer in the source: {gone:#?}");
+    assert!(
+        gone.is_empty(),
+        "listed {what} no longer in the source: {gone:#?}"
+    );
 }
 
 #[test]
@@ -381,7 +525,10 @@ fn every_process_laya_starts_is_a_reviewed_site_and_none_runs_a_shell() {
     ];
     check_reviewed(&found, &reviewed, "process starts");
     // No shell anywhere: no `sh -c`, no `bash`, no `-c` argument.
-    let shells = sites(&["src"], &["\"sh\"", "\"bash\"", "\"/bin/sh\"", "\"-c\"", "sh -c", "cmd.exe"]);
+    let shells = sites(
+        &["src"],
+        &["\"sh\"", "\"bash\"", "\"/bin/sh\"", "\"-c\"", "sh -c", "cmd.exe"],
+    );
     assert!(shells.is_empty(), "a shell is run: {shells:#?}");
 }
 
@@ -399,26 +546,90 @@ fn the_language_server_and_the_daemon_read_no_files_on_a_clients_behalf() {
         "Mmap",
     ];
     // The editor-facing path: documents come only as text the client sent.
-    let found = sites(&["src/lsp", "src/completion", "src/prompt", "src/syntax", "src/document"], &patterns);
-    assert!(found.is_empty(), "the LSP path touches the file system: {found:#?}");
+    let found = sites(
+        &[
+            "src/lsp",
+            "src/completion",
+            "src/prompt",
+            "src/syntax",
+            "src/document",
+        ],
+        &patterns,
+    );
+    assert!(
+        found.is_empty(),
+        "the LSP path touches the file system: {found:#?}"
+    );
     // The daemon: only its own runtime directory and /proc; never a path from a request.
     let found = sites(&["src/daemon"], &patterns);
     let reviewed = [
         ("src/daemon/paths.rs", "os::unix::fs::", "the import"),
-        ("src/daemon/paths.rs", "fs::create_dir_all(parent)", "the runtime directory's parent"),
-        ("src/daemon/paths.rs", "fs::DirBuilder::new()", "the runtime directory"),
-        ("src/daemon/paths.rs", "fs::symlink_metadata(dir)", "the runtime directory"),
-        ("src/daemon/paths.rs", "fs::set_permissions(dir", "the runtime directory"),
-        ("src/daemon/paths.rs", "fs::File::create(&tmp)", "pid and http.addr files in the runtime directory"),
-        ("src/daemon/paths.rs", "fs::rename(&tmp, path)", "pid and http.addr files in the runtime directory"),
-        ("src/daemon/paths.rs", "fs::read_to_string(dir.join(PID))", "the pid file"),
-        ("src/daemon/paths.rs", "fs::read_to_string(dir.join(HTTP_ADDR))", "the http.addr file"),
-        ("src/daemon/server.rs", "std::fs::", "lock, socket, cleanup: files of the runtime directory"),
+        (
+            "src/daemon/paths.rs",
+            "fs::create_dir_all(parent)",
+            "the runtime directory's parent",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::DirBuilder::new()",
+            "the runtime directory",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::symlink_metadata(dir)",
+            "the runtime directory",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::set_permissions(dir",
+            "the runtime directory",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::File::create(&tmp)",
+            "pid and http.addr files in the runtime directory",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::rename(&tmp, path)",
+            "pid and http.addr files in the runtime directory",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::read_to_string(dir.join(PID))",
+            "the pid file",
+        ),
+        (
+            "src/daemon/paths.rs",
+            "fs::read_to_string(dir.join(HTTP_ADDR))",
+            "the http.addr file",
+        ),
+        (
+            "src/daemon/server.rs",
+            "std::fs::",
+            "lock, socket, cleanup: files of the runtime directory",
+        ),
         ("src/daemon/server.rs", "PermissionsExt", "the import"),
-        ("src/daemon/server.rs", "rustix::fs::", "flock on laya.lock and the umask for the socket"),
-        ("src/daemon/client.rs", "read_to_string(&mut text)", "the tail of serve.log (above)"),
-        ("src/daemon/client.rs", "std::fs::", "serve.log in the runtime directory (the daemon's stderr, shown when it fails to start)"),
-        ("src/daemon/memory.rs", "std::fs::", "/proc/PID/status (RSS), the bench's own directory and logs"),
+        (
+            "src/daemon/server.rs",
+            "rustix::fs::",
+            "flock on laya.lock and the umask for the socket",
+        ),
+        (
+            "src/daemon/client.rs",
+            "read_to_string(&mut text)",
+            "the tail of serve.log (above)",
+        ),
+        (
+            "src/daemon/client.rs",
+            "std::fs::",
+            "serve.log in the runtime directory (the daemon's stderr, shown when it fails to start)",
+        ),
+        (
+            "src/daemon/memory.rs",
+            "std::fs::",
+            "/proc/PID/status (RSS), the bench's own directory and logs",
+        ),
     ];
     check_reviewed(&found, &reviewed, "file accesses");
 }

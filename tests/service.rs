@@ -35,14 +35,24 @@ fn systemd_unit_is_written_with_the_binary_and_flags_and_removed() {
     let home = tempfile::tempdir().unwrap();
     let (code, out, err) = run(laya(home.path())
         .args(["service", "install", "--no-start", "--platform", "systemd"])
-        .args(["--small-remote", "http://127.0.0.1:9/v1", "--large", "none", "--http-addr", "127.0.0.1:7799"])
+        .args([
+            "--small-remote",
+            "http://127.0.0.1:9/v1",
+            "--large",
+            "none",
+            "--http-addr",
+            "127.0.0.1:7799",
+        ])
         .env("LAYA_MODEL_DIR", "/models dir/100%"));
     assert_eq!(code, 0, "{err}");
     let unit = home.path().join("cfg/systemd/user/laya.service");
     assert!(out.contains(&unit.display().to_string()), "{out}");
     let text = std::fs::read_to_string(&unit).unwrap();
     let exec = text.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
-    assert!(exec.starts_with(&format!("ExecStart=\"{}\" \"serve\" ", exe())), "{exec}");
+    assert!(
+        exec.starts_with(&format!("ExecStart=\"{}\" \"serve\" ", exe())),
+        "{exec}"
+    );
     for part in [
         "\"--small-remote\" \"http://127.0.0.1:9/v1\"",
         "\"--large\" \"none\"",
@@ -54,14 +64,19 @@ fn systemd_unit_is_written_with_the_binary_and_flags_and_removed() {
     assert!(text.contains("Restart=on-failure"), "{text}");
     assert!(text.contains("WantedBy=default.target"), "{text}");
     // The model directory set at install time goes with it, escaped for systemd.
-    assert!(text.contains("Environment=\"LAYA_MODEL_DIR=/models dir/100%%\""), "{text}");
+    assert!(
+        text.contains("Environment=\"LAYA_MODEL_DIR=/models dir/100%%\""),
+        "{text}"
+    );
     assert!(!out.contains("ran `"), "--no-start runs nothing: {out}");
 
-    let (code, out, _) = run(laya(home.path()).args(["service", "uninstall", "--no-stop", "--platform", "systemd"]));
+    let (code, out, _) =
+        run(laya(home.path()).args(["service", "uninstall", "--no-stop", "--platform", "systemd"]));
     assert_eq!(code, 0);
     assert!(out.contains("removed"), "{out}");
     assert!(!unit.exists());
-    let (code, out, _) = run(laya(home.path()).args(["service", "uninstall", "--no-stop", "--platform", "systemd"]));
+    let (code, out, _) =
+        run(laya(home.path()).args(["service", "uninstall", "--no-stop", "--platform", "systemd"]));
     assert_eq!(code, 0);
     assert!(out.contains("no laya service installed"), "{out}");
 }
@@ -71,18 +86,31 @@ fn launch_agent_is_written_and_removed() {
     let home = tempfile::tempdir().unwrap();
     let (code, _, err) = run(laya(home.path())
         .args(["service", "install", "--no-start", "--platform", "launchd"])
-        .args(["--small-remote", "http://127.0.0.1:9/v1", "--large", "none", "--no-http"]));
+        .args([
+            "--small-remote",
+            "http://127.0.0.1:9/v1",
+            "--large",
+            "none",
+            "--no-http",
+        ]));
     assert_eq!(code, 0, "{err}");
     let plist = home.path().join("Library/LaunchAgents/dev.laya.serve.plist");
     let text = std::fs::read_to_string(&plist).unwrap();
     assert!(text.contains("<string>dev.laya.serve</string>"), "{text}");
     assert!(
-        text.contains(&format!("<string>{}</string>\n        <string>serve</string>", exe())),
+        text.contains(&format!(
+            "<string>{}</string>\n        <string>serve</string>",
+            exe()
+        )),
         "{text}"
     );
     assert!(text.contains("<string>--no-http</string>"), "{text}");
-    assert!(text.contains("<key>RunAtLoad</key>") && text.contains("<key>KeepAlive</key>"), "{text}");
-    let (code, _, _) = run(laya(home.path()).args(["service", "uninstall", "--no-stop", "--platform", "launchd"]));
+    assert!(
+        text.contains("<key>RunAtLoad</key>") && text.contains("<key>KeepAlive</key>"),
+        "{text}"
+    );
+    let (code, _, _) =
+        run(laya(home.path()).args(["service", "uninstall", "--no-stop", "--platform", "launchd"]));
     assert_eq!(code, 0);
     assert!(!plist.exists());
 }
@@ -92,7 +120,12 @@ fn flags_that_would_not_start_are_refused_before_anything_is_written() {
     let home = tempfile::tempdir().unwrap();
     let (code, _, err) = run(laya(home.path())
         .args(["service", "install", "--no-start", "--platform", "systemd"])
-        .args(["--small-remote", "http://127.0.0.1:9/v1", "--preload", "medium/q4"]));
+        .args([
+            "--small-remote",
+            "http://127.0.0.1:9/v1",
+            "--preload",
+            "medium/q4",
+        ]));
     assert_eq!(code, 1);
     assert!(err.contains("--preload medium/q4"), "{err}");
     assert!(!home.path().join("cfg/systemd/user/laya.service").exists());

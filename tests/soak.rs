@@ -21,7 +21,10 @@ const MIB: u64 = 1 << 20;
 fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_prefix_bound() {
     use_device(DevicePref::Cpu).unwrap();
     let gguf = laya::catalog::find("qwen2.5-coder-0.5b").unwrap().local_path();
-    assert!(gguf.is_file(), "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)");
+    assert!(
+        gguf.is_file(),
+        "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let model = soak::tiny_model(&tmp.path().join("tiny"), &gguf).unwrap();
     let (entries, bytes) = (16, 4 * MIB as usize);
@@ -41,12 +44,24 @@ fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_pref
     let r = soak::run(&cfg, |l| eprintln!("{l}")).unwrap();
     eprintln!("{}", soak::summary(&r));
 
-    for kind in ["lsp", "http /complete", "http /v1/completions", "http /v1/completions stream"] {
+    for kind in [
+        "lsp",
+        "http /complete",
+        "http /v1/completions",
+        "http /v1/completions stream",
+    ] {
         let k = r.kinds.iter().find(|k| k.kind == kind);
-        assert!(k.is_some_and(|k| k.answered >= 3), "too few {kind} requests ran: {:?}", r.kinds);
+        assert!(
+            k.is_some_and(|k| k.answered >= 3),
+            "too few {kind} requests ran: {:?}",
+            r.kinds
+        );
     }
     assert_eq!((r.lost, r.answered_twice, r.errors), (0, 0, 0), "{:?}", r.kinds);
-    assert_eq!(r.daemon_served, r.answered as u64, "the daemon served what the clients received, no more");
+    assert_eq!(
+        r.daemon_served, r.answered as u64,
+        "the daemon served what the clients received, no more"
+    );
 
     // The slack: what one request holds while it runs, beside the prefix store (which the
     // bound covers), for this model and these prompts (under 512 tokens + 8 generated):
@@ -59,7 +74,10 @@ fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_pref
     let mlp = chunk * (cfg_m.intermediate_size as u64 * 3 + cfg_m.hidden_size as u64 * 4) * 4;
     let logits = cfg_m.vocab_size as u64 * 4;
     let slack = kv + scores + mlp + logits;
-    eprintln!("slack (one request's working set): {:.1} MiB", slack as f64 / MIB as f64);
+    eprintln!(
+        "slack (one request's working set): {:.1} MiB",
+        slack as f64 / MIB as f64
+    );
     let m = &r.memory;
     assert!(
         m.growth() <= slack as i64,

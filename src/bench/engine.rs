@@ -151,7 +151,7 @@ pub fn run(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> an
                         group_size: s.group_size,
                         use_cache: true,
                         progress: false,
-        ..Default::default()
+                        ..Default::default()
                     };
                     (load::load(path, &opts)?.model, false)
                 }

@@ -228,7 +228,11 @@ pub fn table(cases: &[Case], ours: &Results, peer: Option<&Results>) -> String {
                 format!("{:.1} %", 100.0 * y.exact_rate()),
                 format!("{:.3}", y.similarity()),
                 if y.exact == 0 {
-                    if x.exact == 0 { "—".to_owned() } else { "∞".to_owned() }
+                    if x.exact == 0 {
+                        "—".to_owned()
+                    } else {
+                        "∞".to_owned()
+                    }
                 } else {
                     format!("{:.2}×", x.exact_rate() / y.exact_rate())
                 },
@@ -283,7 +287,11 @@ mod tests {
 
     #[test]
     fn tally_counts_missing_results_as_misses_per_language_and_overall() {
-        let cases = [case("a", "python", "x = 1"), case("b", "python", "y = 2"), case("c", "rust", "let z = 3;")];
+        let cases = [
+            case("a", "python", "x = 1"),
+            case("b", "python", "y = 2"),
+            case("c", "rust", "let z = 3;"),
+        ];
         let results = [result("a", "x = 1\n"), result("c", "let z = 4;")];
         let t = tally(&cases, &results);
         assert_eq!((t["python"].cases, t["python"].exact), (2, 1));

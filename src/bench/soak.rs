@@ -179,7 +179,10 @@ fn header(client: usize) -> String {
 
 /// Text before the cursor for request `n` of `client`: the header, then a tagged line.
 fn prefix(client: usize, n: usize, tag: &str) -> String {
-    format!("{}# {tag}\ndef g{client}_{n:06}(a, b):\n    return ", header(client))
+    format!(
+        "{}# {tag}\ndef g{client}_{n:06}(a, b):\n    return ",
+        header(client)
+    )
 }
 
 fn lsp_client(
@@ -189,7 +192,12 @@ fn lsp_client(
     stop: &AtomicBool,
     tally: &Mutex<Tally>,
 ) -> Result<(), String> {
-    let mut p = bench.lsp(&cfg.program, &["--no-http"], &cfg.model_args(), settings(&cfg.precision, cfg.max_tokens))?;
+    let mut p = bench.lsp(
+        &cfg.program,
+        &["--no-http"],
+        &cfg.model_args(),
+        settings(&cfg.precision, cfg.max_tokens),
+    )?;
     let uri = format!("file:///soak/c{i}.py");
     p.open(&uri, "python", &prefix(i, 0, "open"))?;
     let mut n = 0;
@@ -209,7 +217,10 @@ fn lsp_client(
         };
         let exited = matches!(&outcome, Outcome::Error(e) if e.contains("exited"));
         let twice = p.stray_answers - before;
-        tally.lock().unwrap_or_else(|p| p.into_inner()).record("lsp", &tag, outcome, twice);
+        tally
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record("lsp", &tag, outcome, twice);
         if exited {
             return Err(format!("client {i}: the language server exited"));
         }
@@ -219,7 +230,10 @@ fn lsp_client(
     p.wait_log(|_| false, Duration::from_millis(200));
     let late = p.stray_answers - before;
     if late > 0 {
-        tally.lock().unwrap_or_else(|p| p.into_inner()).record("lsp", "late", Outcome::Lost, late);
+        tally
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record("lsp", "late", Outcome::Lost, late);
     }
     p.shutdown(Duration::from_secs(5));
     Ok(())
@@ -227,7 +241,13 @@ fn lsp_client(
 
 /// One HTTP request of the kind `n` picks; its outcome and how many answers beyond the first
 /// it carried.
-fn http_request(addr: SocketAddr, i: usize, n: usize, tag: &str, max_tokens: usize) -> (&'static str, Outcome, usize) {
+fn http_request(
+    addr: SocketAddr,
+    i: usize,
+    n: usize,
+    tag: &str,
+    max_tokens: usize,
+) -> (&'static str, Outcome, usize) {
     let pre = prefix(i, n, tag);
     let suffix = format!("\n\nprint(g{i}_{n:06}(1, 2))\n");
     let (kind, path, body) = match n % 3 {
@@ -259,7 +279,9 @@ fn http_request(addr: SocketAddr, i: usize, n: usize, tag: &str, max_tokens: usi
             let text = resp.into_string().unwrap_or_default();
             return (kind, Outcome::Error(format!("HTTP {code}: {text}")), 0);
         }
-        Err(ureq::Error::Transport(e)) if e.to_string().contains("timed out") => return (kind, Outcome::Lost, 0),
+        Err(ureq::Error::Transport(e)) if e.to_string().contains("timed out") => {
+            return (kind, Outcome::Lost, 0)
+        }
         Err(e) => return (kind, Outcome::Error(e.to_string()), 0),
     };
     if path == "/v1/completions" && body["stream"] == true {
@@ -269,7 +291,9 @@ fn http_request(addr: SocketAddr, i: usize, n: usize, tag: &str, max_tokens: usi
             let Ok(line) = line else {
                 return (kind, Outcome::Lost, 0);
             };
-            let Some(data) = line.strip_prefix("data: ") else { continue };
+            let Some(data) = line.strip_prefix("data: ") else {
+                continue;
+            };
             if data == "[DONE]" {
                 dones += 1;
                 continue;
@@ -293,7 +317,9 @@ fn http_request(addr: SocketAddr, i: usize, n: usize, tag: &str, max_tokens: usi
         Err(_) => return (kind, Outcome::Lost, 0),
     };
     match serde_json::from_str::<Value>(&text) {
-        Ok(v) if v["choices"].as_array().map(Vec::len) == Some(1) => (kind, Outcome::Answered(t.elapsed()), 0),
+        Ok(v) if v["choices"].as_array().map(Vec::len) == Some(1) => {
+            (kind, Outcome::Answered(t.elapsed()), 0)
+        }
         Ok(v) => (kind, Outcome::Error(format!("unexpected answer: {v}")), 0),
         Err(e) => (kind, Outcome::Error(format!("not JSON ({e}): {text}")), 0),
     }
@@ -305,7 +331,10 @@ fn http_client(addr: SocketAddr, cfg: &SoakConfig, i: usize, stop: &AtomicBool, 
         n += 1;
         let tag = format!("soak-http-{i}-{n}");
         let (kind, outcome, twice) = http_request(addr, i, n, &tag, cfg.max_tokens);
-        tally.lock().unwrap_or_else(|p| p.into_inner()).record(kind, &tag, outcome, twice);
+        tally
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(kind, &tag, outcome, twice);
     }
 }
 
@@ -344,7 +373,10 @@ pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, St
             s.spawn(move || {
                 while sampling.load(Ordering::Relaxed) {
                     if let Some(b) = rss_bytes(pid) {
-                        samples.lock().unwrap_or_else(|p| p.into_inner()).push((t0.elapsed().as_secs_f64(), b));
+                        samples
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((t0.elapsed().as_secs_f64(), b));
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -472,7 +504,16 @@ pub fn summary(r: &SoakReport) -> String {
     for k in &r.kinds {
         s.push_str(&format!(
             "{:<30} {:>6} {:>8} {:>6} {:>5} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1}\n",
-            k.kind, k.sent, k.answered, k.errors, k.lost, k.answered_twice, k.p50_ms, k.p90_ms, k.p99_ms, k.max_ms
+            k.kind,
+            k.sent,
+            k.answered,
+            k.errors,
+            k.lost,
+            k.answered_twice,
+            k.p50_ms,
+            k.p90_ms,
+            k.p99_ms,
+            k.max_ms
         ));
         for e in &k.error_samples {
             s.push_str(&format!("  error: {e}\n"));

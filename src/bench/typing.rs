@@ -67,7 +67,10 @@ pub fn trace_from_file(path: &std::path::Path, line: usize, language: &str) -> R
         id: format!("{}:{line}", path.display()),
         language: language.to_owned(),
         source: path.display().to_string(),
-        file_name: path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        file_name: path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         prefix: text[..start + indent].to_owned(),
         suffix: text[end..].to_owned(),
         expected,
@@ -141,7 +144,11 @@ impl Driver {
 
 /// Type `case.expected` into the file, one request per keystroke. `completion` is the
 /// `completion` settings section sent as initializationOptions.
-pub async fn replay(engine: Arc<dyn Engine>, case: &Case, completion: Value) -> Result<Vec<Keystroke>, String> {
+pub async fn replay(
+    engine: Arc<dyn Engine>,
+    case: &Case,
+    completion: Value,
+) -> Result<Vec<Keystroke>, String> {
     let (service, socket) = build_service(EngineSource::Ready(engine));
     tokio::spawn(futures_util_drain(socket));
     let mut d = Driver { service, id: 0 };
@@ -194,7 +201,9 @@ pub async fn replay(engine: Arc<dyn Engine>, case: &Case, completion: Value) -> 
         let typed = &case.expected[..i + c.len_utf8()];
         let line_after = case.suffix.split('\n').next().unwrap_or("");
         let made = line_made(&answer, typed, line_after);
-        let e = d.call("laya/explain", json!({ "textDocument": { "uri": uri } }), false).await?;
+        let e = d
+            .call("laya/explain", json!({ "textDocument": { "uri": uri } }), false)
+            .await?;
         let n = |k: &str| e[k].as_u64().unwrap_or(0) as usize;
         out.push(Keystroke {
             typed: i + c.len_utf8(),
@@ -289,7 +298,13 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
             }
         }
     }
-    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
     Summary {
         keystrokes: all.len(),
         p50_ms: percentile(&ms, 50.0),
@@ -297,7 +312,11 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
         p99_ms: percentile(&ms, 99.0),
         model_calls: calls.len(),
         typed_through: all.iter().filter(|k| k.source == "typed-through").count(),
-        reused_ratio: if prompt == 0 { 0.0 } else { reused as f64 / prompt as f64 },
+        reused_ratio: if prompt == 0 {
+            0.0
+        } else {
+            reused as f64 / prompt as f64
+        },
         warm_prefill_tokens: mean(&warm),
         cold_prompt_tokens: mean(&cold),
         cold_ms: mean(&cold_ms),
@@ -343,7 +362,11 @@ mod tests {
             shown: source == "model",
             exact: false,
         };
-        let s = summarize(&[vec![k("model", 100, 0, 100), k("typed-through", 0, 0, 0), k("model", 102, 99, 3)]]);
+        let s = summarize(&[vec![
+            k("model", 100, 0, 100),
+            k("typed-through", 0, 0, 0),
+            k("model", 102, 99, 3),
+        ]]);
         assert_eq!((s.model_calls, s.typed_through, s.keystrokes), (2, 1, 3));
         assert_eq!(s.cold_prompt_tokens, 100.0);
         assert_eq!(s.warm_prefill_tokens, 3.0);
@@ -366,10 +389,18 @@ mod tests {
             // An anchored prompt continues an earlier one: what was typed since then follows
             // `<|fim_middle|>`.
             let prefix = req.prompt.split("<|fim_prefix|>").last().unwrap_or("");
-            let line = prefix.split("<|fim_suffix|>").next().unwrap_or("").rsplit('\n').next();
+            let line = prefix
+                .split("<|fim_suffix|>")
+                .next()
+                .unwrap_or("")
+                .rsplit('\n')
+                .next();
             let middle = prefix.split("<|fim_middle|>").nth(1).unwrap_or("");
             let typed = format!("{}{middle}", line.unwrap_or("").trim_start());
-            let text = "return a + b".strip_prefix(typed.as_str()).unwrap_or("").to_owned();
+            let text = "return a + b"
+                .strip_prefix(typed.as_str())
+                .unwrap_or("")
+                .to_owned();
             Ok(crate::engine::CompletionOutput {
                 served_by: None,
                 choices: vec![crate::engine::Choice {
@@ -399,8 +430,15 @@ mod tests {
         // The first keystroke asks the model; typing through its suggestion needs no call until
         // the line is complete and nothing of it is left to show.
         assert_eq!(keys[0].source, "model");
-        assert!(keys[1..last].iter().all(|k| k.source == "typed-through"), "{keys:?}");
-        assert_eq!((keys[last].source.as_str(), keys[last].shown), ("model", false), "{keys:?}");
+        assert!(
+            keys[1..last].iter().all(|k| k.source == "typed-through"),
+            "{keys:?}"
+        );
+        assert_eq!(
+            (keys[last].source.as_str(), keys[last].shown),
+            ("model", false),
+            "{keys:?}"
+        );
         assert!(keys[..last].iter().all(|k| k.shown && k.exact), "{keys:?}");
         let s = summarize(&[keys]);
         assert_eq!((s.model_calls, s.typed_through), (2, 10));
@@ -409,7 +447,10 @@ mod tests {
     #[test]
     fn the_line_a_suggestion_makes() {
         let arr = json!([{ "insertText": "b + c)", "range": { "start": { "line": 3, "character": 7 }, "end": { "line": 3, "character": 8 } } }]);
-        assert_eq!(line_made(&arr, "f(a, ", ")  # x").as_deref(), Some("f(a, b + c)  # x"));
+        assert_eq!(
+            line_made(&arr, "f(a, ", ")  # x").as_deref(),
+            Some("f(a, b + c)  # x")
+        );
         let list = json!({ "items": [{ "insertText": "1\nmore" }] });
         assert_eq!(line_made(&list, "x = ", "").as_deref(), Some("x = 1"));
         assert_eq!(line_made(&json!([]), "x", ""), None);

@@ -162,14 +162,18 @@ impl Explanation {
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         match self.source {
-            Source::TypedThrough => s.push_str("**typed through**: the rest of the shown suggestion, no model call\n\n"),
+            Source::TypedThrough => {
+                s.push_str("**typed through**: the rest of the shown suggestion, no model call\n\n")
+            }
             Source::Model => {
                 if let Some(r) = &self.route {
                     s.push_str(&format!("**model** {} — {}\n\n", r.model, r.reason));
                 }
                 if let Some(b) = &self.served_by {
                     if self.route.as_ref().map(|r| r.model.to_string()) != Some(b.clone()) {
-                        s.push_str(&format!("answered by **{b}** (the chosen model was still loading)\n\n"));
+                        s.push_str(&format!(
+                            "answered by **{b}** (the chosen model was still loading)\n\n"
+                        ));
                     }
                 }
                 s.push_str(&format!(
@@ -184,7 +188,10 @@ impl Explanation {
                 ));
             }
         }
-        s.push_str(&format!("trigger {}, cursor in {}", self.trigger, self.cursor_kind));
+        s.push_str(&format!(
+            "trigger {}, cursor in {}",
+            self.trigger, self.cursor_kind
+        ));
         if let Some(text) = &self.suggestion {
             s.push_str(&format!("\n\n```\n{text}\n```"));
         }
@@ -279,7 +286,12 @@ impl Pipeline {
 
     /// The rest of the suggestion last shown in this document, when the only change since is
     /// the user typing its first characters. No model call.
-    pub fn typed_through(&self, doc: &DocumentSnapshot, cursor: usize, settings: &CompletionSettings) -> Option<Completion> {
+    pub fn typed_through(
+        &self,
+        doc: &DocumentSnapshot,
+        cursor: usize,
+        settings: &CompletionSettings,
+    ) -> Option<Completion> {
         if !settings.typing_through {
             return None;
         }
@@ -329,7 +341,12 @@ impl Pipeline {
             Some(c) => {
                 // Most important first: the scopes the cursor is in (innermost first), the
                 // types in reach, then the other nearby signatures.
-                let scopes: Vec<String> = c.enclosing_scopes.iter().rev().map(|s| s.signature_text.clone()).collect();
+                let scopes: Vec<String> = c
+                    .enclosing_scopes
+                    .iter()
+                    .rev()
+                    .map(|s| s.signature_text.clone())
+                    .collect();
                 let local: Vec<String> = scopes
                     .iter()
                     .cloned()
@@ -374,7 +391,8 @@ impl Pipeline {
             // What follows the prompt: the indentation it was healed of, and the typing since.
             let middle = format!("{prompt_healed}{typed}");
             let healed = indent.len().min(middle.len());
-            (typed.len() <= settings.anchor_max_bytes).then(|| format!("{prompt}{}", &middle[..middle.len() - healed]))
+            (typed.len() <= settings.anchor_max_bytes)
+                .then(|| format!("{prompt}{}", &middle[..middle.len() - healed]))
         });
         let is_anchored = anchored.is_some();
         let prompt_text = match anchored {
@@ -412,7 +430,8 @@ impl Pipeline {
             }
         };
         let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
-        let block = !(mid_line || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
+        let block =
+            !(mid_line || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
         let route = router::route(
             &settings.router,
             &RouteInput {

@@ -20,7 +20,14 @@ use crate::{
 };
 
 /// Languages whose text is prose, not code.
-const PROSE_LANGUAGES: &[&str] = &["markdown", "plaintext", "text", "restructuredtext", "latex", "asciidoc"];
+const PROSE_LANGUAGES: &[&str] = &[
+    "markdown",
+    "plaintext",
+    "text",
+    "restructuredtext",
+    "latex",
+    "asciidoc",
+];
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -101,9 +108,15 @@ pub fn route(policy: &RouterPolicy, input: &RouteInput, latencies: &Latencies) -
     } else if input.trigger == Trigger::Invoked {
         (policy.code_invoked, "code, invoked → invoked policy".to_owned())
     } else if input.block {
-        (policy.code_block, "code, block completion → block policy".to_owned())
+        (
+            policy.code_block,
+            "code, block completion → block policy".to_owned(),
+        )
     } else {
-        (policy.code_automatic, "code, typed, rest of the line → automatic policy".to_owned())
+        (
+            policy.code_automatic,
+            "code, typed, rest of the line → automatic policy".to_owned(),
+        )
     };
     if input.trigger == Trigger::Automatic && model.tier == Tier::Large {
         let small = ModelKey {
@@ -155,13 +168,29 @@ mod tests {
             (Automatic, Code, "rust", false, key(Tier::Small, Precision::Q8)),
             (Automatic, Code, "rust", true, key(Tier::Large, Precision::Q6)),
             (Invoked, Code, "python", false, key(Tier::Large, Precision::Q6)),
-            (Automatic, Comment, "python", false, key(Tier::Small, Precision::Q4)),
+            (
+                Automatic,
+                Comment,
+                "python",
+                false,
+                key(Tier::Small, Precision::Q4),
+            ),
             (Invoked, String, "go", true, key(Tier::Small, Precision::Q4)),
-            (Automatic, Code, "markdown", false, key(Tier::Small, Precision::Q4)),
+            (
+                Automatic,
+                Code,
+                "markdown",
+                false,
+                key(Tier::Small, Precision::Q4),
+            ),
         ];
         for (trigger, kind, lang, block, want) in cases {
             let r = route(&p, &input(trigger, kind, lang, block, 100), &l);
-            assert_eq!(r.model, want, "{trigger:?} {kind:?} {lang} block={block}: {}", r.reason);
+            assert_eq!(
+                r.model, want,
+                "{trigger:?} {kind:?} {lang} block={block}: {}",
+                r.reason
+            );
             assert!(!r.reason.is_empty());
         }
     }

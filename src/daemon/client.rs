@@ -23,7 +23,10 @@ use tokio::{
 
 use super::{
     paths,
-    protocol::{ClientMessage, DaemonStatus, ModelStatus, ServerMessage, WireRequest, MAX_LINE_BYTES, PROTOCOL_VERSION},
+    protocol::{
+        ClientMessage, DaemonStatus, ModelStatus, ServerMessage, WireRequest, MAX_LINE_BYTES,
+        PROTOCOL_VERSION,
+    },
     server::read_line_limited,
 };
 use crate::engine::{
@@ -348,7 +351,9 @@ fn state_of(st: &DaemonStatus) -> ModelState {
             load_time: Duration::from_secs_f64(default.and_then(|m| m.load_time_ms).unwrap_or(0.0) / 1e3),
             device: format!(
                 "{} (laya serve, pid {})",
-                default.and_then(|m| m.device.clone()).unwrap_or_else(|| "loads on first use".into()),
+                default
+                    .and_then(|m| m.device.clone())
+                    .unwrap_or_else(|| "loads on first use".into()),
                 st.pid
             ),
         },
@@ -402,11 +407,14 @@ impl Engine for DaemonEngine {
 pub fn status_blocking(runtime_dir: &Path, timeout: Duration) -> Result<DaemonStatus, String> {
     use std::io::{BufRead, Write};
     let socket = runtime_dir.join(paths::SOCKET);
-    let mut s = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let mut s =
+        std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
     s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     s.write_all(b"{\"op\":\"status\"}\n").map_err(|e| e.to_string())?;
     let mut line = String::new();
-    std::io::BufReader::new(s).read_line(&mut line).map_err(|e| e.to_string())?;
+    std::io::BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
     match serde_json::from_str::<ServerMessage>(&line).map_err(|e| format!("{e}: {line}"))? {
         ServerMessage::Status { status } => Ok(status),
         other => Err(format!("unexpected answer {other:?}")),
@@ -442,7 +450,10 @@ mod tests {
     /// not report one (an older version) leaves it unknown.
     #[test]
     fn the_default_models_size_comes_from_the_status() {
-        let st = status(serde_json::json!([model("large/q8", Some(32_000_000_000)), model("small/q8", Some(494_000_000))]));
+        let st = status(serde_json::json!([
+            model("large/q8", Some(32_000_000_000)),
+            model("small/q8", Some(494_000_000))
+        ]));
         assert_eq!(default_model(&st).and_then(|m| m.parameters), Some(494_000_000));
         let old = status(serde_json::json!([model("small/q8", None)]));
         assert_eq!(default_model(&old).and_then(|m| m.parameters), None);

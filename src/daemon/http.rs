@@ -102,7 +102,11 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
         .route("/v1/completions", post(v1_completions))
         .fallback(|| async { HttpError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
-            HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method not allowed here")
+            HttpError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method not allowed here",
+            )
         })
         .layer(middleware::from_fn_with_state(daemon.clone(), guard))
         .layer(DefaultBodyLimit::max(limit))
@@ -159,17 +163,28 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The body as `T`: 413 over the size limit, 415 for a non-JSON content type, 400 for bad JSON.
-fn parse_body<T: DeserializeOwned>(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<T, HttpError> {
+fn parse_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, HttpError> {
     let body = body.map_err(|r| {
         let status = r.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
-            HttpError::new(status, "invalid_request_error", "the request body is over this server's size limit")
+            HttpError::new(
+                status,
+                "invalid_request_error",
+                "the request body is over this server's size limit",
+            )
         } else {
             HttpError::new(status, "invalid_request_error", r.body_text())
         }
     })?;
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|h| h.to_str().ok()) {
-        if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
+        if !ct
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+        {
             return Err(HttpError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "invalid_request_error",
@@ -278,13 +293,18 @@ fn model_key(d: &Daemon, field: Option<ModelField>) -> Result<ModelKey, HttpErro
     match field {
         None => Ok(d.config().pool.default),
         Some(ModelField::Name(n)) => Ok(d.model_for_name(Some(&n))?),
-        Some(ModelField::Spec { tier, bits, precision }) => {
+        Some(ModelField::Spec {
+            tier,
+            bits,
+            precision,
+        }) => {
             let default = d.config().pool.default;
             let precision = match (bits, precision) {
                 (Some(b), _) => parse_precision(&b.to_string())
                     .ok_or_else(|| HttpError::bad(format!("bits must be 4, 6 or 8, got {b}")))?,
-                (None, Some(p)) => parse_precision(&p)
-                    .ok_or_else(|| HttpError::bad(format!("precision must be native, q4, q6 or q8, got `{p}`")))?,
+                (None, Some(p)) => parse_precision(&p).ok_or_else(|| {
+                    HttpError::bad(format!("precision must be native, q4, q6 or q8, got `{p}`"))
+                })?,
                 (None, None) => default.precision,
             };
             Ok(ModelKey {
@@ -329,7 +349,13 @@ fn fim_prompt(
     .text
 }
 
-fn sampling(d: &Daemon, temperature: Option<f32>, top_p: Option<f32>, top_k: Option<usize>, seed: Option<u64>) -> SamplingParams {
+fn sampling(
+    d: &Daemon,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<usize>,
+    seed: Option<u64>,
+) -> SamplingParams {
     let defaults = &d.config().defaults;
     SamplingParams {
         temperature: temperature.unwrap_or(defaults.temperature),
@@ -341,7 +367,10 @@ fn sampling(d: &Daemon, temperature: Option<f32>, top_p: Option<f32>, top_k: Opt
 
 fn timing_json(served: &Served) -> (Value, Option<f64>) {
     let t = WireTiming::new(&served.output.timing, served.queued);
-    (serde_json::to_value(t).unwrap_or_default(), served.load_time.map(ms))
+    (
+        serde_json::to_value(t).unwrap_or_default(),
+        served.load_time.map(ms),
+    )
 }
 
 async fn complete(
@@ -351,11 +380,21 @@ async fn complete(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
     let b: CompleteBody = parse_body(&headers, body)?;
-    let max_tokens = b.max_tokens.unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
+    let max_tokens = b
+        .max_tokens
+        .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = model_key(&d, b.model)?;
     let req = CompletionRequest {
         model: Some(key),
-        prompt: fim_prompt(&d, key, &b.prefix, &b.suffix, &b.path, max_tokens, b.max_prompt_tokens),
+        prompt: fim_prompt(
+            &d,
+            key,
+            &b.prefix,
+            &b.suffix,
+            &b.path,
+            max_tokens,
+            b.max_prompt_tokens,
+        ),
         max_tokens,
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
@@ -413,7 +452,9 @@ async fn v1_completions(
         )));
     }
     let text = prompts.remove(0);
-    let max_tokens = b.max_tokens.unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
+    let max_tokens = b
+        .max_tokens
+        .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = d.model_for_name(b.model.as_deref())?;
     let prompt = match &b.suffix {
         Some(suffix) => fim_prompt(&d, key, &text, suffix, "", max_tokens, b.max_prompt_tokens),
@@ -434,7 +475,9 @@ async fn v1_completions(
     if b.stream {
         return Ok(stream(d, client, req, id, created).into_response());
     }
-    let served = d.complete(&client, req, Arc::new(AtomicBool::new(false)), None).await?;
+    let served = d
+        .complete(&client, req, Arc::new(AtomicBool::new(false)), None)
+        .await?;
     let out = &served.output;
     let model = d.model_name(out.served_by.unwrap_or(key).tier);
     let (timing, load_time_ms) = timing_json(&served);
@@ -526,7 +569,9 @@ fn stream(
                 return Some((Ok(e), st));
             }
             if let Some((index, text)) = st.pieces.recv().await {
-                let e = st.chunk(json!([{ "text": text, "index": index, "logprobs": null, "finish_reason": null }]));
+                let e = st.chunk(
+                    json!([{ "text": text, "index": index, "logprobs": null, "finish_reason": null }]),
+                );
                 return Some((Ok(e), st));
             }
             // The sender is gone: the request finished.
@@ -563,7 +608,8 @@ fn stream(
                     st.pending.push_back(Event::default().data(body.to_string()));
                 }
                 Err(_) => {
-                    let body = json!({ "error": { "message": "the request stopped", "type": "server_error" } });
+                    let body =
+                        json!({ "error": { "message": "the request stopped", "type": "server_error" } });
                     st.pending.push_back(Event::default().data(body.to_string()));
                 }
             }

@@ -49,8 +49,14 @@ impl LspProcess {
     /// Start `cmd` (stdin and stdout are taken over; stderr is left as the caller set it).
     pub fn spawn(mut cmd: Command) -> std::io::Result<LspProcess> {
         let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
-        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
@@ -129,8 +135,12 @@ impl LspProcess {
             let left = deadline.saturating_duration_since(Instant::now());
             let m = match self.messages.recv_timeout(left) {
                 Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => return Err(format!("{method}: no answer within {timeout:?}")),
-                Err(RecvTimeoutError::Disconnected) => return Err(format!("{method}: the language server exited")),
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!("{method}: no answer within {timeout:?}"))
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(format!("{method}: the language server exited"))
+                }
             };
             if m.get("method").is_none() && m.get("id") == Some(&json!(id)) {
                 if let Some(e) = m.get("error") {

@@ -45,10 +45,23 @@ impl MemoryReport {
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
         let kb = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-        return kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|k| k * 1024);
+        return kb
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|k| k * 1024);
     }
-    let out = Command::new("ps").args(["-o", "rss=", "-p", &pid.to_string()]).output().ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().ok().map(|k| k * 1024)
+    let out = Command::new("ps")
+        .args(["-o", "rss=", "-p", &pid.to_string()])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(|k| k * 1024)
 }
 
 /// Settings that keep each completion short: no debounce, `max_tokens` tokens, and every
@@ -102,8 +115,12 @@ impl BenchDaemon {
         loop {
             match status_blocking(&self.dir, Duration::from_secs(5)) {
                 Ok(s) if s.status == "ok" => return Ok(pid),
-                Ok(s) if s.status == "failed" => return Err(format!("the model failed to load: {:?}", s.models)),
-                _ if Instant::now() > deadline => return Err("the daemon did not get ready in 10 minutes".into()),
+                Ok(s) if s.status == "failed" => {
+                    return Err(format!("the model failed to load: {:?}", s.models))
+                }
+                _ if Instant::now() > deadline => {
+                    return Err("the daemon did not get ready in 10 minutes".into())
+                }
                 _ => {}
             }
             if let Some(Ok(Some(st))) = self.daemon.as_mut().map(Child::try_wait) {
@@ -116,7 +133,13 @@ impl BenchDaemon {
 
     /// Start `laya lsp EXTRA ARGS` against this directory's daemon, initialize it with
     /// `settings` and wait for its engine.
-    pub fn lsp(&self, program: &Path, extra: &[&str], args: &[String], settings: Value) -> Result<LspProcess, String> {
+    pub fn lsp(
+        &self,
+        program: &Path,
+        extra: &[&str],
+        args: &[String],
+        settings: Value,
+    ) -> Result<LspProcess, String> {
         let mut cmd = Command::new(program);
         cmd.arg("lsp")
             .args(extra)
@@ -125,7 +148,10 @@ impl BenchDaemon {
             .stderr(Stdio::null());
         let mut p = LspProcess::spawn(cmd).map_err(|e| format!("starting laya lsp: {e}"))?;
         p.initialize(settings)?;
-        if !p.wait_log(|l| l.contains("model ready") || l.contains("failed"), Duration::from_secs(600)) {
+        if !p.wait_log(
+            |l| l.contains("model ready") || l.contains("failed"),
+            Duration::from_secs(600),
+        ) {
             return Err(format!("the language server did not get ready: {:?}", p.logs));
         }
         Ok(p)
@@ -197,13 +223,20 @@ pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, S
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a client thread panicked".into()))
+            })
             .collect()
     });
     let clients: Vec<LspProcess> = results.into_iter().collect::<Result<_, _>>()?;
     let many_clients = rss(&format!("{} clients", clients.len()))?;
     let lsp_rss: Vec<u64> = clients.iter().filter_map(|c| rss_bytes(c.pid())).collect();
-    log(&format!("{} clients: daemon RSS {:.1} MiB", clients.len(), mib(many_clients)));
+    log(&format!(
+        "{} clients: daemon RSS {:.1} MiB",
+        clients.len(),
+        mib(many_clients)
+    ));
     for c in clients {
         c.shutdown(Duration::from_secs(5));
     }

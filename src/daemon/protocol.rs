@@ -323,13 +323,20 @@ mod tests {
         };
         let line = serde_json::to_string(&msg).unwrap();
         assert!(!line.contains('\n'));
-        assert!(line.starts_with(r#"{"op":"complete","stream":true,"request":{"model":{"tier":"small","precision":"q4"}"#), "{line}");
+        assert!(
+            line.starts_with(
+                r#"{"op":"complete","stream":true,"request":{"model":{"tier":"small","precision":"q4"}"#
+            ),
+            "{line}"
+        );
         let back: ClientMessage = serde_json::from_str(&line).unwrap();
         assert!(matches!(back, ClientMessage::Complete { stream: true, .. }));
         // Defaults for what a hand-written client leaves out.
         let min: ClientMessage =
             serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();
-        let ClientMessage::Complete { request, stream, .. } = min else { panic!() };
+        let ClientMessage::Complete { request, stream, .. } = min else {
+            panic!()
+        };
         assert_eq!((request.n, request.top_p, stream), (1, 1.0, false));
     }
 

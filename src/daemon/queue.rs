@@ -56,7 +56,10 @@ impl LaneState {
     }
 
     fn waiting(&self) -> usize {
-        self.waiting.values().map(|q| q.iter().filter(|t| !t.is_closed()).count()).sum()
+        self.waiting
+            .values()
+            .map(|q| q.iter().filter(|t| !t.is_closed()).count())
+            .sum()
     }
 }
 
@@ -232,7 +235,9 @@ mod tests {
         let mut held = vec![];
         for _ in 0..MAX_WAITING_PER_CLIENT {
             let q = q.clone();
-            held.push(tokio::spawn(async move { q.acquire(0, 1, "a").await.map(|_| ()) }));
+            held.push(tokio::spawn(
+                async move { q.acquire(0, 1, "a").await.map(|_| ()) },
+            ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
         let err = q.acquire(0, 1, "a").await.err().unwrap();

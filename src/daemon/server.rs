@@ -303,7 +303,10 @@ impl Daemon {
         }
         let s = &req.sampling;
         if !(0.0..=2.0).contains(&s.temperature) {
-            return bad(format!("temperature must be between 0 and 2, got {}", s.temperature));
+            return bad(format!(
+                "temperature must be between 0 and 2, got {}",
+                s.temperature
+            ));
         }
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return bad(format!("top_p must be in (0, 1], got {}", s.top_p));
@@ -331,9 +334,13 @@ impl Daemon {
         self.validate(&req)?;
         let pool = self.pool().map_err(|e| DaemonError::Unavailable(e.to_string()))?;
         let want = req.model.unwrap_or(pool.config().default);
-        let (key, engine) = pool.resolve(want).map_err(|e| DaemonError::BadRequest(e.to_string()))?;
+        let (key, engine) = pool
+            .resolve(want)
+            .map_err(|e| DaemonError::BadRequest(e.to_string()))?;
         if let ModelState::Failed(e) = engine.state() {
-            return Err(DaemonError::Unavailable(format!("model {key} failed to load: {e}")));
+            return Err(DaemonError::Unavailable(format!(
+                "model {key} failed to load: {e}"
+            )));
         }
         let remote = matches!(pool.config().tiers.get(&key.tier), Some(TierSource::Remote(_)));
         // A remote tier is one model whatever the bits asked: one lane, one count.
@@ -392,9 +399,12 @@ impl Daemon {
             let n = served.get(key).copied().unwrap_or(0);
             let (state_name, load, device, error) = match state {
                 ModelState::Loading => ("loading", None, None, None),
-                ModelState::Ready { load_time, device } => {
-                    ("ready", Some(super::protocol::ms(*load_time)), Some(device.clone()), None)
-                }
+                ModelState::Ready { load_time, device } => (
+                    "ready",
+                    Some(super::protocol::ms(*load_time)),
+                    Some(device.clone()),
+                    None,
+                ),
                 ModelState::Failed(e) => ("failed", None, None, Some(e.clone())),
             };
             models.push(ModelStatus {
@@ -544,7 +554,11 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
             let _ = write_message(&mut wr, &ServerMessage::Status { status }).await;
             return;
         }
-        ClientMessage::Complete { client, stream, request } => (client, stream, request),
+        ClientMessage::Complete {
+            client,
+            stream,
+            request,
+        } => (client, stream, request),
     };
     let client = format!(
         "unix {}",
@@ -552,7 +566,12 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     );
     let cancel = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let work = daemon.complete(&client, request.into(), cancel.clone(), stream_pieces.then_some(tx));
+    let work = daemon.complete(
+        &client,
+        request.into(),
+        cancel.clone(),
+        stream_pieces.then_some(tx),
+    );
     tokio::pin!(work);
     let mut scratch = [0u8; 512];
     let result = loop {
@@ -575,12 +594,17 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         }
     };
     while let Ok((index, text)) = rx.try_recv() {
-        if write_message(&mut wr, &ServerMessage::Piece { index, text }).await.is_err() {
+        if write_message(&mut wr, &ServerMessage::Piece { index, text })
+            .await
+            .is_err()
+        {
             return;
         }
     }
     let reply = match result {
-        Ok(served) => ServerMessage::Done { output: served.wire() },
+        Ok(served) => ServerMessage::Done {
+            output: served.wire(),
+        },
         Err(e) => ServerMessage::Error { error: e.wire() },
     };
     let _ = write_message(&mut wr, &reply).await;
@@ -589,10 +613,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    Io { what: String, source: std::io::Error },
     #[error("another laya daemon is running for {dir}{}", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
     AlreadyRunning { dir: String, pid: Option<u32> },
     #[error(transparent)]
@@ -680,7 +701,8 @@ pub async fn run(config: DaemonConfig) -> Result<(), ServeError> {
     let addr_file = dir.join(paths::HTTP_ADDR);
     match http_addr {
         Some(a) => {
-            paths::write_atomic(&addr_file, &format!("{a}\n")).map_err(io_err(addr_file.display().to_string()))?;
+            paths::write_atomic(&addr_file, &format!("{a}\n"))
+                .map_err(io_err(addr_file.display().to_string()))?;
             cleanup.0.push(addr_file);
             if !a.ip().is_loopback() && config.token.is_none() {
                 eprintln!(

@@ -320,8 +320,15 @@ mod tests {
     fn ids_outside_the_vocabulary_are_an_error_not_a_read_past_the_table() {
         let model = tiny_model(Arch::Qwen2, 21);
         let mut caches = model.new_caches();
-        let err = generate(&model, &mut caches, &[5, 97], &req(2, 1), &AtomicBool::new(false), |_, _| Control::Continue)
-            .unwrap_err();
+        let err = generate(
+            &model,
+            &mut caches,
+            &[5, 97],
+            &req(2, 1),
+            &AtomicBool::new(false),
+            |_, _| Control::Continue,
+        )
+        .unwrap_err();
         assert!(matches!(err, GenerateError::TokenOutOfRange(97, 97)), "{err}");
         assert_eq!(caches[0].offset(), 0);
     }

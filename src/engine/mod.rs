@@ -8,9 +8,9 @@ pub mod load;
 pub mod models;
 pub mod pool;
 pub mod prefix;
+pub mod remote;
 pub mod runtime;
 pub mod sample;
-pub mod remote;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod worker;
@@ -138,7 +138,6 @@ impl LocalModel {
         })
     }
 
-
     /// Run a short request once, so the first real one does not pay for kernel compilation
     /// and buffer allocation (MLX compiles GPU kernels at first use); its prompt starts with
     /// [`warm_up_source`]. Returns its duration.
@@ -192,13 +191,20 @@ impl LocalModel {
             stop_token_ids: self.specials.eog.clone(),
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
-        let (out, reused) = prefix::generate_with_store(&self.loaded.model, Some(&self.prefix), &ids, &greq, cancel, |i, tok| {
-            let control = texts.push(i, tok);
-            if let Some(piece) = texts.settled(i, false) {
-                on_piece(i, piece);
-            }
-            control
-        })?;
+        let (out, reused) = prefix::generate_with_store(
+            &self.loaded.model,
+            Some(&self.prefix),
+            &ids,
+            &greq,
+            cancel,
+            |i, tok| {
+                let control = texts.push(i, tok);
+                if let Some(piece) = texts.settled(i, false) {
+                    on_piece(i, piece);
+                }
+                control
+            },
+        )?;
         for i in 0..req.n {
             if let Some(piece) = texts.settled(i, true) {
                 on_piece(i, piece);
@@ -355,7 +361,12 @@ mod tests {
     fn settled_pieces_concatenate_to_the_final_text_and_never_hold_a_stop_string() {
         let tok = tokenizer();
         let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
-        for text in ["x = 1\ny = 2\n\nprint(x)", "return a + b\ndef g():", "naïve 🙂 café", "no stop"] {
+        for text in [
+            "x = 1\ny = 2\n\nprint(x)",
+            "return a + b\ndef g():",
+            "naïve 🙂 café",
+            "no stop",
+        ] {
             let ids = tok.encode(text, false).unwrap();
             let mut s = StopScanner::new(&tok, 1, &stop);
             let mut streamed = String::new();

@@ -128,9 +128,8 @@ impl ModelPool {
             }
             tracing::info!(model = %key, "the model's files changed since it failed to load: loading it again");
         }
-        let source = source.ok_or_else(|| {
-            EngineError::Request(format!("no {} model is configured", key.tier.label()))
-        })?;
+        let source = source
+            .ok_or_else(|| EngineError::Request(format!("no {} model is configured", key.tier.label())))?;
         let mut source_stamp = None;
         let engine: Arc<dyn Engine> = match source {
             TierSource::Local { path, group_size } => {
@@ -143,9 +142,12 @@ impl ModelPool {
                     prefix: self.config.prefix,
                 };
                 let report = self.report.clone();
-                Arc::new(ModelWorker::spawn(path.clone(), opts, self.config.device, move |s| {
-                    report(key, s)
-                }))
+                Arc::new(ModelWorker::spawn(
+                    path.clone(),
+                    opts,
+                    self.config.device,
+                    move |s| report(key, s),
+                ))
             }
             TierSource::Remote(cfg) => {
                 let e = RemoteEngine::new(cfg.clone());
@@ -243,7 +245,10 @@ mod tests {
 
     fn remote_pool() -> ModelPool {
         let mut tiers = HashMap::new();
-        tiers.insert(Tier::Large, TierSource::Remote(RemoteConfig::new("http://127.0.0.1:9/v1")));
+        tiers.insert(
+            Tier::Large,
+            TierSource::Remote(RemoteConfig::new("http://127.0.0.1:9/v1")),
+        );
         let seen = Arc::new(Mutex::new(vec![]));
         let log = seen.clone();
         ModelPool::new(

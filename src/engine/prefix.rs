@@ -258,14 +258,22 @@ mod tests {
                 _ if ids.len() > 8 => ids.truncate(ids.len() - 3),
                 _ => ids.push(3),
             }
-            let (cached, reused) = generate_with_store(&model, Some(&store), &ids, &req, &no, |_, _| Control::Continue).unwrap();
-            let (fresh, none) = generate_with_store(&model, None, &ids, &req, &no, |_, _| Control::Continue).unwrap();
+            let (cached, reused) =
+                generate_with_store(&model, Some(&store), &ids, &req, &no, |_, _| Control::Continue).unwrap();
+            let (fresh, none) =
+                generate_with_store(&model, None, &ids, &req, &no, |_, _| Control::Continue).unwrap();
             assert_eq!(none, 0);
-            assert_eq!(cached.candidates, fresh.candidates, "step {step}: ids {ids:?}, reused {reused}");
+            assert_eq!(
+                cached.candidates, fresh.candidates,
+                "step {step}: ids {ids:?}, reused {reused}"
+            );
             assert_eq!(cached.prefill_tokens, ids.len() - reused);
             reused_total += reused;
         }
-        assert!(reused_total > 24 * 10, "edits leave long shared prefixes: reused {reused_total}");
+        assert!(
+            reused_total > 24 * 10,
+            "edits leave long shared prefixes: reused {reused_total}"
+        );
     }
 
     #[test]
@@ -277,11 +285,20 @@ mod tests {
         let hit = store.take(&ids).unwrap();
         let mut caches = hit.caches;
         let tail = &ids[hit.reused..];
-        let a = model.forward(&Array::from_slice(tail, &[1, tail.len() as i32]), &mut caches).unwrap();
-        let b = model
-            .forward(&Array::from_slice(&ids, &[1, ids.len() as i32]), &mut model.new_caches())
+        let a = model
+            .forward(&Array::from_slice(tail, &[1, tail.len() as i32]), &mut caches)
             .unwrap();
-        let diff = mlx_rs::ops::abs(&(&a - &b)).unwrap().max(None).unwrap().item_exact::<f32>();
+        let b = model
+            .forward(
+                &Array::from_slice(&ids, &[1, ids.len() as i32]),
+                &mut model.new_caches(),
+            )
+            .unwrap();
+        let diff = mlx_rs::ops::abs(&(&a - &b))
+            .unwrap()
+            .max(None)
+            .unwrap()
+            .item_exact::<f32>();
         assert!(diff < 1e-4, "max |Δlogit| {diff}");
     }
 }

@@ -52,7 +52,9 @@ impl RemoteConfig {
     pub fn parse_extra_body(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(m)) => Ok(m),
-            Ok(other) => Err(format!("expected a JSON object such as {{\"repeat_penalty\": 1.0}}, got {other}")),
+            Ok(other) => Err(format!(
+                "expected a JSON object such as {{\"repeat_penalty\": 1.0}}, got {other}"
+            )),
             Err(e) => Err(format!("not JSON: {e}")),
         }
     }
@@ -129,9 +131,7 @@ impl RemoteEngine {
     }
 
     fn request(&self, method: &str, path: &str) -> ureq::Request {
-        let r = self
-            .agent
-            .request(method, &format!("{}{path}", self.config.url));
+        let r = self.agent.request(method, &format!("{}{path}", self.config.url));
         match &self.config.api_key {
             Some(k) => r.set("Authorization", &format!("Bearer {k}")),
             None => r,
@@ -349,7 +349,9 @@ mod tests {
         cfg.api_key = Some("sekret".into());
         cfg.extra_body = RemoteConfig::parse_extra_body(r#"{"repeat_penalty": 1.0, "n": 9}"#).unwrap();
         let engine = RemoteEngine::new(cfg);
-        let out = engine.complete_blocking(&request(), &AtomicBool::new(false)).unwrap();
+        let out = engine
+            .complete_blocking(&request(), &AtomicBool::new(false))
+            .unwrap();
         let texts: Vec<_> = out.choices.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(texts, [" a", " b"]);
         assert_eq!(out.choices[1].finish_reason, FinishReason::Length);
@@ -357,8 +359,12 @@ mod tests {
         let seen = server.join().unwrap();
         assert!(seen[0].starts_with("GET /v1/models"));
         assert!(seen[1].starts_with("POST /v1/completions"));
-        assert!(seen[1].contains("authorization: Bearer sekret") || seen[1].contains("Authorization: Bearer sekret"));
-        let body: serde_json::Value = serde_json::from_str(seen[1].split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert!(
+            seen[1].contains("authorization: Bearer sekret")
+                || seen[1].contains("Authorization: Bearer sekret")
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(seen[1].split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(body["model"], "coder");
         assert_eq!(body["n"], 2);
         assert_eq!(body["stop"], json!(["\n\n"]));
@@ -372,18 +378,29 @@ mod tests {
     fn the_model_size_comes_from_the_model_list_where_stated() {
         let answer = r#"{"choices":[{"index":0,"text":"x","finish_reason":"stop"}]}"#;
         let (url, server) = serve(vec![
-            (200, r#"{"object":"list","data":[{"id":"q","meta":{"n_vocab":151936,"n_params":494032768}}]}"#.into()),
+            (
+                200,
+                r#"{"object":"list","data":[{"id":"q","meta":{"n_vocab":151936,"n_params":494032768}}]}"#
+                    .into(),
+            ),
             (200, answer.into()),
         ]);
         let engine = RemoteEngine::new(RemoteConfig::new(url));
         assert_eq!(engine.parameters(), None, "unknown before the list is read");
-        engine.complete_blocking(&request(), &AtomicBool::new(false)).unwrap();
+        engine
+            .complete_blocking(&request(), &AtomicBool::new(false))
+            .unwrap();
         assert_eq!(engine.parameters(), Some(494_032_768));
         server.join().unwrap();
 
-        let (url, server) = serve(vec![(200, r#"{"data":[{"id":"vllm-model"}]}"#.into()), (200, answer.into())]);
+        let (url, server) = serve(vec![
+            (200, r#"{"data":[{"id":"vllm-model"}]}"#.into()),
+            (200, answer.into()),
+        ]);
         let engine = RemoteEngine::new(RemoteConfig::new(url));
-        engine.complete_blocking(&request(), &AtomicBool::new(false)).unwrap();
+        engine
+            .complete_blocking(&request(), &AtomicBool::new(false))
+            .unwrap();
         assert_eq!(engine.parameters(), None);
         server.join().unwrap();
     }
@@ -391,8 +408,12 @@ mod tests {
     #[test]
     fn extra_body_must_be_a_json_object() {
         assert!(RemoteConfig::parse_extra_body(r#"{"repeat_penalty": 1.0}"#).is_ok());
-        assert!(RemoteConfig::parse_extra_body("[1]").unwrap_err().contains("JSON object"));
-        assert!(RemoteConfig::parse_extra_body("{").unwrap_err().contains("not JSON"));
+        assert!(RemoteConfig::parse_extra_body("[1]")
+            .unwrap_err()
+            .contains("JSON object"));
+        assert!(RemoteConfig::parse_extra_body("{")
+            .unwrap_err()
+            .contains("not JSON"));
     }
 
     #[test]
@@ -405,7 +426,10 @@ mod tests {
             .complete_blocking(&request(), &AtomicBool::new(false))
             .unwrap_err()
             .to_string();
-        assert!(err.contains(&url) && err.contains("HTTP 500") && err.contains("out of memory"), "{err}");
+        assert!(
+            err.contains(&url) && err.contains("HTTP 500") && err.contains("out of memory"),
+            "{err}"
+        );
         server.join().unwrap();
         // Nothing listening: a transport error naming the server.
         let engine = RemoteEngine::new(RemoteConfig {

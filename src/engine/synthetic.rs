@@ -201,7 +201,10 @@ pub fn write_folder(
         .save_json(dir.join("tokenizer.json"))
         .map_err(|e| e.to_string())?;
     let (a, b): (Vec<_>, Vec<_>) = weights.iter().partition(|(k, _)| k.contains("layers.1."));
-    for (part, name) in [(a, "model-00001-of-00002.safetensors"), (b, "model-00002-of-00002.safetensors")] {
+    for (part, name) in [
+        (a, "model-00001-of-00002.safetensors"),
+        (b, "model-00002-of-00002.safetensors"),
+    ] {
         Array::save_safetensors(part, None, dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
     }
     Ok(())
@@ -223,7 +226,10 @@ mod tests {
             ("qwen2.5-coder-32b", 32.5e9),
         ] {
             let n = shape(name).unwrap().parameters() as f64;
-            assert!((n / card - 1.0).abs() < 0.02, "{name}: {n} parameters, card {card}");
+            assert!(
+                (n / card - 1.0).abs() < 0.02,
+                "{name}: {n} parameters, card {card}"
+            );
         }
     }
 }

@@ -168,7 +168,10 @@ impl LayaServer {
         let last = std::sync::Mutex::new(ModelState::Loading);
         let report = move |state: &ModelState| {
             let was_loading = matches!(
-                std::mem::replace(&mut *last.lock().unwrap_or_else(|p| p.into_inner()), state.clone()),
+                std::mem::replace(
+                    &mut *last.lock().unwrap_or_else(|p| p.into_inner()),
+                    state.clone()
+                ),
                 ModelState::Loading
             );
             let failed = matches!(state, ModelState::Failed(_));
@@ -215,7 +218,11 @@ impl LayaServer {
                 if show {
                     client.show_message(MessageType::ERROR, log.clone()).await;
                 }
-                let level = if failed { MessageType::ERROR } else { MessageType::INFO };
+                let level = if failed {
+                    MessageType::ERROR
+                } else {
+                    MessageType::INFO
+                };
                 client.log_message(level, log).await;
             });
         };
@@ -423,7 +430,10 @@ impl LanguageServer for LayaServer {
                 .map(|f| f.uri.as_str())
                 .collect();
             #[allow(deprecated)]
-            let (root_uri, root_path) = (params.root_uri.as_ref().map(|u| u.as_str()), params.root_path.as_deref());
+            let (root_uri, root_path) = (
+                params.root_uri.as_ref().map(|u| u.as_str()),
+                params.root_path.as_deref(),
+            );
             st.workspace = workspace::Workspace::from_initialize(&folders, root_uri, root_path);
         }
         if let Some(opts) = params.initialization_options {

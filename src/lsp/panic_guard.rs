@@ -45,7 +45,8 @@ where
                 Err(_) => {
                     tracing::error!(%method, "the handler panicked; answering with an internal error");
                     let mut error = Error::internal_error();
-                    error.message = format!("laya: the {method} handler failed (a bug; see the server log)").into();
+                    error.message =
+                        format!("laya: the {method} handler failed (a bug; see the server log)").into();
                     Ok(id.map(|id| Response::from_error(id, error)))
                 }
             }
@@ -64,12 +65,23 @@ mod tests {
             if req.method() == "boom" {
                 panic!("handler bug");
             }
-            Ok::<_, std::convert::Infallible>(req.id().cloned().map(|id| Response::from_ok(id, serde_json::json!(1))))
+            Ok::<_, std::convert::Infallible>(
+                req.id()
+                    .cloned()
+                    .map(|id| Response::from_ok(id, serde_json::json!(1))),
+            )
         });
         let mut svc = CatchPanic(inner);
         let call = |method: &str, id: i64| Request::build(method.to_owned()).id(id).finish();
 
-        let r = svc.ready().await.unwrap().call(call("boom", 7)).await.unwrap().unwrap();
+        let r = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(call("boom", 7))
+            .await
+            .unwrap()
+            .unwrap();
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["id"], 7, "{v}");
         assert_eq!(v["error"]["code"], -32603, "{v}");
@@ -79,7 +91,14 @@ mod tests {
         let note = Request::build("boom").finish();
         assert!(svc.ready().await.unwrap().call(note).await.unwrap().is_none());
 
-        let r = svc.ready().await.unwrap().call(call("fine", 8)).await.unwrap().unwrap();
+        let r = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(call("fine", 8))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(serde_json::to_value(&r).unwrap()["result"], 1);
     }
 }

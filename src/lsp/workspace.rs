@@ -20,7 +20,11 @@ impl UriPath {
     /// `None` for what is not `scheme://authority/path` (`untitled:Untitled-1`).
     pub fn parse(uri: &str) -> Option<UriPath> {
         let (scheme, rest) = uri.split_once("://")?;
-        if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) {
+        if scheme.is_empty()
+            || !scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        {
             return None;
         }
         let rest = rest.split(['?', '#']).next().unwrap_or("");
@@ -30,7 +34,10 @@ impl UriPath {
         };
         let mut segments: Vec<String> = vec![];
         // Decoded first, so `%2e%2e` and an encoded `/` count as what they spell.
-        for seg in percent_encoding::percent_decode_str(path).decode_utf8_lossy().split(['/', '\\']) {
+        for seg in percent_encoding::percent_decode_str(path)
+            .decode_utf8_lossy()
+            .split(['/', '\\'])
+        {
             match seg {
                 "" | "." => {}
                 ".." => {
@@ -40,14 +47,20 @@ impl UriPath {
             }
         }
         Some(UriPath {
-            origin: format!("{}://{}", scheme.to_ascii_lowercase(), authority.to_ascii_lowercase()),
+            origin: format!(
+                "{}://{}",
+                scheme.to_ascii_lowercase(),
+                authority.to_ascii_lowercase()
+            ),
             segments,
         })
     }
 
     /// A plain path (`rootPath`) as a `file://` URI path.
     pub fn from_path(path: &str) -> Option<UriPath> {
-        path.starts_with('/').then(|| UriPath::parse(&format!("file://{path}"))).flatten()
+        path.starts_with('/')
+            .then(|| UriPath::parse(&format!("file://{path}")))
+            .flatten()
     }
 
     /// `self` is `other` or lies below it.
@@ -128,11 +141,20 @@ mod tests {
         let cur = "file:///work/demo/src/main.rs";
         assert!(w.may_lend(cur, "file:///work/demo/src/geom.rs"));
         assert!(w.may_lend(cur, "file:///work/lib/a.rs"));
-        assert!(!w.may_lend(cur, "file:///work/demo2/a.rs"), "a sibling whose name starts alike");
+        assert!(
+            !w.may_lend(cur, "file:///work/demo2/a.rs"),
+            "a sibling whose name starts alike"
+        );
         assert!(!w.may_lend(cur, "file:///etc/passwd"));
         assert!(!w.may_lend(cur, "file:///work/demo/../secret.rs"));
-        assert!(!w.may_lend(cur, "file:///work/demo/%2E%2E/secret.rs"), "encoded ..");
-        assert!(!w.may_lend(cur, "file:///work/demo/src/..%2F..%2F..%2Fetc/passwd"), "encoded /");
+        assert!(
+            !w.may_lend(cur, "file:///work/demo/%2E%2E/secret.rs"),
+            "encoded .."
+        );
+        assert!(
+            !w.may_lend(cur, "file:///work/demo/src/..%2F..%2F..%2Fetc/passwd"),
+            "encoded /"
+        );
         assert!(!w.may_lend(cur, "file://otherhost/work/demo/a.rs"));
         assert!(!w.may_lend(cur, "untitled:Untitled-1"));
         assert!(w.may_lend(cur, "file:///work/demo/./src/x.rs"));
@@ -165,7 +187,16 @@ mod tests {
 
     #[test]
     fn odd_uris_never_panic() {
-        for u in ["", "://", "file://", "%", "file:///%", "file:///%zz/%e", "a://b%", "file:///\u{1F642}/.."] {
+        for u in [
+            "",
+            "://",
+            "file://",
+            "%",
+            "file:///%",
+            "file:///%zz/%e",
+            "a://b%",
+            "file:///\u{1F642}/..",
+        ] {
             let _ = UriPath::parse(u);
             let _ = Workspace::default().may_lend(u, u);
         }

@@ -132,7 +132,10 @@ impl Budget {
     /// of `parameters`.
     pub fn for_model(&self, parameters: Option<u64>) -> Budget {
         Budget {
-            suffix_share: Some(self.suffix_share.unwrap_or_else(|| Self::suffix_share_for(parameters))),
+            suffix_share: Some(
+                self.suffix_share
+                    .unwrap_or_else(|| Self::suffix_share_for(parameters)),
+            ),
             ..self.clone()
         }
     }
@@ -246,7 +249,9 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
 pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let total = budget.max_tokens * BYTES_PER_TOKEN;
     let context_max = (total as f32 * budget.context_share) as usize;
-    let suffix_share = budget.suffix_share.unwrap_or_else(|| Budget::suffix_share_for(None));
+    let suffix_share = budget
+        .suffix_share
+        .unwrap_or_else(|| Budget::suffix_share_for(None));
     let suffix_max = (total as f32 * suffix_share) as usize;
 
     let mut header = String::new();
@@ -452,7 +457,10 @@ mod budget_tests {
             context_share: 0.4,
         };
         let window_alone = tail_lines(&prefix, 256 * BYTES_PER_TOKEN);
-        assert!(window_alone.contains("fn outer(a: u32) -> u32 {"), "the case needs it in the first window");
+        assert!(
+            window_alone.contains("fn outer(a: u32) -> u32 {"),
+            "the case needs it in the first window"
+        );
         let p = build(
             &PromptInput {
                 path: "a.rs",

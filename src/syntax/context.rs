@@ -184,7 +184,15 @@ pub fn extract_with_limits(
 
     let mut enclosing = enclosing_scopes(&queries.scopes, language, root, text, cursor, &line);
     if in_error(root, text, cursor) {
-        if let Some(repaired) = repaired_scopes(&queries.scopes, language, text, tree, cursor, &line, enclosing.len()) {
+        if let Some(repaired) = repaired_scopes(
+            &queries.scopes,
+            language,
+            text,
+            tree,
+            cursor,
+            &line,
+            enclosing.len(),
+        ) {
             enclosing = repaired;
         }
     }
@@ -606,11 +614,21 @@ fn repaired_scopes(
         };
         let hits = enclosing_scopes(q, language, tree.root_node(), &fixed, cursor, &fixed_line);
         let score = (!in_error(tree.root_node(), &fixed, cursor), hits.len());
-        let better = if score.0 { score.1 >= found } else { score.1 > found };
+        let better = if score.0 {
+            score.1 >= found
+        } else {
+            score.1 > found
+        };
         if !better || score <= best_score {
             continue;
         }
-        let back = |o: usize| if o <= cursor { o } else { o.saturating_sub(filler.len()).max(cursor) };
+        let back = |o: usize| {
+            if o <= cursor {
+                o
+            } else {
+                o.saturating_sub(filler.len()).max(cursor)
+            }
+        };
         best_score = score;
         best = Some(
             hits.into_iter()

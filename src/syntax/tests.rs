@@ -66,7 +66,9 @@ fn languages_table_is_consistent() {
         );
         // The repair edits the tree as an insertion within the cursor's line.
         assert!(
-            c.repair_fillers.iter().all(|f| !f.is_empty() && !f.contains(['\n', '\r'])),
+            c.repair_fillers
+                .iter()
+                .all(|f| !f.is_empty() && !f.contains(['\n', '\r'])),
             "{language}: a repair filler must be text within one line"
         );
     }

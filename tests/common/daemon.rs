@@ -35,7 +35,10 @@ pub fn stub() -> Stub {
     let delay_ms = Arc::new(AtomicU64::new(0));
     let (p, d) = (prompts.clone(), delay_ms.clone());
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let app = Router::new()
                 .route(
@@ -47,7 +50,9 @@ pub fn stub() -> Stub {
                     post(move |Json(body): Json<Value>| {
                         let (p, d) = (p.clone(), d.clone());
                         async move {
-                            p.lock().unwrap().push(body["prompt"].as_str().unwrap_or("").to_owned());
+                            p.lock()
+                                .unwrap()
+                                .push(body["prompt"].as_str().unwrap_or("").to_owned());
                             tokio::time::sleep(Duration::from_millis(d.load(Ordering::Relaxed))).await;
                             let n = body["n"].as_u64().unwrap_or(1);
                             let choices: Vec<Value> = (0..n)
@@ -129,13 +134,26 @@ pub fn serve_with(dir: &Path, args: &[&str], setup: impl FnOnce(&mut Command)) -
 pub fn serve_stub(stub: &Stub, extra: &[&str]) -> (tempfile::TempDir, Serve) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
-    let mut args = vec!["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"];
+    let mut args = vec![
+        "--small-remote",
+        &stub.url,
+        "--large",
+        "none",
+        "--http-addr",
+        "127.0.0.1:0",
+    ];
     args.extend_from_slice(extra);
     let s = serve_in(&dir, &args);
     (tmp, s)
 }
 
-pub fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> (u16, String) {
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     let mut req = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(20));
     for (k, v) in headers {
         req = req.set(k, v);
@@ -221,9 +239,13 @@ pub fn kill_daemon(dir: &Path, pid: u32) {
 /// waits until it reports its model ready.
 pub fn lsp_with(dir: &Path, args: &[&str], ready: bool) -> LspProcess {
     let mut cmd = laya();
-    cmd.arg("lsp").args(args).env("LAYA_RUNTIME_DIR", dir).stderr(Stdio::null());
+    cmd.arg("lsp")
+        .args(args)
+        .env("LAYA_RUNTIME_DIR", dir)
+        .stderr(Stdio::null());
     let mut p = LspProcess::spawn(cmd).unwrap();
-    p.initialize(json!({ "completion": { "debounceMs": 0 } })).unwrap();
+    p.initialize(json!({ "completion": { "debounceMs": 0 } }))
+        .unwrap();
     // Completions are answered once the engine is set up (after `initialized`).
     if ready {
         assert!(
@@ -237,7 +259,18 @@ pub fn lsp_with(dir: &Path, args: &[&str], ready: bool) -> LspProcess {
 
 /// `laya lsp` with the stub as its small tier.
 pub fn lsp(dir: &Path, stub: &Stub) -> LspProcess {
-    lsp_with(dir, &["--small-remote", &stub.url, "--large", "none", "--http-addr", "127.0.0.1:0"], true)
+    lsp_with(
+        dir,
+        &[
+            "--small-remote",
+            &stub.url,
+            "--large",
+            "none",
+            "--http-addr",
+            "127.0.0.1:0",
+        ],
+        true,
+    )
 }
 
 /// Open `name.py` holding `text` and ask for an inline completion at its end.
@@ -246,5 +279,6 @@ pub fn complete_in(p: &mut LspProcess, name: &str, text: &str) -> Option<Vec<Str
     p.open(&uri, "python", text).unwrap();
     let line = text.lines().count() as u32 - 1;
     let col = text.lines().last().unwrap().len() as u32;
-    p.inline_completion(&uri, line, col, Duration::from_secs(30)).unwrap()
+    p.inline_completion(&uri, line, col, Duration::from_secs(30))
+        .unwrap()
 }

@@ -58,7 +58,10 @@ impl TinyGguf {
 
 /// GPT-2's byte → printable character map (what byte-level BPE vocabularies store).
 fn byte_chars() -> Vec<char> {
-    let printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~')).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~'))
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut chars = vec!['\0'; 256];
     for &b in &printable {
         chars[b as usize] = char::from_u32(b).unwrap();
@@ -124,7 +127,10 @@ impl Writer {
 fn tensors(vocab: u64) -> Vec<(String, Vec<u64>, Vec<f32>)> {
     let mut lcg = super::Lcg(7);
     let mut small = |n: u64| -> Vec<f32> { lcg.vec(n as usize).iter().map(|x| x * 1e-3).collect() };
-    let a = byte_chars().iter().position(|&c| c.to_string() == TOKEN_TEXT).unwrap();
+    let a = byte_chars()
+        .iter()
+        .position(|&c| c.to_string() == TOKEN_TEXT)
+        .unwrap();
     let mut embd = Vec::with_capacity((vocab * HIDDEN) as usize);
     let mut u = super::Lcg(11);
     for t in 0..vocab as usize {
@@ -151,7 +157,11 @@ fn tensors(vocab: u64) -> Vec<(String, Vec<u64>, Vec<f32>)> {
         v.push((p("ffn_up.weight"), vec![HIDDEN, INTER], small(HIDDEN * INTER)));
         v.push((p("ffn_down.weight"), vec![INTER, HIDDEN], small(INTER * HIDDEN)));
     }
-    v.push(("output_norm.weight".to_owned(), vec![HIDDEN], vec![1.0; HIDDEN as usize]));
+    v.push((
+        "output_norm.weight".to_owned(),
+        vec![HIDDEN],
+        vec![1.0; HIDDEN as usize],
+    ));
     v
 }
 
