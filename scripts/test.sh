@@ -4,9 +4,13 @@
 # remote-tier test; both quick once done, the venv's first build ~6 min on 2 cores), then
 # `cargo test --release`, then the editor integrations in real clients
 # (scripts/test-editors.sh; each editor skips with its reason where its client cannot be
-# installed). Extra arguments go to cargo test.
+# installed). Extra arguments go to cargo test. The code's formatting is checked first
+# (`cargo fmt --check`, where rustfmt is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --all --check || { echo "test.sh: run \`cargo fmt\` (the diff is above)" >&2; exit 1; }
+fi
 scripts/setup.sh --no-run --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 LAYA_PEER_PYTHON=$(scripts/peer-setup.sh | tail -n 1)
 export LAYA_PEER_PYTHON
