@@ -20,7 +20,8 @@
 #   server-quality  only the first half of peer-quality: llama-server's /infill answers to CASES;
 #   laya-quality  only `laya bench quality` on CASES, once per prompt variant in VARIANTS
 #              (default: "default header"; `default` is laya's defaults, `header` adds the
-#              repository-level header to every prompt, `{"fileHeader":true}`); score the
+#              repository-level header to every prompt, `{"fileHeader":true}`; `nocontext`
+#              brings back nothing the window cut off, contextShare 0; `suffix0.15`); score the
 #              answers against server-quality's with bench/quality/score.py.
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
@@ -106,6 +107,8 @@ for step in $STEPS; do
       case $variant in
       default) extra=() ;;
       header) extra=(--settings '{"fileHeader":true}') ;;
+      nocontext) extra=(--settings '{"budget":{"contextShare":0}}') ;;
+      suffix0.15) extra=(--settings "{$long_suffix}") ;;
       *) say "unknown variant $variant"; continue ;;
       esac
       say "bench quality on $CASES ($variant)"
