@@ -222,15 +222,8 @@ fn a_configured_token_is_required_over_http() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
     let mut child = laya()
-        .args([
-            "serve",
-            "--small-remote",
-            &stub.url,
-            "--large",
-            "none",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
+        .arg("serve")
+        .args(stub_tiers(&stub, "127.0.0.1:0"))
         .args(["--token-env", "LAYA_TEST_TOKEN"])
         .env("LAYA_RUNTIME_DIR", &dir)
         .env("LAYA_TEST_TOKEN", "s3cret")

@@ -380,14 +380,7 @@ fn the_files_a_killed_daemon_leaves_do_not_stop_the_next_one() {
     let stub = stub();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
-    let args = [
-        "--small-remote",
-        &stub.url,
-        "--large",
-        "none",
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
+    let args = stub_tiers(&stub, "127.0.0.1:0");
     let old = serve_in(&dir, &args);
     let old_pid = old.child.id();
     drop(old); // SIGKILL: nothing is cleaned up

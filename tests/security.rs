@@ -14,7 +14,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::daemon::{http, json_of, laya, serve_in, serve_stub, serve_with, socket_request, stub};
+use common::daemon::{
+    http, json_of, laya, serve_in, serve_stub, serve_with, socket_request, stub, stub_tiers,
+};
 use laya::daemon::{memory::rss_bytes, paths, protocol::MAX_LINE_BYTES};
 
 /// This machine's address on its default route, if it has one (no packet is sent).
@@ -91,15 +93,8 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
 
     // A non-loopback address without a token is refused, with the way out named.
     let out = laya()
-        .args([
-            "serve",
-            "--small-remote",
-            &stub.url,
-            "--large",
-            "none",
-            "--http-addr",
-            "0.0.0.0:0",
-        ])
+        .arg("serve")
+        .args(stub_tiers(&stub, "0.0.0.0:0"))
         .env("LAYA_RUNTIME_DIR", tmp.path().join("refused"))
         .output()
         .unwrap();
@@ -121,15 +116,10 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
     let d = serve_with(
         &dir,
         &[
-            "--small-remote",
-            &stub.url,
-            "--large",
-            "none",
-            "--http-addr",
-            "0.0.0.0:0",
-            "--token-env",
-            "LAYA_SEC_TOKEN",
-        ],
+            &stub_tiers(&stub, "0.0.0.0:0")[..],
+            &["--token-env", "LAYA_SEC_TOKEN"],
+        ]
+        .concat(),
         |c| {
             c.env("LAYA_SEC_TOKEN", "tok-123");
         },
@@ -148,15 +138,8 @@ fn http_is_loopback_by_default_and_a_remote_address_needs_a_token_or_an_explicit
     // With the explicit flag it serves, and says loudly that anyone may use it.
     let dir = tmp.path().join("open");
     let mut child = laya()
-        .args([
-            "serve",
-            "--small-remote",
-            &stub.url,
-            "--large",
-            "none",
-            "--http-addr",
-            "0.0.0.0:0",
-        ])
+        .arg("serve")
+        .args(stub_tiers(&stub, "0.0.0.0:0"))
         .arg("--allow-unauthenticated-remote")
         .env("LAYA_RUNTIME_DIR", &dir)
         .stdout(Stdio::null())
@@ -255,15 +238,10 @@ fn a_configured_token_guards_every_endpoint() {
     let d = serve_with(
         &dir,
         &[
-            "--small-remote",
-            &stub.url,
-            "--large",
-            "none",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--token-env",
-            "LAYA_SEC_TOKEN",
-        ],
+            &stub_tiers(&stub, "127.0.0.1:0")[..],
+            &["--token-env", "LAYA_SEC_TOKEN"],
+        ]
+        .concat(),
         |c| {
             c.env("LAYA_SEC_TOKEN", token);
         },

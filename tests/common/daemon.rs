@@ -130,18 +130,24 @@ pub fn serve_with(dir: &Path, args: &[&str], setup: impl FnOnce(&mut Command)) -
     }
 }
 
-/// A stub-backed daemon in a fresh runtime directory.
-pub fn serve_stub(stub: &Stub, extra: &[&str]) -> (tempfile::TempDir, Serve) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("rt");
-    let mut args = vec![
+/// `laya serve`'s tiers for a stub-backed daemon (the small tier answered by `stub`, no large
+/// tier) and its HTTP address (`127.0.0.1:0`: a free loopback port).
+pub fn stub_tiers<'a>(stub: &'a Stub, http_addr: &'a str) -> [&'a str; 6] {
+    [
         "--small-remote",
         &stub.url,
         "--large",
         "none",
         "--http-addr",
-        "127.0.0.1:0",
-    ];
+        http_addr,
+    ]
+}
+
+/// A stub-backed daemon in a fresh runtime directory.
+pub fn serve_stub(stub: &Stub, extra: &[&str]) -> (tempfile::TempDir, Serve) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let mut args = stub_tiers(stub, "127.0.0.1:0").to_vec();
     args.extend_from_slice(extra);
     let s = serve_in(&dir, &args);
     (tmp, s)
@@ -259,18 +265,7 @@ pub fn lsp_with(dir: &Path, args: &[&str], ready: bool) -> LspProcess {
 
 /// `laya lsp` with the stub as its small tier.
 pub fn lsp(dir: &Path, stub: &Stub) -> LspProcess {
-    lsp_with(
-        dir,
-        &[
-            "--small-remote",
-            &stub.url,
-            "--large",
-            "none",
-            "--http-addr",
-            "127.0.0.1:0",
-        ],
-        true,
-    )
+    lsp_with(dir, &stub_tiers(stub, "127.0.0.1:0"), true)
 }
 
 /// Open `name.py` holding `text` and ask for an inline completion at its end.
