@@ -116,8 +116,10 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
 /// Bytes of freed buffers MLX keeps for reuse when `LAYA_MLX_CACHE_LIMIT` does not say. MLX's
 /// own default is its whole memory limit, so a resident process would keep the largest
 /// working set it ever had (on a Mac that is system memory, on a shared GPU another process's
-/// room: two such processes on one GPU ran out of memory). 1 GiB holds the buffers of a
-/// prefill step of the 32B tier many times over.
+/// room: two such processes on one GPU ran out of memory). The bound only limits what is kept
+/// between uses: a step that needs more still gets it, from the allocator. On the H200 the
+/// 0.5B and 1.5B answered 600 quality cases each with it, with the same answers and no higher
+/// request times (docs/benchmarks.md, "MLX's buffer cache").
 pub const DEFAULT_CACHE_LIMIT: usize = 1 << 30;
 
 /// The cache limit: `LAYA_MLX_CACHE_LIMIT` (bytes; `0` keeps no freed buffers) or the default.
