@@ -692,14 +692,30 @@ fn sibling_signatures(
     siblings.into_iter().map(|s| signature(text, s, limits)).collect()
 }
 
-/// A scope's text up to its body; without a body, its first line.
+/// A scope's text up to its body; without a body, its first line. A signature over several
+/// lines is dedented by its first line's indentation, so its continuation lines keep their
+/// place relative to its start (`fn f(` then `    a: u8,`), as the first line has none.
 fn signature(text: &str, s: &ScopeHit, limits: &Limits) -> String {
     let node_text = &text[s.range.clone()];
     let head = match s.body_start {
         Some(b) => &text[s.range.start..b],
         None => node_text.lines().next().unwrap_or(""),
     };
-    clip_chars(head.trim_end(), limits.signature_chars).0.to_owned()
+    let line_start = text[..s.range.start].rfind('\n').map_or(0, |i| i + 1);
+    let indent = &text[line_start..s.range.start];
+    let head = head.trim_end();
+    let clipped = clip_chars(head, limits.signature_chars).0;
+    if indent.is_empty() || !indent.trim().is_empty() || !clipped.contains('\n') {
+        return clipped.to_owned();
+    }
+    let mut out = String::with_capacity(clipped.len());
+    for (i, line) in clipped.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(line.strip_prefix(indent).unwrap_or(line));
+    }
+    out
 }
 
 /// Byte offset of the start of the line `n` lines above the cursor line (or 0).

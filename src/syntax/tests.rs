@@ -1003,3 +1003,44 @@ fn scopes_survive_a_statement_still_being_typed() {
         assert_eq!(scopes(language, fixture), *want, "{language}: {fixture:?}");
     }
 }
+
+/// A signature over several lines, inside an `impl`, keeps its continuation lines where they
+/// stand relative to its first line (dedented by the method's own indentation).
+#[test]
+fn multi_line_signatures_are_dedented_as_a_whole() {
+    check(
+        "rust",
+        r#"impl Parser {
+    pub fn parse_response<'b>(
+        &self,
+        buf: &'b [u8],
+    ) -> Result<usize> {
+        Ok(0)
+    }
+
+    fn next(
+        &mut self,
+    ) -> Option<u8> {
+        $0
+    }
+}
+"#,
+        &[],
+        expect![[r#"
+            cursor: Code
+            scope Class: impl Parser
+            scope Function: fn next(
+                &mut self,
+            ) -> Option<u8>
+            signature: pub fn parse_response<'b>(
+                &self,
+                buf: &'b [u8],
+            ) -> Result<usize>
+            signature: fn next(
+                &mut self,
+            ) -> Option<u8>
+            indent: "        "
+            line: "        " $0 ""
+        "#]],
+    );
+}
