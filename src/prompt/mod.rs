@@ -211,9 +211,16 @@ fn head_lines(s: &str, max: usize) -> &str {
     }
 }
 
+/// `s` with each line's leading whitespace removed.
+fn unindented(s: &str) -> String {
+    s.split('\n').map(str::trim_start).collect::<Vec<_>>().join("\n")
+}
+
 /// The imports and local definitions to show above the prefix window, as text: those that
 /// `shown` does not already contain, most important first while they fit in `max` bytes.
 fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
+    // Parts may be dedented (a method's signature), so "shown" ignores each line's indentation.
+    let shown = unindented(shown);
     let mut used = 0;
     let mut chosen_local: Vec<&String> = vec![];
     let mut chosen_imports: Vec<&String> = vec![];
@@ -224,7 +231,8 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
         .chain(input.imports.iter().map(|p| (true, p)))
     {
         let part_text = part.trim_end();
-        if part_text.is_empty() || shown.contains(part_text) || used + part_text.len() + 1 > max {
+        if part_text.is_empty() || shown.contains(&unindented(part_text)) || used + part_text.len() + 1 > max
+        {
             continue;
         }
         used += part_text.len() + 1;
@@ -473,6 +481,37 @@ mod budget_tests {
         assert!(p.text.contains("fn outer(a: u32) -> u32"), "{}", p.text);
         assert!(p.text.contains("struct Big {"), "{}", p.text);
         assert_eq!(p.text.matches("fn outer(a: u32) -> u32").count(), 1, "{}", p.text);
+    }
+
+    /// A method's signature comes dedented from the context extraction; where the window
+    /// shows it at its own indentation it is not repeated above the window.
+    #[test]
+    fn a_dedented_signature_the_window_shows_is_not_repeated() {
+        let mut prefix = String::from("struct Far;\n");
+        for i in 0..400 {
+            prefix.push_str(&format!("const C{i}: u32 = {i};\n"));
+        }
+        prefix.push_str("impl P {\n    fn next(\n        &mut self,\n    ) -> u8 {\n        ");
+        let local = [
+            "fn next(\n    &mut self,\n) -> u8".to_owned(),
+            "struct Far;".to_owned(),
+        ];
+        let budget = Budget {
+            max_tokens: 256,
+            suffix_share: Some(0.0),
+            context_share: 0.4,
+        };
+        let p = build(
+            &PromptInput {
+                path: "a.rs",
+                prefix: &prefix,
+                local_context: &local,
+                ..Default::default()
+            },
+            &budget,
+        );
+        assert!(p.text.starts_with("<|fim_prefix|>struct Far;\n\n"), "{}", p.text);
+        assert_eq!(p.text.matches("fn next(").count(), 1, "{}", p.text);
     }
 
     #[test]
