@@ -444,40 +444,47 @@ mod budget_tests {
         );
     }
 
-    /// The enclosing function's signature is in the window before the context takes its room,
-    /// and out of it after: it must then come back with the context, not be lost.
-    #[test]
-    fn a_signature_pushed_out_of_the_window_by_the_context_comes_back() {
+    /// `struct Far;` and 400 lines of constants (more than a 256-token prompt holds), then `tail`.
+    fn far_prefix(tail: &str) -> String {
         let mut prefix = String::from("struct Far;\n");
         for i in 0..400 {
             prefix.push_str(&format!("const C{i}: u32 = {i};\n"));
         }
-        prefix.push_str("fn outer(a: u32) -> u32 {\n");
-        for i in 0..30 {
-            prefix.push_str(&format!("    let v{i} = a + {i};\n"));
-        }
-        prefix.push_str("    ");
-        let big_type = format!("struct Big {{\n{}}}", "    field: [u8; 1024],\n".repeat(8));
-        let local = ["fn outer(a: u32) -> u32".to_owned(), big_type.clone()];
+        prefix + tail
+    }
+
+    /// The prompt for `prefix` and the context parts `local` in 256 tokens, 40 % for context.
+    fn with_context(prefix: &str, local: &[String]) -> Prompt {
         let budget = Budget {
             max_tokens: 256,
             suffix_share: Some(0.0),
             context_share: 0.4,
         };
+        build(
+            &PromptInput {
+                path: "a.rs",
+                prefix,
+                local_context: local,
+                ..Default::default()
+            },
+            &budget,
+        )
+    }
+
+    /// The enclosing function's signature is in the window before the context takes its room,
+    /// and out of it after: it must then come back with the context, not be lost.
+    #[test]
+    fn a_signature_pushed_out_of_the_window_by_the_context_comes_back() {
+        let body: String = (0..30).map(|i| format!("    let v{i} = a + {i};\n")).collect();
+        let prefix = far_prefix(&format!("fn outer(a: u32) -> u32 {{\n{body}    "));
+        let big_type = format!("struct Big {{\n{}}}", "    field: [u8; 1024],\n".repeat(8));
+        let local = ["fn outer(a: u32) -> u32".to_owned(), big_type];
         let window_alone = tail_lines(&prefix, 256 * BYTES_PER_TOKEN);
         assert!(
             window_alone.contains("fn outer(a: u32) -> u32 {"),
             "the case needs it in the first window"
         );
-        let p = build(
-            &PromptInput {
-                path: "a.rs",
-                prefix: &prefix,
-                local_context: &local,
-                ..Default::default()
-            },
-            &budget,
-        );
+        let p = with_context(&prefix, &local);
         assert!(p.text.contains("fn outer(a: u32) -> u32"), "{}", p.text);
         assert!(p.text.contains("struct Big {"), "{}", p.text);
         assert_eq!(p.text.matches("fn outer(a: u32) -> u32").count(), 1, "{}", p.text);
@@ -487,29 +494,12 @@ mod budget_tests {
     /// shows it at its own indentation it is not repeated above the window.
     #[test]
     fn a_dedented_signature_the_window_shows_is_not_repeated() {
-        let mut prefix = String::from("struct Far;\n");
-        for i in 0..400 {
-            prefix.push_str(&format!("const C{i}: u32 = {i};\n"));
-        }
-        prefix.push_str("impl P {\n    fn next(\n        &mut self,\n    ) -> u8 {\n        ");
+        let prefix = far_prefix("impl P {\n    fn next(\n        &mut self,\n    ) -> u8 {\n        ");
         let local = [
             "fn next(\n    &mut self,\n) -> u8".to_owned(),
             "struct Far;".to_owned(),
         ];
-        let budget = Budget {
-            max_tokens: 256,
-            suffix_share: Some(0.0),
-            context_share: 0.4,
-        };
-        let p = build(
-            &PromptInput {
-                path: "a.rs",
-                prefix: &prefix,
-                local_context: &local,
-                ..Default::default()
-            },
-            &budget,
-        );
+        let p = with_context(&prefix, &local);
         assert!(p.text.starts_with("<|fim_prefix|>struct Far;\n\n"), "{}", p.text);
         assert_eq!(p.text.matches("fn next(").count(), 1, "{}", p.text);
     }
