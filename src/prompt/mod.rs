@@ -128,14 +128,16 @@ impl Budget {
         }
     }
 
-    /// This budget with its suffix share set: the configured one, else the one for a model
-    /// of `parameters`.
+    /// The suffix share to use: the configured one, else the one for a model of `parameters`.
+    pub fn suffix_share_or_for(&self, parameters: Option<u64>) -> f32 {
+        self.suffix_share
+            .unwrap_or_else(|| Self::suffix_share_for(parameters))
+    }
+
+    /// This budget with its suffix share set ([`Budget::suffix_share_or_for`]).
     pub fn for_model(&self, parameters: Option<u64>) -> Budget {
         Budget {
-            suffix_share: Some(
-                self.suffix_share
-                    .unwrap_or_else(|| Self::suffix_share_for(parameters)),
-            ),
+            suffix_share: Some(self.suffix_share_or_for(parameters)),
             ..self.clone()
         }
     }
@@ -252,15 +254,12 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
 
 /// Build a Qwen FIM prompt inside `budget`. Stable parts come first so consecutive
 /// keystrokes share the longest token prefix: other files (repo-level form, when there are
-/// any or `file_header` asks for it), then the current file's path, the context cut off from its prefix, the prefix
-/// window, and last the suffix. Indentation is kept byte for byte.
+/// any or `file_header` asks for it), then the current file's path, the context cut off from
+/// its prefix, the prefix window, and last the suffix. Indentation is kept byte for byte.
 pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let total = budget.max_tokens * BYTES_PER_TOKEN;
     let context_max = (total as f32 * budget.context_share) as usize;
-    let suffix_share = budget
-        .suffix_share
-        .unwrap_or_else(|| Budget::suffix_share_for(None));
-    let suffix_max = (total as f32 * suffix_share) as usize;
+    let suffix_max = (total as f32 * budget.suffix_share_or_for(None)) as usize;
 
     let mut header = String::new();
     let mut context_files = 0;

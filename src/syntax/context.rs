@@ -708,14 +708,11 @@ fn signature(text: &str, s: &ScopeHit, limits: &Limits) -> String {
     if indent.is_empty() || !indent.trim().is_empty() || !clipped.contains('\n') {
         return clipped.to_owned();
     }
-    let mut out = String::with_capacity(clipped.len());
-    for (i, line) in clipped.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        out.push_str(line.strip_prefix(indent).unwrap_or(line));
-    }
-    out
+    clipped
+        .split('\n')
+        .map(|line| line.strip_prefix(indent).unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Byte offset of the start of the line `n` lines above the cursor line (or 0).
