@@ -21,7 +21,8 @@
 #   laya-quality  only `laya bench quality` on CASES, once per prompt variant in VARIANTS
 #              (default: "default header"; `default` is laya's defaults, `header` adds the
 #              repository-level header to every prompt, `{"fileHeader":true}`; `nocontext`
-#              brings back nothing the window cut off, contextShare 0; `suffix0.15`); score the
+#              brings back nothing the window cut off, contextShare 0; `list` writes what it
+#              brings back as a list, not the file's outline; `suffix0.15`); score the
 #              answers against server-quality's with bench/quality/score.py.
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
@@ -108,6 +109,7 @@ for step in $STEPS; do
       default) extra=() ;;
       header) extra=(--settings '{"fileHeader":true}') ;;
       nocontext) extra=(--settings '{"budget":{"contextShare":0}}') ;;
+      list) extra=(--settings '{"contextLayout":"list"}') ;;
       suffix0.15) extra=(--settings "{$long_suffix}") ;;
       *) say "unknown variant $variant"; continue ;;
       esac

@@ -229,7 +229,7 @@ pub fn nearest(points: &[Point], to: &Point) -> Option<usize> {
 "#,
         expect![[r#"
             <|fim_prefix|>use std::collections::HashMap;
-            pub fn nearest(points: &[Point], to: &Point) -> Option<usize>
+            pub fn nearest(points: &[Point], to: &Point) -> Option<usize> {
 
                 for (i, p) in points.iter().enumerate() {
                     <|fim_suffix|>
@@ -266,8 +266,8 @@ export function cartTotal(items: Item[]): Money {
 }
 "#,
         expect![[r#"
-            <|fim_prefix|>function lineTotal(item: Item): Money
-            function cartTotal(items: Item[]): Money
+            <|fim_prefix|>function lineTotal(item: Item): Money { ... }
+            function cartTotal(items: Item[]): Money {
 
               let total = Money.zero();
               for (const item of items) {
@@ -302,10 +302,9 @@ class Queue extends EventEmitter {
 }
 "#,
         expect![[r#"
-            <|fim_prefix|>constructor(limit)
-            class Queue extends EventEmitter
+            <|fim_prefix|>class Queue extends EventEmitter {
+              constructor(limit) { ... }
 
-                this.items = [];
               }
 
               push(item) {
@@ -389,9 +388,8 @@ int buf_grow(struct buf *b, size_t need) {
         expect![[r#"
             <|fim_prefix|>#include <stdlib.h>
             #include <string.h>
-            int buf_grow(struct buf *b, size_t need)
+            int buf_grow(struct buf *b, size_t need) {
 
-                    return 0;
                 size_t cap = b->cap ? b->cap * 2 : 16;
                 while (cap < need)
                     <|fim_suffix|>
@@ -465,10 +463,11 @@ public class Account {
 }
 "#,
         expect![[r#"
-            <|fim_prefix|>import java.math.BigDecimal;
-            public class Account
-            public void withdraw(BigDecimal amount)
+            <|fim_prefix|>public class Account {
+                public void deposit(BigDecimal amount) { ... }
 
+
+                public void withdraw(BigDecimal amount) {
                     if (balance.compareTo(amount) < 0) {
                         <|fim_suffix|>
                     }

@@ -24,6 +24,7 @@ use std::sync::{atomic::AtomicBool, Arc, Mutex};
 use dashmap::DashMap;
 
 use super::{
+    lead::{self, ContextLayout},
     postprocess::{self, Edit, Surroundings},
     router::{self, Latencies, Route, RouteInput, RouterPolicy},
 };
@@ -64,6 +65,8 @@ pub struct CompletionSettings {
     /// Begin every prompt with the repository's name and the file's path (Qwen's
     /// repository-level form), not only those that show other files.
     pub file_header: bool,
+    /// How this file's definitions cut off by the budget are written above the window.
+    pub context_layout: ContextLayout,
 }
 
 impl Default for CompletionSettings {
@@ -81,6 +84,7 @@ impl Default for CompletionSettings {
             anchor_max_bytes: 512,
             heal_indentation: false,
             file_header: false,
+            context_layout: ContextLayout::default(),
         }
     }
 }
@@ -339,25 +343,8 @@ impl Pipeline {
         let mid_line = !surroundings.line_suffix.trim().is_empty();
         let (imports, local, snippets) = match &ctx {
             Some(c) => {
-                // Most important first: the scopes the cursor is in (innermost first), the
-                // types in reach, then the other nearby signatures.
-                let scopes: Vec<String> = c
-                    .enclosing_scopes
-                    .iter()
-                    .rev()
-                    .map(|s| s.signature_text.clone())
-                    .collect();
-                let local: Vec<String> = scopes
-                    .iter()
-                    .cloned()
-                    .chain(
-                        c.type_definitions
-                            .iter()
-                            .filter(|t| t.source_path.is_none())
-                            .map(|t| t.text.clone()),
-                    )
-                    .chain(c.signatures.iter().filter(|s| !scopes.contains(s)).cloned())
-                    .collect();
+                let language = doc.language.map(|l| l.config());
+                let local = lead::local_parts(c, text, language, settings.context_layout);
                 let mut by_file: Vec<Snippet> = vec![];
                 for t in c.type_definitions.iter().filter(|t| t.source_path.is_some()) {
                     let path = display_path(t.source_path.as_deref().unwrap_or_default(), workspace_root);
@@ -411,6 +398,7 @@ impl Pipeline {
                         suffix: &text[cursor..],
                         imports: &imports,
                         local_context: &local,
+                        outline: settings.context_layout == ContextLayout::Outline,
                         other_files: &snippets,
                         file_header: settings.file_header,
                     },

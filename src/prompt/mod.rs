@@ -152,6 +152,16 @@ pub struct Snippet {
     pub text: String,
 }
 
+/// A definition of the current file that the prefix window may cut off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalPart {
+    /// What to show for it.
+    pub text: String,
+    /// Where it starts in the file (`prefix` is the file up to the cursor): a part that
+    /// starts inside the prefix window is not shown again.
+    pub start: usize,
+}
+
 /// Everything a prompt is made of, already extracted.
 #[derive(Clone, Debug, Default)]
 pub struct PromptInput<'a> {
@@ -165,7 +175,10 @@ pub struct PromptInput<'a> {
     /// Definitions from this file that the prefix window may cut off, most important first
     /// (the enclosing scopes' signatures, innermost first, then the types in reach, then
     /// nearby functions' signatures).
-    pub local_context: &'a [String],
+    pub local_context: &'a [LocalPart],
+    /// Show the chosen local parts in the file's order (their texts are the file's outline:
+    /// at their own indentation, bodies elided) rather than most important last.
+    pub outline: bool,
     /// Snippets of other files, most relevant first.
     pub other_files: &'a [Snippet],
     /// Show the repository name and the file's path (the repository-level form) even when
@@ -218,35 +231,48 @@ fn unindented(s: &str) -> String {
     s.split('\n').map(str::trim_start).collect::<Vec<_>>().join("\n")
 }
 
-/// The imports and local definitions to show above the prefix window, as text: those that
-/// `shown` does not already contain, most important first while they fit in `max` bytes.
+/// The imports and local definitions to show above the prefix window `shown` (a tail of
+/// `input.prefix`), as text: those the window does not already hold, most important first
+/// while they fit in `max` bytes.
 fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
-    // Parts may be dedented (a method's signature), so "shown" ignores each line's indentation.
+    let cut = input.prefix.len() - shown.len();
+    let in_window = |start: usize| (cut..input.prefix.len()).contains(&start);
+    // Imports have no place; one may be shown indented (under a condition), so the check
+    // ignores each line's indentation.
     let shown = unindented(shown);
     let mut used = 0;
-    let mut chosen_local: Vec<&String> = vec![];
-    let mut chosen_imports: Vec<&String> = vec![];
-    for (is_import, part) in input
+    let mut chosen_local: Vec<&LocalPart> = vec![];
+    let mut chosen_imports: Vec<&str> = vec![];
+    let parts = input
         .local_context
         .iter()
-        .map(|p| (false, p))
-        .chain(input.imports.iter().map(|p| (true, p)))
-    {
-        let part_text = part.trim_end();
-        if part_text.is_empty() || shown.contains(&unindented(part_text)) || used + part_text.len() + 1 > max
-        {
+        .map(|p| (p.text.trim_end(), Some(p)))
+        .chain(input.imports.iter().map(|p| (p.trim_end(), None)));
+    for (text, local) in parts {
+        let seen = match local {
+            Some(p) => in_window(p.start),
+            None => shown.contains(&unindented(text)),
+        };
+        if text.is_empty() || seen || used + text.len() + 1 > max {
             continue;
         }
-        used += part_text.len() + 1;
-        if is_import {
-            chosen_imports.push(part);
-        } else {
-            chosen_local.push(part);
+        used += text.len() + 1;
+        match local {
+            Some(p) => chosen_local.push(p),
+            None => chosen_imports.push(text),
         }
     }
+    if input.outline {
+        chosen_local.sort_by_key(|p| p.start);
+    } else {
+        chosen_local.reverse();
+    }
     let mut lead = String::new();
-    for part in chosen_imports.into_iter().chain(chosen_local.into_iter().rev()) {
-        lead.push_str(part.trim_end());
+    for text in chosen_imports
+        .into_iter()
+        .chain(chosen_local.into_iter().map(|p| p.text.trim_end()))
+    {
+        lead.push_str(text);
         lead.push('\n');
     }
     lead
@@ -452,8 +478,16 @@ mod budget_tests {
         prefix + tail
     }
 
+    /// The part `text` of `prefix`, placed where `at` first occurs in it (or after the cursor).
+    fn part(prefix: &str, at: &str, text: &str) -> LocalPart {
+        LocalPart {
+            text: text.to_owned(),
+            start: prefix.find(at).unwrap_or(prefix.len() + 1),
+        }
+    }
+
     /// The prompt for `prefix` and the context parts `local` in 256 tokens, 40 % for context.
-    fn with_context(prefix: &str, local: &[String]) -> Prompt {
+    fn with_context(prefix: &str, local: &[LocalPart], outline: bool) -> Prompt {
         let budget = Budget {
             max_tokens: 256,
             suffix_share: Some(0.0),
@@ -464,6 +498,7 @@ mod budget_tests {
                 path: "a.rs",
                 prefix,
                 local_context: local,
+                outline,
                 ..Default::default()
             },
             &budget,
@@ -477,30 +512,56 @@ mod budget_tests {
         let body: String = (0..30).map(|i| format!("    let v{i} = a + {i};\n")).collect();
         let prefix = far_prefix(&format!("fn outer(a: u32) -> u32 {{\n{body}    "));
         let big_type = format!("struct Big {{\n{}}}", "    field: [u8; 1024],\n".repeat(8));
-        let local = ["fn outer(a: u32) -> u32".to_owned(), big_type];
+        let local = [
+            part(&prefix, "fn outer", "fn outer(a: u32) -> u32"),
+            part(&prefix, "struct Big", &big_type),
+        ];
         let window_alone = tail_lines(&prefix, 256 * BYTES_PER_TOKEN);
         assert!(
             window_alone.contains("fn outer(a: u32) -> u32 {"),
             "the case needs it in the first window"
         );
-        let p = with_context(&prefix, &local);
+        let p = with_context(&prefix, &local, false);
         assert!(p.text.contains("fn outer(a: u32) -> u32"), "{}", p.text);
         assert!(p.text.contains("struct Big {"), "{}", p.text);
         assert_eq!(p.text.matches("fn outer(a: u32) -> u32").count(), 1, "{}", p.text);
     }
 
-    /// A method's signature comes dedented from the context extraction; where the window
-    /// shows it at its own indentation it is not repeated above the window.
+    /// A part is known by where it starts, not by its text (a method's signature comes
+    /// dedented, an outline part with its body elided): one that starts in the window is not
+    /// shown again above it.
     #[test]
-    fn a_dedented_signature_the_window_shows_is_not_repeated() {
+    fn a_part_that_starts_in_the_window_is_not_repeated() {
         let prefix = far_prefix("impl P {\n    fn next(\n        &mut self,\n    ) -> u8 {\n        ");
         let local = [
-            "fn next(\n    &mut self,\n) -> u8".to_owned(),
-            "struct Far;".to_owned(),
+            part(&prefix, "fn next", "fn next(\n    &mut self,\n) -> u8"),
+            part(&prefix, "struct Far", "struct Far;"),
         ];
-        let p = with_context(&prefix, &local);
-        assert!(p.text.starts_with("<|fim_prefix|>struct Far;\n\n"), "{}", p.text);
-        assert_eq!(p.text.matches("fn next(").count(), 1, "{}", p.text);
+        for outline in [false, true] {
+            let p = with_context(&prefix, &local, outline);
+            assert!(p.text.starts_with("<|fim_prefix|>struct Far;\n\n"), "{}", p.text);
+            assert_eq!(p.text.matches("fn next(").count(), 1, "{}", p.text);
+        }
+    }
+
+    /// The list puts the most important part (the first) right above the window; the
+    /// outline keeps the file's order.
+    #[test]
+    fn an_outline_lead_keeps_the_files_order() {
+        let body: String = (0..60).map(|i| format!("    const D{i}: u8 = {i};\n")).collect();
+        let prefix = far_prefix(&format!("impl P {{\n{body}    "));
+        let local = [
+            part(&prefix, "impl P", "impl P {"),
+            part(&prefix, "struct Far", "struct Far;"),
+            part(&prefix, "const C1:", "const C1: u32 = 1;"),
+        ];
+        let lead = |outline| {
+            let p = with_context(&prefix, &local, outline);
+            let text = p.text["<|fim_prefix|>".len()..].to_owned();
+            text[..text.find("\n\n").unwrap()].to_owned()
+        };
+        assert_eq!(lead(false), "const C1: u32 = 1;\nstruct Far;\nimpl P {");
+        assert_eq!(lead(true), "struct Far;\nconst C1: u32 = 1;\nimpl P {");
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct Scope {
     /// The scope's text up to its body, trailing whitespace removed (clipped).
     pub signature_text: String,
     pub byte_range: Range<usize>,
+    /// Where the body starts (`{`, or Python's indented block); `None` for a declaration
+    /// without one.
+    pub body_start: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +73,7 @@ pub struct Context {
     /// Functions defined before the cursor in the same scope as the cursor's function
     /// (source order, the nearest [`Limits::signatures`]), then the enclosing functions'
     /// own signatures, outermost first.
-    pub signatures: Vec<String>,
+    pub signatures: Vec<Scope>,
     /// Types whose name appears within [`Limits::window_lines`] of the cursor line: this
     /// document's first (source order), then the other documents' (in the order given).
     /// A type whose definition contains the cursor is left out, and so are types defined
@@ -201,16 +204,9 @@ pub fn extract_with_limits(
         enclosing
             .iter()
             .filter(|s| s.kind == ScopeKind::Function)
-            .map(|s| signature(text, s, limits)),
+            .map(|s| scope(text, s, limits)),
     );
-    cx.enclosing_scopes = enclosing
-        .iter()
-        .map(|s| Scope {
-            kind: s.kind,
-            signature_text: signature(text, s, limits),
-            byte_range: s.range.clone(),
-        })
-        .collect();
+    cx.enclosing_scopes = enclosing.iter().map(|s| scope(text, s, limits)).collect();
 
     // The definitions the cursor is inside of are in the prompt already.
     let around_cursor: Vec<Range<usize>> = enclosing.iter().map(|s| s.range.clone()).collect();
@@ -652,7 +648,7 @@ fn sibling_signatures(
     cursor: usize,
     enclosing: &[ScopeHit],
     limits: &Limits,
-) -> Vec<String> {
+) -> Vec<Scope> {
     let container = match enclosing.last() {
         Some(s) if s.kind == ScopeKind::Function => {
             enclosing.len().checked_sub(2).and_then(|i| enclosing.get(i))
@@ -689,10 +685,20 @@ fn sibling_signatures(
         .collect();
     let skip = siblings.len().saturating_sub(limits.signatures);
     siblings.drain(..skip);
-    siblings.into_iter().map(|s| signature(text, s, limits)).collect()
+    siblings.into_iter().map(|s| scope(text, s, limits)).collect()
 }
 
-/// A scope's text up to its body; without a body, its first line. A signature over several
+fn scope(text: &str, s: &ScopeHit, limits: &Limits) -> Scope {
+    Scope {
+        kind: s.kind,
+        signature_text: signature(text, s, limits),
+        byte_range: s.range.clone(),
+        body_start: s.body_start,
+    }
+}
+
+/// A scope's text up to its body (whole lines of it within [`Limits::signature_chars`]);
+/// without a body, its first line. A signature over several
 /// lines is dedented by its first line's indentation, so its continuation lines keep their
 /// place relative to its start (`fn f(` then `    a: u8,`), as the first line has none.
 fn signature(text: &str, s: &ScopeHit, limits: &Limits) -> String {
@@ -704,7 +710,8 @@ fn signature(text: &str, s: &ScopeHit, limits: &Limits) -> String {
     let line_start = text[..s.range.start].rfind('\n').map_or(0, |i| i + 1);
     let indent = &text[line_start..s.range.start];
     let head = head.trim_end();
-    let clipped = clip_chars(head, limits.signature_chars).0;
+    // A long signature keeps its whole lines (a line cut in the middle reads as code).
+    let clipped = clip_lines(head, limits.signature_chars).0.trim_end();
     if indent.is_empty() || !indent.trim().is_empty() || !clipped.contains('\n') {
         return clipped.to_owned();
     }

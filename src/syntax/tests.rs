@@ -93,7 +93,7 @@ fn render(cx: &Context) -> String {
         writeln!(out, "scope {:?}: {}", s.kind, s.signature_text).unwrap();
     }
     for s in &cx.signatures {
-        writeln!(out, "signature: {s}").unwrap();
+        writeln!(out, "signature: {}", s.signature_text).unwrap();
     }
     for t in &cx.type_definitions {
         let from = t.source_path.as_deref().unwrap_or("this file");
@@ -761,7 +761,8 @@ fn brace_scope_ends_at_its_closing_brace() {
         .map(|s| s.signature_text.as_str())
         .collect();
     assert_eq!(kinds, ["impl A"]);
-    assert_eq!(cx.signatures, ["fn f()"]);
+    let signatures: Vec<_> = cx.signatures.iter().map(|s| s.signature_text.as_str()).collect();
+    assert_eq!(signatures, ["fn f()"]);
 }
 
 #[test]
@@ -838,7 +839,8 @@ fn caps_bound_every_list_and_text() {
         ..Limits::default()
     };
     let cx = context_at("python", &fixture, &[], &limits);
-    assert_eq!(cx.signatures, ["def f7(a, b):", "def f8(a, b):", "def f9(a, b):"]);
+    let signatures: Vec<_> = cx.signatures.iter().map(|s| s.signature_text.as_str()).collect();
+    assert_eq!(signatures, ["def f7(a, b):", "def f8(a, b):", "def f9(a, b):"]);
     assert_eq!(cx.imports.len(), 5);
     assert!(cx.type_definitions.len() <= 4);
     assert!(cx
@@ -1043,4 +1045,21 @@ fn multi_line_signatures_are_dedented_as_a_whole() {
             line: "        " $0 ""
         "#]],
     );
+}
+
+/// A signature longer than [`Limits::signature_chars`] keeps its whole lines.
+#[test]
+fn long_signatures_are_clipped_at_a_line_end() {
+    let fixture = "def f(\n    alpha,\n    beta,\n    gamma,\n):\n    x = 1\n    $0\n";
+    let limits = Limits {
+        signature_chars: 33,
+        ..Limits::default()
+    };
+    let cx = context_at("python", fixture, &[], &limits);
+    let scopes: Vec<_> = cx
+        .enclosing_scopes
+        .iter()
+        .map(|s| s.signature_text.as_str())
+        .collect();
+    assert_eq!(scopes, ["def f(\n    alpha,\n    beta,"]);
 }
