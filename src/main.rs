@@ -676,6 +676,7 @@ enum ModelsCommand {
 }
 
 fn main() -> ExitCode {
+    laya::engine::runtime::apply_mlx_env_defaults();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LAYA_LOG").unwrap_or_else(|_| "warn".into()),

@@ -137,6 +137,36 @@ fn parse_cache_limit(value: Option<&str>) -> Result<usize, String> {
     }
 }
 
+/// MLX settings read from the environment that laya gives other defaults, each applied only
+/// when the environment does not set it.
+///
+/// `MLX_ENABLE_CACHE_THRASHING_CHECK=0`: MLX's CUDA backend caches a graph per op sequence and
+/// counts misses over the process's whole life; past twice the cache's size (2 x 400) it
+/// throws on every further miss (`mlx/backend/cuda/lru_cache.h`), and the failed commit leaves
+/// the stream unusable. A resident server meets new prompt and cache lengths with nearly every
+/// request: on the H200 the 1.5B failed every completion after its 371st quality case with
+/// 2K-token prompts ("Cache thrashing is happening"; docs/benchmarks.md). With the check off
+/// MLX does not count at all and a miss only costs a graph capture; MLX's own test runner
+/// sets the same.
+pub const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[("MLX_ENABLE_CACHE_THRASHING_CHECK", "0")];
+
+/// The [`MLX_ENV_DEFAULTS`] that `get` (the environment) leaves unset.
+pub fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
+    MLX_ENV_DEFAULTS
+        .iter()
+        .filter(|(name, _)| get(name).is_none())
+        .copied()
+        .collect()
+}
+
+/// Apply [`MLX_ENV_DEFAULTS`] to this process's environment. MLX reads these when it first
+/// uses a device, so this runs at the start of `main`, before any other thread exists.
+pub fn apply_mlx_env_defaults() {
+    for (name, value) in mlx_env_to_set(|n| std::env::var_os(n).map(|v| v.to_string_lossy().into_owned())) {
+        std::env::set_var(name, value);
+    }
+}
+
 static GPU_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Make `pref` the default device for every MLX op of this process and return its description.
@@ -160,6 +190,15 @@ pub fn gpu_in_use() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mlx_defaults_fill_only_what_the_environment_leaves_unset() {
+        assert_eq!(
+            mlx_env_to_set(|_| None),
+            [("MLX_ENABLE_CACHE_THRASHING_CHECK", "0")]
+        );
+        assert!(mlx_env_to_set(|n| (n == "MLX_ENABLE_CACHE_THRASHING_CHECK").then(|| "1".into())).is_empty());
+    }
 
     #[test]
     fn the_cache_limit_is_bytes_from_the_environment_or_the_default() {
