@@ -178,6 +178,8 @@ def main():
     ap.add_argument("--language")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--batch-size", type=int, default=4096,
+                    help="llama-server's batch: /infill keeps the prefix's last 3/4 of it and fills the rest with suffix")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--server-log", help="the server's stdout/stderr (default: discarded)")
     ap.add_argument("--ready-timeout", type=float, default=600)
@@ -276,7 +278,8 @@ def native(args):
     if not cases:
         sys.exit("bench_infill: no cases selected")
     results = []
-    with LlamaServer(args.server_bin, model, free_port(), args.n_ctx, args.server_arg, args.server_log) as srv:
+    with LlamaServer(args.server_bin, model, free_port(), args.n_ctx, args.server_arg, args.server_log,
+                     batch=args.batch_size) as srv:
         version = srv.version()
         srv.infill("def add(a, b):\n    ", "\n", args.max_tokens)  # warm-up, untimed
         for n, case in enumerate(cases, 1):
@@ -308,6 +311,7 @@ def document(args, model, fim_ids, results, done, version=None, endpoint=ENDPOIN
            "sampling": {"max_tokens": args.max_tokens, "temperature": 0.0,
                         "repeat_penalty": 1.0, "stop": None},
            "threads": args.threads, "n_ctx": args.n_ctx,
+           "n_batch": args.batch_size if args.server_bin else None,
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
            "cases": os.path.relpath(args.cases, ROOT), "complete": done, "results": results}
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"

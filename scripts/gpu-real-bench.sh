@@ -17,7 +17,9 @@
 #   peer-quality  the quality cases through that llama-server's /infill, then `laya bench
 #              quality` compared with those answers (CASES: the case file, default
 #              bench/quality/cases.jsonl; bench/quality/cases-large.jsonl for 100 a language).
-#   server-quality  only the first half of peer-quality: llama-server's /infill answers to CASES;
+#   server-quality  only the first half of peer-quality: llama-server's /infill answers to CASES
+#              (N_CTX, default 4096, and BATCH, default 4096: for the whole-file case sets
+#              N_CTX=8192 BATCH=2048, llama-server's default batch and laya's default budget);
 #   laya-quality  only `laya bench quality` on CASES, once per prompt variant in VARIANTS
 #              (default: "default header"; `default` is laya's defaults, `header` adds the
 #              repository-level header to every prompt, `{"fileHeader":true}`; `nocontext`
@@ -102,6 +104,7 @@ for step in $STEPS; do
   server-quality)
     say "llama-server /infill on $CASES"
     python3 scripts/bench_infill.py --server-bin "$LLAMA" --model "$G" --cases "$CASES" \
+      --n-ctx "${N_CTX:-4096}" --batch-size "${BATCH:-4096}" \
       --server-log "$out/llama-server-$TAG-$SET.log" --out "$out/llama-server-$TAG-$SET.json" 2>>"$log.err" ;;
   laya-quality)
     for variant in ${VARIANTS:-default header}; do

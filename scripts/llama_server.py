@@ -9,7 +9,9 @@ prompt itself: for Qwen2.5-Coder it is
 
 (the repository-level form, which llama.cpp uses whenever the vocabulary has those tokens), with
 the prefix cut to its last 3/4 of a batch of tokens and the suffix to the rest; the batch is
-set to 4096 here so that the windows the callers cut (2048 tokens at most) pass whole.
+4096 here by default so that the windows the callers cut (2048 tokens at most) pass whole;
+callers that hand it whole files set it (llama-server's own default is 2048, the same prompt
+size as laya's default budget).
 `cache_prompt` is on: the server keeps the previous request's KV and reuses its longest common
 token prefix. `--cache-reuse N` (passed through `extra_args`) additionally shifts cached chunks
 of at least N tokens into place, as llama.cpp's editor plugins configure it.
@@ -24,10 +26,10 @@ from bench_infill import wait_ready
 
 
 class LlamaServer:
-    def __init__(self, binary, model, port, n_ctx=8192, extra_args=(), log=None):
+    def __init__(self, binary, model, port, n_ctx=8192, extra_args=(), log=None, batch=4096):
         self.base = f"http://127.0.0.1:{port}"
         self.cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-                    "-c", str(n_ctx), "-b", "4096", "-ngl", "999", "-np", "1", *extra_args]
+                    "-c", str(n_ctx), "-b", str(batch), "-ngl", "999", "-np", "1", *extra_args]
         self.log = open(log, "w") if log else subprocess.DEVNULL
         self.proc = None
 
