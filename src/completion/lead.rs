@@ -2,7 +2,7 @@
 //! budget cuts off the top of the file: what the syntax layer found, as prompt parts.
 
 use crate::prompt::LocalPart;
-use crate::syntax::{Context, LanguageConfig, Scope};
+use crate::syntax::{indent_before, Context, LanguageConfig, Scope};
 
 /// How the parts are written above the window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -41,7 +41,7 @@ pub fn local_parts(
         .filter(|t| t.source_path.is_none())
         .map(|t| LocalPart {
             text: if outline {
-                format!("{}{}", indent_at(text, t.byte_range.start), t.text)
+                format!("{}{}", indent_before(text, t.byte_range.start), t.text)
             } else {
                 t.text.clone()
             },
@@ -55,21 +55,10 @@ pub fn local_parts(
     enclosing.chain(types).chain(others).collect()
 }
 
-/// The leading spaces and tabs of the line that holds `at`, when only they stand before it.
-fn indent_at<'t>(text: &'t str, at: usize) -> &'t str {
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let before = &text[line_start..at];
-    if before.trim().is_empty() {
-        before
-    } else {
-        ""
-    }
-}
-
 /// `s`'s signature as the file shows it: at its indentation, then, for a scope with a
 /// body, the body's opening (`open`: the cursor is inside it) or the body elided.
 fn outlined(s: &Scope, text: &str, language: Option<&LanguageConfig>, open: bool) -> String {
-    let indent = indent_at(text, s.byte_range.start);
+    let indent = indent_before(text, s.byte_range.start);
     let mut out: String = s
         .signature_text
         .split('\n')
@@ -100,7 +89,7 @@ mod tests {
     use super::*;
     use crate::syntax::{self, Language};
 
-    /// The parts at `$0` of `fixture` in `language`, in both layouts.
+    /// The parts' texts at `$0` of `fixture` in `language`, in `layout`.
     fn parts(language: &str, fixture: &str, layout: ContextLayout) -> Vec<String> {
         let cursor = fixture.find("$0").unwrap();
         let text = fixture.replacen("$0", "", 1);

@@ -226,20 +226,12 @@ fn head_lines(s: &str, max: usize) -> &str {
     }
 }
 
-/// `s` with each line's leading whitespace removed.
-fn unindented(s: &str) -> String {
-    s.split('\n').map(str::trim_start).collect::<Vec<_>>().join("\n")
-}
-
 /// The imports and local definitions to show above the prefix window `shown` (a tail of
 /// `input.prefix`), as text: those the window does not already hold, most important first
 /// while they fit in `max` bytes.
 fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
     let cut = input.prefix.len() - shown.len();
     let in_window = |start: usize| (cut..input.prefix.len()).contains(&start);
-    // Imports have no place; one may be shown indented (under a condition), so the check
-    // ignores each line's indentation.
-    let shown = unindented(shown);
     let mut used = 0;
     let mut chosen_local: Vec<&LocalPart> = vec![];
     let mut chosen_imports: Vec<&str> = vec![];
@@ -251,7 +243,8 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
     for (text, local) in parts {
         let seen = match local {
             Some(p) => in_window(p.start),
-            None => shown.contains(&unindented(text)),
+            // An import has no place here, but its text is the file's, byte for byte.
+            None => shown.contains(text),
         };
         if text.is_empty() || seen || used + text.len() + 1 > max {
             continue;

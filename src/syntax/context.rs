@@ -263,6 +263,18 @@ fn leading_whitespace(line: &str) -> &str {
     &line[..n]
 }
 
+/// The spaces and tabs between the start of `at`'s line and `at`, when nothing else stands
+/// there (else empty): the indentation of a definition that starts its line.
+pub fn indent_before(text: &str, at: usize) -> &str {
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let before = &text[line_start..at];
+    if before.trim().is_empty() {
+        before
+    } else {
+        ""
+    }
+}
+
 /// Indentation of the line holding byte `at`.
 fn indent_at(text: &str, at: usize) -> &str {
     let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
@@ -707,12 +719,11 @@ fn signature(text: &str, s: &ScopeHit, limits: &Limits) -> String {
         Some(b) => &text[s.range.start..b],
         None => node_text.lines().next().unwrap_or(""),
     };
-    let line_start = text[..s.range.start].rfind('\n').map_or(0, |i| i + 1);
-    let indent = &text[line_start..s.range.start];
+    let indent = indent_before(text, s.range.start);
     let head = head.trim_end();
     // A long signature keeps its whole lines (a line cut in the middle reads as code).
     let clipped = clip_lines(head, limits.signature_chars).0.trim_end();
-    if indent.is_empty() || !indent.trim().is_empty() || !clipped.contains('\n') {
+    if indent.is_empty() || !clipped.contains('\n') {
         return clipped.to_owned();
     }
     clipped

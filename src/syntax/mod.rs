@@ -19,7 +19,8 @@ use std::cell::RefCell;
 use tree_sitter::{Parser, Tree};
 
 pub use context::{
-    extract, extract_with_limits, Context, CursorKind, Limits, OpenDocument, Scope, ScopeKind, TypeDef,
+    extract, extract_with_limits, indent_before, Context, CursorKind, Limits, OpenDocument, Scope, ScopeKind,
+    TypeDef,
 };
 pub use languages::{Language, LanguageConfig, LANGUAGES};
 
