@@ -235,9 +235,22 @@ pub fn kill(pid: u32) {
 pub fn kill_daemon(dir: &Path, pid: u32) {
     kill(pid);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while daemons_for(dir).contains(&pid) {
+    // A dying process loses its command line (so `daemons_for` no longer lists it) before
+    // its files close: until then its socket still accepts a connection, then resets it.
+    while daemons_for(dir).contains(&pid) || !exited(pid) {
         assert!(Instant::now() < deadline, "the daemon did not die");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` is gone or a zombie (its files closed).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may itself hold any byte.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => true,
     }
 }
 
