@@ -24,7 +24,8 @@
 #              (default: "default header"; `default` is laya's defaults, `header` adds the
 #              repository-level header to every prompt, `{"fileHeader":true}`; `nocontext`
 #              brings back nothing the window cut off, contextShare 0; `list` writes what it
-#              brings back as a list, not the file's outline; `suffix0.15`); score the
+#              brings back as a list, not the file's outline; `suffix0.15`; NAME=JSON runs
+#              with settings JSON, answers named after NAME, e.g. 'b4096={"budget":{"maxTokens":4096}}'); score the
 #              answers against server-quality's with bench/quality/score.py.
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
@@ -117,6 +118,7 @@ for step in $STEPS; do
       nocontext) extra=(--settings '{"budget":{"contextShare":0}}') ;;
       list) extra=(--settings '{"contextLayout":"list"}') ;;
       suffix0.15) extra=(--settings "{$long_suffix}") ;;
+      *=*) extra=(--settings "${variant#*=}"); variant=${variant%%=*} ;;
       *) say "unknown variant $variant"; continue ;;
       esac
       say "bench quality on $CASES ($variant)"

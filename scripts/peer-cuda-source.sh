@@ -12,7 +12,19 @@ cd "$(dirname "$0")/.."
 VERSION=0.3.36
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work"
+# The sdist straight from the package index's simple page (checked against its sha256):
+# `pip download --no-binary :all:` would build the sdist's build requirements (cmake, ninja)
+# from source just to read its metadata.
+python3 - "$VERSION" "$work" <<'PY'
+import hashlib, re, sys, urllib.request
+version, work = sys.argv[1:]
+page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
+url, sha = re.search(rf'href="([^"]*/llama_cpp_python-{re.escape(version)}[.]tar[.]gz)#sha256=([0-9a-f]+)"', page).groups()
+data = urllib.request.urlopen(url).read()
+if hashlib.sha256(data).hexdigest() != sha:
+    sys.exit(f"peer-cuda-source: sha256 mismatch for {url}")
+open(f"{work}/llama_cpp_python-{version}.tar.gz", "wb").write(data)
+PY
 tar -C "$work" -xzf "$work/llama_cpp_python-$VERSION.tar.gz"
 src="$work/lc"
 mv "$work/llama_cpp_python-$VERSION/vendor/llama.cpp" "$src"
