@@ -77,10 +77,10 @@ for step in $STEPS; do
     fi
     "$LLAMA" --version 2>&1 | tail -2 | tee -a "$log"
     # Keep the binary for later runs (carry it back instead of building again).
-    # (in 20 MiB pieces, which a transport with a per-file limit brings back; join them with cat
+    # (in 15 MiB pieces, which a transport with a per-file limit brings back; join them with cat
     # into .peer/llama-server-cuda-sm90.xz).
     strip -o /tmp/llama-server.stripped "$LLAMA" && xz -T0 -6 -c /tmp/llama-server.stripped >"$out/llama-server-cuda-sm90.xz" \
-      && split -b 20m -d "$out/llama-server-cuda-sm90.xz" "$out/llama-server-cuda-sm90.xz.part." ;;
+      && split -b 15m -d "$out/llama-server-cuda-sm90.xz" "$out/llama-server-cuda-sm90.xz.part." ;;
   peer-typing)
     traces=()
     for f in $LONG; do traces+=(--file "$f"); done

@@ -16,12 +16,18 @@ Several case files (`--cases` repeated) are scored as one set (their ids are dis
 one engine's files with "+" (`laya-large.json+laya-xl.json`), so the two 600-case sets score as
 1200 cases.
 
+--versus compares the first RESULTS with each of the others case by case: per language the
+exact lines of both, their ratio, the cases only one of them gets right, and for all cases the
+two-sided sign test on those (the chance of a split at least as uneven if each such case were a
+coin toss).
+
 --strip-leading is a diagnostic, not the metric: it also trims the line's leading whitespace
 (completions that repeat the indentation the prefix already ends with).
 """
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -72,21 +78,75 @@ def score(cases, results, strip_leading=False):
     return table, missing
 
 
+def exact_by_id(cases, results):
+    by_id = {r["id"]: r for r in results}
+    return {c["id"]: first_line(by_id[c["id"]]["output"]) == c["expected"]
+            for c in cases if c["id"] in by_id}
+
+
+def sign_test(a, b):
+    """Two-sided p of a split of a + b coin tosses at least as uneven as a : b."""
+    n, k = a + b, min(a, b)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def versus(cases, first, other):
+    """Rows (language, cases, exact first, exact other, only first, only other) over the cases
+    both results hold."""
+    a, b = exact_by_id(cases, first), exact_by_id(cases, other)
+    rows = {}
+    for c in cases:
+        if c["id"] not in a or c["id"] not in b:
+            continue
+        x, y = a[c["id"]], b[c["id"]]
+        for lang in (c["language"], "all"):
+            r = rows.setdefault(lang, [0, 0, 0, 0, 0])
+            r[0] += 1
+            r[1] += x
+            r[2] += y
+            r[3] += x and not y
+            r[4] += y and not x
+    order = [lang for lang in LANGUAGES if lang in rows] + sorted(set(rows) - set(LANGUAGES) - {"all"})
+    return [(lang, *rows[lang]) for lang in order + ["all"] if lang in rows]
+
+
+def load_results(path):
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in path.split("+")]
+    return dict(docs[0], results=[r for d in docs for r in d["results"]])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--cases", action="append",
                     help="case file (repeat for several; default: cases.jsonl beside this script)")
     ap.add_argument("--json", action="store_true", help="print the tables as JSON")
+    ap.add_argument("--versus", action="store_true",
+                    help="compare the first results file with each of the others, case by case")
     ap.add_argument("--strip-leading", action="store_true",
                     help="diagnostic: also trim the first line's leading whitespace")
     args = ap.parse_args()
     cases = [json.loads(line) for f in args.cases or [Path(__file__).with_name("cases.jsonl")]
              for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if args.versus:
+        if len(args.results) < 2:
+            ap.error("--versus needs at least two results files")
+        first = load_results(args.results[0])["results"]
+        for path in args.results[1:]:
+            rows = versus(cases, first, load_results(path)["results"])
+            print(f"{args.results[0]} against {path}")
+            print(f"  {'language':<12}{'n':>5}{'exact':>8}{'other':>8}{'ratio':>8}{'only':>6}{'other':>7}")
+            for lang, n, ea, eb, oa, ob in rows:
+                ratio = f"{ea / eb:.2f}" if eb else "inf" if ea else "-"
+                print(f"  {lang:<12}{n:>5}{ea:>8}{eb:>8}{ratio:>8}{oa:>6}{ob:>7}")
+            _, _, _, _, oa, ob = rows[-1]
+            print(f"  sign test on the {oa + ob} cases one engine alone gets right: p = {sign_test(oa, ob):.3f}")
+        return
     out = {}
     for path in args.results:
-        docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in path.split("+")]
-        doc = dict(docs[0], results=[r for d in docs for r in d["results"]])
+        doc = load_results(path)
         table, missing = score(cases, doc["results"], args.strip_leading)
         out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
                      "table": table, "missing": len(missing)}
