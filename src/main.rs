@@ -971,6 +971,7 @@ fn complete(
             ..SamplingParams::default()
         },
         stop: vec![],
+        branch_first: false,
     };
     let out = model.complete(&req, &AtomicBool::new(false))?;
     match postprocess::process(

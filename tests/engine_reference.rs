@@ -111,6 +111,7 @@ fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
             n: 1,
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
+            branch_first: false,
         };
         let out = generate(
             net,

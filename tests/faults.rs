@@ -70,6 +70,7 @@ fn request(max_tokens: usize) -> CompletionRequest {
         n: 1,
         sampling: SamplingParams::default(),
         stop: vec![],
+        branch_first: false,
     }
 }
 

@@ -80,6 +80,7 @@ impl Engine for Constant {
             text: "value".into(),
             finish_reason: FinishReason::StopToken,
             tokens: 1,
+            logprob: None,
         };
         Ok(CompletionOutput {
             served_by: None,

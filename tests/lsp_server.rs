@@ -53,6 +53,7 @@ impl Engine for FakeEngine {
                 text,
                 finish_reason: FinishReason::StopToken,
                 tokens: 1,
+                logprob: None,
             })
             .collect();
         Ok(CompletionOutput {

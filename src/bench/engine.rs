@@ -124,6 +124,7 @@ fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
         n: 1,
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
+        branch_first: false,
     };
     let out = generate(
         model,

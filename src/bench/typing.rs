@@ -407,6 +407,7 @@ mod tests {
                     text,
                     finish_reason: crate::engine::FinishReason::StopToken,
                     tokens: 1,
+                    logprob: None,
                 }],
                 timing: crate::engine::Timing::default(),
             })

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::{
     document::DocumentSnapshot,
-    engine::{worker::Engine, CompletionRequest, EngineError, ModelKey, SamplingParams, Timing},
+    engine::{worker::Engine, Choice, CompletionRequest, EngineError, ModelKey, SamplingParams, Timing},
     prompt::{self, Budget, PromptInput, Snippet},
     syntax::CursorKind,
 };
@@ -48,6 +48,12 @@ pub struct CompletionSettings {
     pub max_tokens_block: usize,
     /// Candidates per request (1 is greedy; more are sampled at `temperature`).
     pub candidates: usize,
+    /// 2 or more: the model continues greedily from each of this many most likely first
+    /// tokens (one batch, one prefill) and the answers are ranked by their mean token
+    /// log-probability; the best `candidates` of them are shown. 0 or 1: off (plain greedy or
+    /// sampled candidates). For engines that report no log-probabilities (remote servers),
+    /// the answers keep the engine's order.
+    pub first_token_branches: usize,
     pub temperature: f32,
     /// Languages (LSP ids) to complete in; empty means all.
     pub languages: Vec<String>,
@@ -77,6 +83,7 @@ impl Default for CompletionSettings {
             max_tokens_line: 48,
             max_tokens_block: 128,
             candidates: 1,
+            first_token_branches: 0,
             temperature: 0.6,
             languages: vec![],
             router: RouterPolicy::default(),
@@ -237,6 +244,17 @@ struct DocState {
     /// Where the last suggestion was shown, and what it was.
     shown: Option<(Mark, Edit)>,
     explanation: Option<Explanation>,
+}
+
+/// The engine's choices best first: by mean log-probability per token when every choice has
+/// one (branched first tokens), else in the engine's order. Equal scores keep that order.
+fn ranked(choices: &[Choice]) -> Vec<&Choice> {
+    let mut out: Vec<&Choice> = choices.iter().collect();
+    let score = |c: &Choice| c.logprob.map(|lp| lp / c.tokens.max(1) as f32);
+    if out.iter().all(|c| score(c).is_some()) {
+        out.sort_by(|a, b| score(b).unwrap_or(0.0).total_cmp(&score(a).unwrap_or(0.0)));
+    }
+    out
 }
 
 /// Path shown to the model: the URI's path relative to the workspace root when inside it.
@@ -432,7 +450,13 @@ impl Pipeline {
             &self.latencies.lock().unwrap_or_else(|p| p.into_inner()),
         );
         tracing::debug!(model = %route.model, reason = route.reason, "route");
-        let n = settings.candidates.max(1);
+        let branches = settings.first_token_branches;
+        let branched = branches >= 2;
+        let n = if branched {
+            branches
+        } else {
+            settings.candidates.max(1)
+        };
         let req = CompletionRequest {
             model: Some(route.model),
             prompt: prompt_text,
@@ -442,7 +466,7 @@ impl Pipeline {
                 settings.max_tokens_line
             },
             n,
-            sampling: if n == 1 {
+            sampling: if n == 1 || branched {
                 SamplingParams::default()
             } else {
                 SamplingParams {
@@ -457,15 +481,19 @@ impl Pipeline {
             } else {
                 vec!["\n\n\n".into()]
             },
+            branch_first: branched,
         };
         let out = self.engine.complete(req, cancel).await?;
         let mut edits: Vec<Edit> = vec![];
-        for choice in &out.choices {
+        for choice in ranked(&out.choices) {
             if let Some(edit) = postprocess::process(&choice.text, &surroundings) {
                 if !edits.iter().any(|e| e.text == edit.text) {
                     edits.push(edit);
                 }
             }
+        }
+        if branched {
+            edits.truncate(settings.candidates.max(1));
         }
         if let Some(key) = out.served_by {
             self.latencies
@@ -494,5 +522,50 @@ impl Pipeline {
         });
         state.explanation = Some(Explanation::of(&c, trigger));
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::FinishReason;
+
+    fn choice(text: &str, tokens: usize, logprob: Option<f32>) -> Choice {
+        Choice {
+            text: text.into(),
+            finish_reason: FinishReason::StopToken,
+            tokens,
+            logprob,
+        }
+    }
+
+    fn texts(choices: &[&Choice]) -> Vec<String> {
+        choices.iter().map(|c| c.text.clone()).collect()
+    }
+
+    #[test]
+    fn branched_choices_rank_by_mean_token_log_probability() {
+        let choices = [
+            choice("greedy", 4, Some(-4.0)),   // -1.0 a token
+            choice("longer", 10, Some(-5.0)),  // -0.5: best despite the lower sum
+            choice("unlikely", 2, Some(-6.0)), // -3.0
+            choice("empty", 0, Some(-0.2)),    // no tokens: counted as one
+        ];
+        assert_eq!(
+            texts(&ranked(&choices)),
+            ["empty", "longer", "greedy", "unlikely"]
+        );
+    }
+
+    #[test]
+    fn choices_without_log_probabilities_keep_the_engine_order() {
+        let choices = [
+            choice("a", 1, None),
+            choice("b", 1, Some(0.0)),
+            choice("c", 1, None),
+        ];
+        assert_eq!(texts(&ranked(&choices)), ["a", "b", "c"]);
+        let tied = [choice("x", 2, Some(-1.0)), choice("y", 1, Some(-0.5))];
+        assert_eq!(texts(&ranked(&tied)), ["x", "y"]);
     }
 }

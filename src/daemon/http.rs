@@ -398,6 +398,7 @@ async fn complete(
         max_tokens,
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
+        branch_first: false,
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
     };
     let cancel = Arc::new(AtomicBool::new(false));
@@ -467,6 +468,7 @@ async fn v1_completions(
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, b.top_k, b.seed),
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
+        branch_first: false,
     };
     d.validate(&req)?;
     let client = client_of(&headers, peer);

@@ -64,6 +64,8 @@ pub struct WireRequest {
     pub seed: Option<u64>,
     #[serde(default)]
     pub stop: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub branch_first: bool,
 }
 
 fn one() -> usize {
@@ -86,6 +88,7 @@ impl From<&CompletionRequest> for WireRequest {
             top_k: r.sampling.top_k,
             seed: r.sampling.seed,
             stop: r.stop.clone(),
+            branch_first: r.branch_first,
         }
     }
 }
@@ -104,6 +107,7 @@ impl From<WireRequest> for CompletionRequest {
                 seed: w.seed,
             },
             stop: w.stop,
+            branch_first: w.branch_first,
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct WireChoice {
     /// `stop`, `length`, `stop_token` or `cancelled`.
     pub finish_reason: String,
     pub tokens: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob: Option<f32>,
 }
 
 /// [`Timing`] in milliseconds, with the time spent waiting in the daemon's queue.
@@ -210,6 +216,7 @@ impl WireOutput {
                     text: c.text.clone(),
                     finish_reason: finish_reason_name(c.finish_reason).into(),
                     tokens: c.tokens,
+                    logprob: c.logprob,
                 })
                 .collect(),
             timing: WireTiming::new(&out.timing, queued),
@@ -230,6 +237,7 @@ impl WireOutput {
                     finish_reason: finish_reason_from(&c.finish_reason),
                     text: c.text,
                     tokens: c.tokens,
+                    logprob: c.logprob,
                 })
                 .collect(),
             timing: Timing {
@@ -319,6 +327,7 @@ mod tests {
                 top_k: 0,
                 seed: None,
                 stop: vec!["\n".into()],
+                branch_first: true,
             },
         };
         let line = serde_json::to_string(&msg).unwrap();
@@ -330,7 +339,15 @@ mod tests {
             "{line}"
         );
         let back: ClientMessage = serde_json::from_str(&line).unwrap();
-        assert!(matches!(back, ClientMessage::Complete { stream: true, .. }));
+        let ClientMessage::Complete {
+            stream: true,
+            request,
+            ..
+        } = back
+        else {
+            panic!("{back:?}")
+        };
+        assert!(CompletionRequest::from(request).branch_first);
         // Defaults for what a hand-written client leaves out.
         let min: ClientMessage =
             serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();
@@ -338,6 +355,7 @@ mod tests {
             panic!()
         };
         assert_eq!((request.n, request.top_p, stream), (1, 1.0, false));
+        assert!(!request.branch_first);
     }
 
     #[test]
@@ -348,6 +366,7 @@ mod tests {
                 text: "x".into(),
                 finish_reason: "length".into(),
                 tokens: 3,
+                logprob: Some(-1.5),
             }],
             timing: WireTiming {
                 queue_ms: 10.0,
@@ -359,6 +378,7 @@ mod tests {
         };
         let out = w.into_output();
         assert_eq!(out.choices[0].finish_reason, FinishReason::Length);
+        assert_eq!(out.choices[0].logprob, Some(-1.5));
         assert_eq!(out.timing.first_token, Duration::from_millis(15));
         assert_eq!(out.timing.total, Duration::from_millis(30));
     }

@@ -12,6 +12,10 @@
 //!   (usually all but the last), for `n > 1` the prompt only. `caches[0].offset()` says how
 //!   long that prefix is.
 //!
+//! - With `branch_first` the `n` candidates start from the `n` most likely first tokens (in
+//!   that order, so candidate 0 is the greedy one when the sampler is greedy) and each
+//!   candidate's summed log-probability comes back, so that a caller can rank them.
+//!
 //! Decoding overlaps work as mlx-lm's `generate_step` does: with a greedy sampler the next
 //! token stays on the device, so step `i + 1` is built and queued (`async_eval`) before
 //! token `i` is read back; one evaluation per token.
@@ -40,6 +44,9 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Tokens that end a candidate; they are not part of its output.
     pub stop_token_ids: Vec<u32>,
+    /// Candidate `i` starts from the `i`-th most likely first token instead of a sampled one,
+    /// and [`GenerateOutput::logprobs`] is filled in.
+    pub branch_first: bool,
 }
 
 /// What the token callback wants next for its candidate.
@@ -66,6 +73,9 @@ pub enum FinishReason {
 pub struct GenerateOutput {
     pub candidates: Vec<Vec<u32>>,
     pub finish_reasons: Vec<FinishReason>,
+    /// With `branch_first`: per candidate, the summed natural-log probability of its tokens
+    /// (each under the model's distribution at its step); else zeros.
+    pub logprobs: Vec<f32>,
     /// Prompt positions run through the model (once, whatever `n`).
     pub prefill_tokens: usize,
     /// From the call to the prompt's logits being computed.
@@ -84,6 +94,8 @@ pub enum GenerateError {
     NoCandidates,
     #[error("token id {0} is outside the model's vocabulary of {1}")]
     TokenOutOfRange(u32, i32),
+    #[error("{0} candidates cannot start from distinct tokens of a vocabulary of {1}")]
+    Branches(usize, usize),
     #[error("caches must have batch 1, one has {0}")]
     CacheBatch(i32),
     #[error(transparent)]
@@ -123,6 +135,7 @@ pub fn generate(
     let mut out = GenerateOutput {
         candidates: vec![vec![]; n],
         finish_reasons: vec![FinishReason::Length; n],
+        logprobs: vec![0.0; n],
         prefill_tokens: prompt_ids.len(),
         prefill_time: Duration::ZERO,
         decode_time: Duration::ZERO,
@@ -153,6 +166,12 @@ pub fn generate(
     } else {
         caches
     };
+    // With `branch_first`, the first tokens come from the prompt's one row of logits.
+    let branched = if req.branch_first {
+        Some(most_likely(&logits, n)?)
+    } else {
+        None
+    };
     let logits = if n > 1 {
         mlx_rs::ops::broadcast_to(&logits, &[n as i32, logits.dim(1)])?
     } else {
@@ -162,7 +181,15 @@ pub fn generate(
     let mut finished = vec![false; n];
     // Generated tokens whose keys and values are in the caches.
     let mut fed = 0;
-    let mut y = sampler.sample(&logits)?;
+    let score = req.branch_first;
+    // The next tokens and, when scoring, their log-probabilities (`[n]` each).
+    let (mut y, mut y_lp) = match branched {
+        Some((ids, lps)) => (
+            Array::from_slice(&ids, &[n as i32]),
+            Some(Array::from_slice(&lps, &[n as i32])),
+        ),
+        None => (sampler.sample(&logits)?, None),
+    };
     let mut decode_start = None;
     // Tokens read back so far (per row).
     let mut step = 0;
@@ -171,10 +198,17 @@ pub fn generate(
         // Queue the next step on the still-lazy token before reading it back.
         let mut next = None;
         if overlap && steps_left && !cancel.load(Ordering::Relaxed) {
-            next = Some(decode_step(model, dc, &y, &mut sampler)?);
+            next = Some(decode_step(model, dc, &y, &mut sampler, score)?);
             fed += 1;
         }
         let tokens = host_slice::<u32>(&y)?.to_vec();
+        let lps = match &y_lp {
+            Some(lp) => {
+                eval([lp])?;
+                host_slice::<f32>(lp)?.to_vec()
+            }
+            None => vec![0.0; n],
+        };
         step += 1;
         if decode_start.is_none() {
             out.first_token_time = start.elapsed();
@@ -188,6 +222,7 @@ pub fn generate(
                 Some(FinishReason::StopToken)
             } else {
                 out.candidates[i].push(t);
+                out.logprobs[i] += lps[i];
                 match on_token(i, t) {
                     Control::Stop => Some(FinishReason::Stop),
                     Control::Continue if out.candidates[i].len() >= req.max_tokens => {
@@ -212,11 +247,11 @@ pub fn generate(
             }
             break;
         }
-        y = match next {
+        (y, y_lp) = match next {
             Some(next) => next,
             None => {
                 fed += 1;
-                decode_step(model, dc, &y, &mut sampler)?
+                decode_step(model, dc, &y, &mut sampler, score)?
             }
         };
     }
@@ -263,18 +298,55 @@ pub fn prefill(
 }
 
 /// Feeds `y` (`[B]` tokens, maybe still lazy) and returns the next tokens, queued for
-/// evaluation.
+/// evaluation, with their log-probabilities when `score` is set.
 fn decode_step(
     model: &Model,
     caches: &mut [KvCache],
     y: &Array,
     sampler: &mut Sampler,
-) -> Result<Array, GenerateError> {
+    score: bool,
+) -> Result<(Array, Option<Array>), GenerateError> {
     let tokens = y.reshape(&[y.dim(0), 1])?.as_dtype(Dtype::Uint32)?;
     let logits = model.forward(&tokens, caches)?;
     let next = sampler.sample(&logits)?;
-    async_eval([&next])?;
-    Ok(next)
+    if !score {
+        async_eval([&next])?;
+        return Ok((next, None));
+    }
+    let lp = log_softmax(&logits)?
+        .take_along_axis(next.reshape(&[-1, 1])?.as_dtype(Dtype::Int32)?, -1)?
+        .reshape(&[-1])?;
+    async_eval([&next, &lp])?;
+    Ok((next, Some(lp)))
+}
+
+/// `logits - logsumexp(logits)` per row, in f32.
+fn log_softmax(logits: &Array) -> Result<Array, GenerateError> {
+    let l = logits.as_dtype(Dtype::Float32)?;
+    let norm = l.logsumexp_axis(-1, true)?;
+    Ok(l.subtract(&norm)?)
+}
+
+/// The `n` most likely next tokens of a `[1, vocab]` logits row, best first (the lowest id
+/// among equals, as greedy picks), with their log-probabilities.
+fn most_likely(logits: &Array, n: usize) -> Result<(Vec<u32>, Vec<f32>), GenerateError> {
+    let lp = log_softmax(logits)?;
+    eval([&lp])?;
+    let row = host_slice::<f32>(&lp)?;
+    let vocab = logits.dim(logits.ndim() as i32 - 1) as usize;
+    if n > vocab {
+        return Err(GenerateError::Branches(n, vocab));
+    }
+    let row = &row[..vocab];
+    let mut order: Vec<u32> = (0..vocab as u32).collect();
+    let better = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    if n < vocab {
+        order.select_nth_unstable_by(n, better);
+        order.truncate(n);
+    }
+    order.sort_by(better);
+    let lps = order.iter().map(|&t| row[t as usize]).collect();
+    Ok((order, lps))
 }
 
 #[cfg(test)]
@@ -291,6 +363,7 @@ mod tests {
             n,
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
+            branch_first: false,
         }
     }
 
@@ -314,6 +387,73 @@ mod tests {
             seq.push(id.item_exact::<u32>());
         }
         seq.split_off(PROMPT.len())
+    }
+
+    /// Log-probabilities of the token after `seq`, from a fresh forward of all of it.
+    fn reference_log_probs(model: &Model, seq: &[u32]) -> Vec<f32> {
+        let t = Array::from_slice(seq, &[1, seq.len() as i32]);
+        let logits = model.forward(&t, &mut model.new_caches()).unwrap();
+        let lp = log_softmax(&logits).unwrap();
+        eval([&lp]).unwrap();
+        host_slice::<f32>(&lp).unwrap().to_vec()
+    }
+
+    #[test]
+    fn branched_candidates_start_from_the_most_likely_tokens_and_carry_their_log_probability() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            let model = tiny_model(arch, 31);
+            let mut r = req(5, 3);
+            r.branch_first = true;
+            let (out, caches) = run(&model, &r, |_, _| Control::Continue);
+            let first = reference_log_probs(&model, &PROMPT);
+            let mut best: Vec<u32> = (0..first.len() as u32).collect();
+            best.sort_by(|&a, &b| first[b as usize].total_cmp(&first[a as usize]).then(a.cmp(&b)));
+            let firsts: Vec<u32> = out.candidates.iter().map(|c| c[0]).collect();
+            assert_eq!(
+                firsts,
+                best[..3],
+                "the prompt's three most likely tokens, best first"
+            );
+            assert_eq!(out.candidates[0], greedy_reference(&model, 5));
+            for (c, &got) in out.candidates.iter().zip(&out.logprobs) {
+                assert_eq!(c.len(), 5);
+                // Greedy after the first token; the score sums each token's log-probability,
+                // recomputed here without any cache.
+                let mut seq = PROMPT.to_vec();
+                let mut want = 0.0f32;
+                for (k, &t) in c.iter().enumerate() {
+                    let lps = reference_log_probs(&model, &seq);
+                    if k > 0 {
+                        assert_eq!(t, crate::engine::sample::argmax_row(&lps));
+                    }
+                    want += lps[t as usize];
+                    seq.push(t);
+                }
+                assert!(want < 0.0);
+                assert!((got - want).abs() <= 1e-3 * want.abs(), "{got} against {want}");
+            }
+            assert_eq!(caches[0].offset(), PROMPT.len(), "n > 1 leaves the prompt only");
+        }
+    }
+
+    #[test]
+    fn without_branching_no_log_probabilities_and_more_branches_than_tokens_is_an_error() {
+        let model = tiny_model(Arch::Qwen2, 32);
+        let (out, _) = run(&model, &req(3, 2), |_, _| Control::Continue);
+        assert_eq!(out.logprobs, vec![0.0, 0.0]);
+        assert_eq!(out.candidates[0], out.candidates[1], "greedy rows agree");
+        let mut r = req(3, 98);
+        r.branch_first = true;
+        let err = generate(
+            &model,
+            &mut model.new_caches(),
+            &PROMPT,
+            &r,
+            &AtomicBool::new(false),
+            |_, _| Control::Continue,
+        )
+        .unwrap_err();
+        assert!(matches!(err, GenerateError::Branches(98, 97)), "{err}");
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub struct CompletionRequest {
     pub sampling: SamplingParams,
     /// A candidate ends before the first occurrence of any of these strings.
     pub stop: Vec<String>,
+    /// Candidate `i` starts from the model's `i`-th most likely first token (candidate 0 is
+    /// the greedy one when sampling is greedy), and each choice carries its log-probability,
+    /// so that the caller can rank them. Engines that cannot do this ignore it.
+    pub branch_first: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -94,6 +98,8 @@ pub struct Choice {
     pub text: String,
     pub finish_reason: FinishReason,
     pub tokens: usize,
+    /// With `branch_first`: the summed natural-log probability of the choice's tokens.
+    pub logprob: Option<f32>,
 }
 
 /// Where the time of one request went.
@@ -151,6 +157,7 @@ impl LocalModel {
             n: 1,
             sampling: SamplingParams::default(),
             stop: vec![],
+            branch_first: false,
         };
         self.complete(&req, &AtomicBool::new(false))?;
         Ok(start.elapsed())
@@ -189,6 +196,7 @@ impl LocalModel {
             n: req.n,
             sampling: req.sampling.clone(),
             stop_token_ids: self.specials.eog.clone(),
+            branch_first: req.branch_first,
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
         let (out, reused) = prefix::generate_with_store(
@@ -219,6 +227,7 @@ impl LocalModel {
                 text: texts.text(i),
                 finish_reason: *reason,
                 tokens: toks.len(),
+                logprob: req.branch_first.then(|| out.logprobs[i]),
             })
             .collect();
         Ok(CompletionOutput {

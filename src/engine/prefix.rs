@@ -240,6 +240,7 @@ mod tests {
             n: 1,
             sampling: crate::engine::SamplingParams::default(),
             stop_token_ids: vec![],
+            branch_first: false,
         };
         let no = AtomicBool::new(false);
         let mut rng = StdRng::seed_from_u64(7);

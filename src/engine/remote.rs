@@ -188,6 +188,9 @@ impl RemoteEngine {
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::Request("cancelled".into()));
         }
+        // A server cannot start candidates from chosen tokens; greedy ones from the same
+        // prompt would all be the same, so branching asks for one.
+        let n = if req.branch_first { 1 } else { req.n };
         let mut body = serde_json::Value::Object(self.config.extra_body.clone());
         for (k, v) in [
             ("model", json!(model)),
@@ -195,7 +198,7 @@ impl RemoteEngine {
             ("max_tokens", json!(req.max_tokens)),
             ("temperature", json!(req.sampling.temperature.max(0.0))),
             ("top_p", json!(req.sampling.top_p)),
-            ("n", json!(req.n)),
+            ("n", json!(n)),
             ("stream", json!(false)),
         ] {
             body[k] = v;
@@ -229,6 +232,7 @@ impl RemoteEngine {
                         text: c.text,
                         finish_reason,
                         tokens: 0,
+                        logprob: None,
                     },
                 )
             })
@@ -333,6 +337,7 @@ mod tests {
             n: 2,
             sampling: SamplingParams::default(),
             stop: vec!["\n\n".into()],
+            branch_first: false,
         }
     }
 
@@ -371,6 +376,28 @@ mod tests {
         assert_eq!(body["prompt"], request().prompt);
         // Extra fields travel; laya's own fields win over them.
         assert_eq!(body["repeat_penalty"], 1.0);
+    }
+
+    #[test]
+    fn branching_asks_a_server_for_one_answer() {
+        let (url, server) = serve(vec![
+            (200, r#"{"object":"list","data":[{"id":"coder"}]}"#.into()),
+            (
+                200,
+                r#"{"choices":[{"index":0,"text":" a","finish_reason":"stop"}]}"#.into(),
+            ),
+        ]);
+        let engine = RemoteEngine::new(RemoteConfig::new(url));
+        let mut req = request();
+        req.n = 3;
+        req.branch_first = true;
+        let out = engine.complete_blocking(&req, &AtomicBool::new(false)).unwrap();
+        assert_eq!(out.choices.len(), 1);
+        assert_eq!(out.choices[0].logprob, None);
+        let seen = server.join().unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(seen[1].split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["n"], 1);
     }
 
     /// llama.cpp's server states the model's size in its model list; other servers do not.
