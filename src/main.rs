@@ -1247,20 +1247,24 @@ fn bench_quality(
     let total = all.len();
     let results = rt.block_on(q::run(engine.clone(), &all, &settings, |i, case, r| {
         let (exact, _) = q::score(&r.output, &case.expected);
-        eprintln!(
-            "[{}/{total}] {} {} {:.0} ms",
-            i + 1,
-            case.id,
-            if exact { "exact" } else { "miss" },
-            r.ms
-        );
+        let verdict = match (&r.error, exact) {
+            (Some(e), _) => format!("failed: {e}"),
+            (None, true) => "exact".into(),
+            (None, false) => "miss".into(),
+        };
+        eprintln!("[{}/{total}] {} {verdict} {:.0} ms", i + 1, case.id, r.ms);
     }));
     if let ModelState::Failed(e) = engine.state() {
         bail!("the model failed to load: {e}");
     }
+    let failed = results.iter().filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        eprintln!("warning: {failed} of {total} completions failed (scored as misses; `error` in --out)");
+    }
     let ours = q::Results {
         engine: "laya".into(),
         model: label,
+        settings: Some(serde_json::to_value(&settings)?),
         results,
     };
     if let Some(out) = out {

@@ -38,10 +38,14 @@ pub struct Case {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct CaseResult {
     pub id: String,
-    /// The completion as inserted at the cursor.
+    /// The completion as inserted at the cursor (empty when it failed).
     pub output: String,
     #[serde(default)]
     pub ms: f64,
+    /// Why the completion failed, where it did: a failure scores as a miss, and is told apart
+    /// from an empty answer here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// An engine's answers to a case set, as `--out` writes and `--compare` reads them.
@@ -50,6 +54,9 @@ pub struct Results {
     pub engine: String,
     #[serde(default)]
     pub model: String,
+    /// The completion settings the answers were made with (laya's runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Value>,
     pub results: Vec<CaseResult>,
 }
 
@@ -139,17 +146,18 @@ pub async fn run(
                 Arc::new(AtomicBool::new(false)),
             )
             .await;
-        let output = match completion {
-            Ok(c) => c.edits.first().map(|e| e.text.clone()).unwrap_or_default(),
+        let (output, error) = match completion {
+            Ok(c) => (c.edits.first().map(|e| e.text.clone()).unwrap_or_default(), None),
             Err(e) => {
                 tracing::warn!(case = case.id, "completion failed: {e}");
-                String::new()
+                (String::new(), Some(e.to_string()))
             }
         };
         let r = CaseResult {
             id: case.id.clone(),
             output,
             ms: start.elapsed().as_secs_f64() * 1e3,
+            error,
         };
         progress(i, case, &r);
         out.push(r);
@@ -271,6 +279,7 @@ mod tests {
             id: id.into(),
             output: output.into(),
             ms: 0.0,
+            error: None,
         }
     }
 
@@ -306,16 +315,56 @@ mod tests {
         let ours = Results {
             engine: "laya".into(),
             model: String::new(),
+            settings: None,
             results: vec![result("a", "x := 1"), result("b", "y := 2")],
         };
         let peer = Results {
             engine: "llama.cpp".into(),
             model: String::new(),
+            settings: None,
             results: vec![result("a", "x := 1"), result("b", "nope")],
         };
         let t = table(&cases, &ours, Some(&peer));
         assert!(t.contains("| go | 2 | 100.0 % | 1.000 | 50.0 % |"), "{t}");
         assert!(t.contains("2.00×"), "{t}");
+    }
+
+    struct Failing;
+
+    #[async_trait::async_trait]
+    impl Engine for Failing {
+        async fn complete(
+            &self,
+            _: crate::engine::CompletionRequest,
+            _: Arc<AtomicBool>,
+        ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
+            Err(crate::engine::EngineError::Request("the model is gone".into()))
+        }
+
+        fn state(&self) -> crate::engine::worker::ModelState {
+            crate::engine::worker::ModelState::Ready {
+                load_time: std::time::Duration::ZERO,
+                device: "test".into(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_completions_are_recorded_as_failures_not_as_empty_answers() {
+        let mut c = case("a", "python", "x = 1");
+        c.prefix = "def f():\n    ".into();
+        let settings = CompletionSettings {
+            debounce_ms: 0,
+            ..CompletionSettings::default()
+        };
+        let results = run(Arc::new(Failing), &[c], &settings, |_, _, _| {}).await;
+        assert_eq!(results[0].output, "");
+        let err = results[0].error.as_deref().unwrap_or_default();
+        assert!(err.contains("the model is gone"), "{err}");
+        let json = serde_json::to_string(&results[0]).unwrap();
+        assert!(json.contains("\"error\""), "{json}");
+        let ok = serde_json::to_string(&result("b", "y")).unwrap();
+        assert!(!ok.contains("error"), "no error field when there was none: {ok}");
     }
 
     #[test]
