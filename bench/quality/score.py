@@ -112,6 +112,11 @@ def versus(cases, first, other):
     return [(lang, *rows[lang]) for lang in order + ["all"] if lang in rows]
 
 
+def failures(results):
+    """How many answers record a failed completion (laya writes `error` for those)."""
+    return sum(1 for r in results if r.get("error"))
+
+
 def load_results(path):
     docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in path.split("+")]
     return dict(docs[0], results=[r for d in docs for r in d["results"]])
@@ -149,11 +154,14 @@ def main():
         doc = load_results(path)
         table, missing = score(cases, doc["results"], args.strip_leading)
         out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
-                     "table": table, "missing": len(missing)}
+                     "table": table, "missing": len(missing),
+                     "failed": failures(doc["results"])}
         if args.json:
             continue
+        failed = failures(doc["results"])
         print(f"{path}: {doc.get('engine')} {doc.get('version', '')} {doc.get('model', '')}"
               + (f" ({len(missing)} of {len(cases)} cases missing)" if missing else "")
+              + (f" ({failed} completions failed, scored as misses)" if failed else "")
               + (" [--strip-leading diagnostic]" if args.strip_leading else ""))
         print(f"  {'language':<12}{'n':>4}{'exact-line':>12}{'edit sim':>10}")
         for lang, t in table.items():

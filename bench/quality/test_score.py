@@ -28,6 +28,13 @@ class Metrics(unittest.TestCase):
         self.assertAlmostEqual(score.edit_similarity("é", "e"), 0.0)
 
 
+class Failures(unittest.TestCase):
+    def test_only_answers_with_an_error_count(self):
+        results = [{"id": "a", "output": ""}, {"id": "b", "output": "", "error": "mlx: boom"},
+                   {"id": "c", "output": "x", "error": None}]
+        self.assertEqual(score.failures(results), 1)
+
+
 class SignTest(unittest.TestCase):
     def test_even_and_empty_splits_are_not_evidence(self):
         self.assertEqual(score.sign_test(0, 0), 1.0)
