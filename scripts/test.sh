@@ -4,8 +4,8 @@
 # remote-tier test; both quick once done, the venv's first build ~6 min on 2 cores), then
 # `cargo test --release`, the benchmark scorer's checks (bench/quality/test_score.py), then
 # the editor integrations in real clients (scripts/test-editors.sh; each editor skips with
-# its reason where its client cannot be installed). Extra arguments go to cargo test. The code's formatting is checked first
-# (`cargo fmt --check`, where rustfmt is installed).
+# its reason where its client cannot be installed). Extra arguments go to cargo test. The
+# code's formatting is checked first (`cargo fmt --check`, where rustfmt is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if cargo fmt --version >/dev/null 2>&1; then
