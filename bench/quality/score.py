@@ -153,12 +153,11 @@ def main():
     for path in args.results:
         doc = load_results(path)
         table, missing = score(cases, doc["results"], args.strip_leading)
+        failed = failures(doc["results"])
         out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
-                     "table": table, "missing": len(missing),
-                     "failed": failures(doc["results"])}
+                     "table": table, "missing": len(missing), "failed": failed}
         if args.json:
             continue
-        failed = failures(doc["results"])
         print(f"{path}: {doc.get('engine')} {doc.get('version', '')} {doc.get('model', '')}"
               + (f" ({len(missing)} of {len(cases)} cases missing)" if missing else "")
               + (f" ({failed} completions failed, scored as misses)" if failed else "")

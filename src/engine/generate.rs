@@ -128,6 +128,9 @@ pub fn generate(
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as i64 >= vocab as i64) {
         return Err(GenerateError::TokenOutOfRange(bad, vocab));
     }
+    if req.branch_first && n > vocab as usize {
+        return Err(GenerateError::Branches(n, vocab as usize));
+    }
     if let Some(b) = caches.iter().find_map(|c| c.batch_size().filter(|&b| b != 1)) {
         return Err(GenerateError::CacheBatch(b));
     }
@@ -205,9 +208,9 @@ pub fn generate(
         let lps = match &y_lp {
             Some(lp) => {
                 eval([lp])?;
-                host_slice::<f32>(lp)?.to_vec()
+                Some(host_slice::<f32>(lp)?.to_vec())
             }
-            None => vec![0.0; n],
+            None => None,
         };
         step += 1;
         if decode_start.is_none() {
@@ -222,7 +225,9 @@ pub fn generate(
                 Some(FinishReason::StopToken)
             } else {
                 out.candidates[i].push(t);
-                out.logprobs[i] += lps[i];
+                if let Some(lps) = &lps {
+                    out.logprobs[i] += lps[i];
+                }
                 match on_token(i, t) {
                     Control::Stop => Some(FinishReason::Stop),
                     Control::Continue if out.candidates[i].len() >= req.max_tokens => {
@@ -328,16 +333,13 @@ fn log_softmax(logits: &Array) -> Result<Array, GenerateError> {
 }
 
 /// The `n` most likely next tokens of a `[1, vocab]` logits row, best first (the lowest id
-/// among equals, as greedy picks), with their log-probabilities.
+/// among equals, as greedy picks), with their log-probabilities; `n` is at most the vocabulary
+/// (checked by [`generate`] before any work).
 fn most_likely(logits: &Array, n: usize) -> Result<(Vec<u32>, Vec<f32>), GenerateError> {
     let lp = log_softmax(logits)?;
     eval([&lp])?;
     let row = host_slice::<f32>(&lp)?;
-    let vocab = logits.dim(logits.ndim() as i32 - 1) as usize;
-    if n > vocab {
-        return Err(GenerateError::Branches(n, vocab));
-    }
-    let row = &row[..vocab];
+    let vocab = row.len();
     let mut order: Vec<u32> = (0..vocab as u32).collect();
     let better = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
     if n < vocab {
@@ -444,9 +446,10 @@ mod tests {
         assert_eq!(out.candidates[0], out.candidates[1], "greedy rows agree");
         let mut r = req(3, 98);
         r.branch_first = true;
+        let mut caches = model.new_caches();
         let err = generate(
             &model,
-            &mut model.new_caches(),
+            &mut caches,
             &PROMPT,
             &r,
             &AtomicBool::new(false),
@@ -454,6 +457,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, GenerateError::Branches(98, 97)), "{err}");
+        assert_eq!(caches[0].offset(), 0, "refused before any prefill");
     }
 
     #[test]
