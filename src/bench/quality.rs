@@ -46,6 +46,22 @@ pub struct CaseResult {
     /// from an empty answer here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Every edit the pipeline returned, best first (the first is `output`), with where it
+    /// came from: recorded when there is more than one or they carry log-probabilities, so
+    /// that other rankings can be scored from one run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<Alternative>,
+}
+
+/// One of the pipeline's edits for a case.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Alternative {
+    pub text: String,
+    /// Its index among the engine's choices (0 is greedy when the first token branches).
+    pub choice: usize,
+    pub tokens: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob: Option<f32>,
 }
 
 /// An engine's answers to a case set, as `--out` writes and `--compare` reads them.
@@ -146,11 +162,28 @@ pub async fn run(
                 Arc::new(AtomicBool::new(false)),
             )
             .await;
-        let (output, error) = match completion {
-            Ok(c) => (c.edits.first().map(|e| e.text.clone()).unwrap_or_default(), None),
+        let (output, error, alternatives) = match completion {
+            Ok(c) => {
+                let output = c.edits.first().map(|e| e.text.clone()).unwrap_or_default();
+                let alternatives = if c.edits.len() > 1 || c.origins.iter().any(|o| o.logprob.is_some()) {
+                    c.edits
+                        .iter()
+                        .zip(&c.origins)
+                        .map(|(e, o)| Alternative {
+                            text: e.text.clone(),
+                            choice: o.choice,
+                            tokens: o.tokens,
+                            logprob: o.logprob,
+                        })
+                        .collect()
+                } else {
+                    vec![]
+                };
+                (output, None, alternatives)
+            }
             Err(e) => {
                 tracing::warn!(case = case.id, "completion failed: {e}");
-                (String::new(), Some(e.to_string()))
+                (String::new(), Some(e.to_string()), vec![])
             }
         };
         let r = CaseResult {
@@ -158,6 +191,7 @@ pub async fn run(
             output,
             ms: start.elapsed().as_secs_f64() * 1e3,
             error,
+            alternatives,
         };
         progress(i, case, &r);
         out.push(r);
@@ -280,6 +314,7 @@ mod tests {
             output: output.into(),
             ms: 0.0,
             error: None,
+            alternatives: vec![],
         }
     }
 
@@ -365,6 +400,61 @@ mod tests {
         assert!(json.contains("\"error\""), "{json}");
         let ok = serde_json::to_string(&result("b", "y")).unwrap();
         assert!(!ok.contains("error"), "no error field when there was none: {ok}");
+    }
+
+    /// Answers two branched choices with log-probabilities; the second is likelier a token.
+    struct Branched;
+
+    #[async_trait::async_trait]
+    impl Engine for Branched {
+        async fn complete(
+            &self,
+            req: crate::engine::CompletionRequest,
+            _: Arc<AtomicBool>,
+        ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
+            assert!(req.branch_first && req.n == 2, "{req:?}");
+            let choice = |text: &str, tokens, logprob| crate::engine::Choice {
+                text: text.into(),
+                finish_reason: crate::engine::FinishReason::StopToken,
+                tokens,
+                logprob: Some(logprob),
+            };
+            Ok(crate::engine::CompletionOutput {
+                served_by: None,
+                choices: vec![choice("x = 1", 3, -3.0), choice("y = 22", 2, -1.0)],
+                timing: Default::default(),
+            })
+        }
+
+        fn state(&self) -> crate::engine::worker::ModelState {
+            Failing.state()
+        }
+    }
+
+    #[tokio::test]
+    async fn branched_runs_record_every_edit_with_its_origin() {
+        let mut c = case("a", "python", "x = 1");
+        c.prefix = "def f():\n    ".into();
+        let settings = CompletionSettings {
+            debounce_ms: 0,
+            first_token_branches: 2,
+            candidates: 2,
+            ..CompletionSettings::default()
+        };
+        let results = run(Arc::new(Branched), &[c], &settings, |_, _, _| {}).await;
+        let r = &results[0];
+        assert_eq!(r.output, "y = 22", "ranked by mean log-probability");
+        let got: Vec<(&str, usize, usize, Option<f32>)> = r
+            .alternatives
+            .iter()
+            .map(|a| (a.text.as_str(), a.choice, a.tokens, a.logprob))
+            .collect();
+        assert_eq!(got, [("y = 22", 1, 2, Some(-1.0)), ("x = 1", 0, 3, Some(-3.0))]);
+        let json = serde_json::to_string(&result("b", "y")).unwrap();
+        assert!(
+            !json.contains("alternatives"),
+            "none recorded for a plain answer: {json}"
+        );
     }
 
     #[test]

@@ -119,6 +119,8 @@ pub enum Source {
 pub struct Completion {
     /// Distinct, non-empty edits, best first.
     pub edits: Vec<Edit>,
+    /// Where each edit came from, one per edit (empty when not from a model call).
+    pub origins: Vec<Origin>,
     pub timing: Timing,
     pub cursor_kind: CursorKind,
     pub source: Source,
@@ -128,6 +130,17 @@ pub struct Completion {
     pub served_by: Option<ModelKey>,
     /// The prompt continued the document's anchor.
     pub anchored: bool,
+}
+
+/// The engine's answer an edit was made from.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Origin {
+    /// Its index among the engine's choices (with `first_token_branches`, 0 is greedy and
+    /// `i` began with the `i`-th most likely first token).
+    pub choice: usize,
+    pub tokens: usize,
+    /// The summed log-probability of its tokens, where the engine reports one.
+    pub logprob: Option<f32>,
 }
 
 /// What the last request of a document did, for `laya/explain`.
@@ -248,11 +261,12 @@ struct DocState {
 
 /// The engine's choices best first: by mean log-probability per token when every choice has
 /// one (branched first tokens), else in the engine's order. Equal scores keep that order.
-fn ranked(choices: &[Choice]) -> Vec<&Choice> {
-    let mut out: Vec<&Choice> = choices.iter().collect();
+/// Each comes with its index in the engine's order.
+fn ranked(choices: &[Choice]) -> Vec<(usize, &Choice)> {
+    let mut out: Vec<(usize, &Choice)> = choices.iter().enumerate().collect();
     let score = |c: &Choice| c.logprob.map(|lp| lp / c.tokens.max(1) as f32);
-    if out.iter().all(|c| score(c).is_some()) {
-        out.sort_by(|a, b| score(b).unwrap_or(0.0).total_cmp(&score(a).unwrap_or(0.0)));
+    if out.iter().all(|(_, c)| score(c).is_some()) {
+        out.sort_by(|(_, a), (_, b)| score(b).unwrap_or(0.0).total_cmp(&score(a).unwrap_or(0.0)));
     }
     out
 }
@@ -326,6 +340,7 @@ impl Pipeline {
                 text: rest.to_owned(),
                 replace_len: edit.replace_len,
             }],
+            origins: vec![],
             timing: Timing::default(),
             cursor_kind: CursorKind::Code,
             source: Source::TypedThrough,
@@ -485,15 +500,22 @@ impl Pipeline {
         };
         let out = self.engine.complete(req, cancel).await?;
         let mut edits: Vec<Edit> = vec![];
-        for choice in ranked(&out.choices) {
+        let mut origins: Vec<Origin> = vec![];
+        for (index, choice) in ranked(&out.choices) {
             if let Some(edit) = postprocess::process(&choice.text, &surroundings) {
                 if !edits.iter().any(|e| e.text == edit.text) {
                     edits.push(edit);
+                    origins.push(Origin {
+                        choice: index,
+                        tokens: choice.tokens,
+                        logprob: choice.logprob,
+                    });
                 }
             }
         }
         if branched {
             edits.truncate(settings.candidates.max(1));
+            origins.truncate(edits.len());
         }
         if let Some(key) = out.served_by {
             self.latencies
@@ -503,6 +525,7 @@ impl Pipeline {
         }
         let c = Completion {
             edits,
+            origins,
             timing: out.timing,
             cursor_kind,
             source: Source::Model,
@@ -539,8 +562,8 @@ mod tests {
         }
     }
 
-    fn texts(choices: &[&Choice]) -> Vec<String> {
-        choices.iter().map(|c| c.text.clone()).collect()
+    fn texts(choices: &[(usize, &Choice)]) -> Vec<String> {
+        choices.iter().map(|(_, c)| c.text.clone()).collect()
     }
 
     #[test]
@@ -551,10 +574,10 @@ mod tests {
             choice("unlikely", 2, Some(-6.0)), // -3.0
             choice("empty", 0, Some(-0.2)),    // no tokens: counted as one
         ];
-        assert_eq!(
-            texts(&ranked(&choices)),
-            ["empty", "longer", "greedy", "unlikely"]
-        );
+        let ranked = ranked(&choices);
+        assert_eq!(texts(&ranked), ["empty", "longer", "greedy", "unlikely"]);
+        let order: Vec<usize> = ranked.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, [3, 1, 0, 2], "each keeps its index in the engine's order");
     }
 
     #[test]
