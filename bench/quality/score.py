@@ -21,6 +21,12 @@ exact lines of both, their ratio, the cases only one of them gets right, and for
 two-sided sign test on those (the chance of a split at least as uneven if each such case were a
 coin toss).
 
+--rank picks each answer again from the alternatives laya records when its first token branches
+(`firstTokenBranches`): `greedy` (the answer that began with the most likely token), `mean`
+(best mean log-probability per token, what laya shows first), `sum` (best summed
+log-probability), `any` (a diagnostic upper bound, not a ranking: an alternative whose first
+line is the expected one, when there is one). Answers without alternatives stay as they are.
+
 --strip-leading is a diagnostic, not the metric: it also trims the line's leading whitespace
 (completions that repeat the indentation the prefix already ends with).
 """
@@ -117,6 +123,25 @@ def failures(results):
     return sum(1 for r in results if r.get("error"))
 
 
+def rerank(results, how, expected=None):
+    """The results with each output picked from its alternatives by `how` (see --rank);
+    `expected` (id -> line) is needed for `any`."""
+    def pick(r):
+        alts = r.get("alternatives") or []
+        if not alts:
+            return r["output"]
+        if how == "greedy":
+            return next((a["text"] for a in alts if a["choice"] == 0), "")
+        if how == "any":
+            hit = [a["text"] for a in alts if first_line(a["text"]) == expected.get(r["id"])]
+            return hit[0] if hit else r["output"]
+        key = {"mean": lambda a: a.get("logprob", -math.inf) / max(a["tokens"], 1),
+               "sum": lambda a: a.get("logprob", -math.inf)}[how]
+        best = max(alts, key=key)  # the first of equals, in laya's order
+        return best["text"]
+    return [dict(r, output=pick(r)) for r in results]
+
+
 def load_results(path):
     docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in path.split("+")]
     return dict(docs[0], results=[r for d in docs for r in d["results"]])
@@ -130,17 +155,25 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the tables as JSON")
     ap.add_argument("--versus", action="store_true",
                     help="compare the first results file with each of the others, case by case")
+    ap.add_argument("--rank", choices=["greedy", "mean", "sum", "any"],
+                    help="pick each answer again from its recorded alternatives (see above)")
     ap.add_argument("--strip-leading", action="store_true",
                     help="diagnostic: also trim the first line's leading whitespace")
     args = ap.parse_args()
     cases = [json.loads(line) for f in args.cases or [Path(__file__).with_name("cases.jsonl")]
              for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+    expected = {c["id"]: c["expected"] for c in cases}
+
+    def results_of(path, first=False):
+        rs = load_results(path)["results"]
+        return rerank(rs, args.rank, expected) if args.rank and (first or not args.versus) else rs
+
     if args.versus:
         if len(args.results) < 2:
             ap.error("--versus needs at least two results files")
-        first = load_results(args.results[0])["results"]
+        first = results_of(args.results[0], first=True)
         for path in args.results[1:]:
-            rows = versus(cases, first, load_results(path)["results"])
+            rows = versus(cases, first, results_of(path))
             print(f"{args.results[0]} against {path}")
             print(f"  {'language':<12}{'n':>5}{'exact':>8}{'other':>8}{'ratio':>8}{'only':>6}{'other':>7}")
             for lang, n, ea, eb, oa, ob in rows:
@@ -152,6 +185,7 @@ def main():
     out = {}
     for path in args.results:
         doc = load_results(path)
+        doc["results"] = results_of(path)
         table, missing = score(cases, doc["results"], args.strip_leading)
         failed = failures(doc["results"])
         out[path] = {"engine": doc.get("engine"), "model": doc.get("model"),
@@ -161,6 +195,7 @@ def main():
         print(f"{path}: {doc.get('engine')} {doc.get('version', '')} {doc.get('model', '')}"
               + (f" ({len(missing)} of {len(cases)} cases missing)" if missing else "")
               + (f" ({failed} completions failed, scored as misses)" if failed else "")
+              + (f" [--rank {args.rank}]" if args.rank else "")
               + (" [--strip-leading diagnostic]" if args.strip_leading else ""))
         print(f"  {'language':<12}{'n':>4}{'exact-line':>12}{'edit sim':>10}")
         for lang, t in table.items():

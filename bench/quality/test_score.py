@@ -74,5 +74,31 @@ class Versus(unittest.TestCase):
         self.assertEqual(rows, {"python": (1, 1, 1, 0, 0), "all": (1, 1, 1, 0, 0)})
 
 
+class Rerank(unittest.TestCase):
+    ALTS = [  # laya's order: best mean first
+        {"text": "b = 2\n", "choice": 1, "tokens": 10, "logprob": -5.0},  # mean -0.5
+        {"text": "a = 1", "choice": 0, "tokens": 2, "logprob": -2.0},     # mean -1.0, best sum
+        {"text": "c = 3", "choice": 2, "tokens": 1, "logprob": -3.0},
+    ]
+
+    def pick(self, how, expected=None):
+        results = [{"id": "x", "output": "b = 2\n", "alternatives": self.ALTS},
+                   {"id": "y", "output": "plain"}]
+        return [r["output"] for r in score.rerank(results, how, expected)]
+
+    def test_rankings(self):
+        self.assertEqual(self.pick("greedy"), ["a = 1", "plain"])
+        self.assertEqual(self.pick("mean"), ["b = 2\n", "plain"])
+        self.assertEqual(self.pick("sum"), ["a = 1", "plain"])
+
+    def test_any_finds_the_expected_line_else_keeps_the_answer(self):
+        self.assertEqual(self.pick("any", {"x": "c = 3"}), ["c = 3", "plain"])
+        self.assertEqual(self.pick("any", {"x": "d = 4"}), ["b = 2\n", "plain"])
+
+    def test_greedy_dropped_by_post_processing_is_an_empty_answer(self):
+        results = [{"id": "x", "output": "b", "alternatives": [self.ALTS[0]]}]
+        self.assertEqual(score.rerank(results, "greedy")[0]["output"], "")
+
+
 if __name__ == "__main__":
     unittest.main()
