@@ -402,7 +402,8 @@ mod tests {
         assert!(!ok.contains("error"), "no error field when there was none: {ok}");
     }
 
-    /// Answers two branched choices with log-probabilities; the second is likelier a token.
+    /// Answers three branched choices with log-probabilities: greedy, then two in the
+    /// engine's order that their sums reverse.
     struct Branched;
 
     #[async_trait::async_trait]
@@ -412,7 +413,7 @@ mod tests {
             req: crate::engine::CompletionRequest,
             _: Arc<AtomicBool>,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
-            assert!(req.branch_first && req.n == 2, "{req:?}");
+            assert!(req.branch_first && req.n == 3, "{req:?}");
             let choice = |text: &str, tokens, logprob| crate::engine::Choice {
                 text: text.into(),
                 finish_reason: crate::engine::FinishReason::StopToken,
@@ -421,7 +422,11 @@ mod tests {
             };
             Ok(crate::engine::CompletionOutput {
                 served_by: None,
-                choices: vec![choice("x = 1", 3, -3.0), choice("y = 22", 2, -1.0)],
+                choices: vec![
+                    choice("x = 1", 3, -3.0),
+                    choice("z = 3", 2, -5.0),
+                    choice("y = 22", 2, -4.0),
+                ],
                 timing: Default::default(),
             })
         }
@@ -437,19 +442,26 @@ mod tests {
         c.prefix = "def f():\n    ".into();
         let settings = CompletionSettings {
             debounce_ms: 0,
-            first_token_branches: 2,
-            candidates: 2,
+            first_token_branches: 3,
+            candidates: 3,
             ..CompletionSettings::default()
         };
         let results = run(Arc::new(Branched), &[c], &settings, |_, _, _| {}).await;
         let r = &results[0];
-        assert_eq!(r.output, "y = 22", "ranked by mean log-probability");
+        assert_eq!(r.output, "x = 1", "greedy first");
         let got: Vec<(&str, usize, usize, Option<f32>)> = r
             .alternatives
             .iter()
             .map(|a| (a.text.as_str(), a.choice, a.tokens, a.logprob))
             .collect();
-        assert_eq!(got, [("y = 22", 1, 2, Some(-1.0)), ("x = 1", 0, 3, Some(-3.0))]);
+        assert_eq!(
+            got,
+            [
+                ("x = 1", 0, 3, Some(-3.0)),
+                ("y = 22", 2, 2, Some(-4.0)),
+                ("z = 3", 1, 2, Some(-5.0))
+            ]
+        );
         let json = serde_json::to_string(&result("b", "y")).unwrap();
         assert!(
             !json.contains("alternatives"),
