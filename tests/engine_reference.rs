@@ -199,3 +199,61 @@ fn q8_matches_llama_cpp() {
     let tol = 0.6;
     assert_agrees(&run(Precision::Q8, tol), tol);
 }
+
+/// Branched first tokens with a fit asked for, on the real model: every choice carries a fit
+/// equal to its first line followed by the fit text scored after the prompt's prefix part from
+/// scratch, and the prompt's caches go back to the prefix store (a repeat reuses all but the
+/// last prompt token).
+#[test]
+fn branch_fits_match_a_fresh_scoring_and_keep_the_prompt_cached() {
+    use laya::engine::{
+        generate::{prefill, score_continuations},
+        CompletionRequest,
+    };
+    let (_guard, _backend) = common::mlx();
+    let model = LocalModel::load(&model_path(), &LoadOptions::default()).expect("load 0.5B");
+    let follow = "\n\nprint(add(1, 2))";
+    let prompt = format!("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>{follow}\n<|fim_middle|>");
+    let req = CompletionRequest {
+        model: None,
+        prompt: prompt.clone(),
+        max_tokens: 6,
+        n: 3,
+        sampling: SamplingParams::default(),
+        stop: vec![],
+        branch_first: true,
+        fit_text: Some(follow.into()),
+    };
+    let no = AtomicBool::new(false);
+    let out = model.complete(&req, &no).unwrap();
+    let tok = &model.loaded.tokenizer;
+    let ids = tok.encode(&prompt, true).unwrap();
+    let cut = ids.iter().position(|&t| t == model.specials.fim_suffix).unwrap();
+    let net = &model.loaded.model;
+    let mut caches = net.new_caches();
+    prefill(net, &mut caches, &ids[..cut - 1], &no).unwrap();
+    for c in &out.choices {
+        let line = c.text.split('\n').next().unwrap();
+        let cont = tok.encode(&format!("{line}{follow}"), false).unwrap();
+        let want = score_continuations(net, &caches, ids[cut - 1], &[cont]).unwrap()[0];
+        let got = c.fit.expect("every choice has a fit");
+        assert!((got - want).abs() < 0.05, "{:?}: fit {got}, fresh {want}", c.text);
+        assert!(got < 0.0);
+    }
+    let again = model.complete(&req, &no).unwrap();
+    assert_eq!(
+        again.timing.reused_tokens,
+        ids.len() - 1,
+        "the prompt stayed cached"
+    );
+    let plain = CompletionRequest {
+        fit_text: None,
+        ..req
+    };
+    assert!(model
+        .complete(&plain, &no)
+        .unwrap()
+        .choices
+        .iter()
+        .all(|c| c.fit.is_none()));
+}

@@ -233,6 +233,7 @@ impl RemoteEngine {
                         finish_reason,
                         tokens: 0,
                         logprob: None,
+                        fit: None,
                     },
                 )
             })
@@ -338,6 +339,7 @@ mod tests {
             sampling: SamplingParams::default(),
             stop: vec!["\n\n".into()],
             branch_first: false,
+            fit_text: None,
         }
     }
 
