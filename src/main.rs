@@ -972,7 +972,6 @@ fn complete(
         },
         stop: vec![],
         branch_first: false,
-        fit_text: None,
     };
     let out = model.complete(&req, &AtomicBool::new(false))?;
     match postprocess::process(

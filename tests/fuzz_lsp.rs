@@ -81,7 +81,6 @@ impl Engine for Constant {
             finish_reason: FinishReason::StopToken,
             tokens: 1,
             logprob: None,
-            fit: None,
         };
         Ok(CompletionOutput {
             served_by: None,

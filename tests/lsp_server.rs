@@ -54,7 +54,6 @@ impl Engine for FakeEngine {
                 finish_reason: FinishReason::StopToken,
                 tokens: 1,
                 logprob: None,
-                fit: None,
             })
             .collect();
         Ok(CompletionOutput {

@@ -23,10 +23,9 @@ coin toss).
 
 --rank picks each answer again from the alternatives laya records when its first token branches
 (`firstTokenBranches`): `greedy` (the answer that began with the most likely token), `mean`
-(best mean log-probability per token), `sum` (best summed log-probability), `fit` (best fit to
-the lines after the cursor, `fitLines`), `any` (a diagnostic upper bound, not a ranking: an
-alternative whose first line is the expected one, when there is one). Answers without
-alternatives stay as they are.
+(best mean log-probability per token, what laya shows first), `sum` (best summed
+log-probability), `any` (a diagnostic upper bound, not a ranking: an alternative whose first
+line is the expected one, when there is one). Answers without alternatives stay as they are.
 
 --strip-leading is a diagnostic, not the metric: it also trims the line's leading whitespace
 (completions that repeat the indentation the prefix already ends with).
@@ -137,8 +136,7 @@ def rerank(results, how, expected=None):
             hit = [a["text"] for a in alts if first_line(a["text"]) == expected.get(r["id"])]
             return hit[0] if hit else r["output"]
         key = {"mean": lambda a: a.get("logprob", -math.inf) / max(a["tokens"], 1),
-               "sum": lambda a: a.get("logprob", -math.inf),
-               "fit": lambda a: a.get("fit", -math.inf)}[how]
+               "sum": lambda a: a.get("logprob", -math.inf)}[how]
         best = max(alts, key=key)  # the first of equals, in laya's order
         return best["text"]
     return [dict(r, output=pick(r)) for r in results]
@@ -157,7 +155,7 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the tables as JSON")
     ap.add_argument("--versus", action="store_true",
                     help="compare the first results file with each of the others, case by case")
-    ap.add_argument("--rank", choices=["greedy", "mean", "sum", "fit", "any"],
+    ap.add_argument("--rank", choices=["greedy", "mean", "sum", "any"],
                     help="pick each answer again from its recorded alternatives (see above)")
     ap.add_argument("--strip-leading", action="store_true",
                     help="diagnostic: also trim the first line's leading whitespace")

@@ -62,9 +62,6 @@ pub struct Alternative {
     pub tokens: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprob: Option<f32>,
-    /// How well its first line fits the text after the cursor (`fitLines`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fit: Option<f32>,
 }
 
 /// An engine's answers to a case set, as `--out` writes and `--compare` reads them.
@@ -177,7 +174,6 @@ pub async fn run(
                             choice: o.choice,
                             tokens: o.tokens,
                             logprob: o.logprob,
-                            fit: o.fit,
                         })
                         .collect()
                 } else {
@@ -423,7 +419,6 @@ mod tests {
                 finish_reason: crate::engine::FinishReason::StopToken,
                 tokens,
                 logprob: Some(logprob),
-                fit: None,
             };
             Ok(crate::engine::CompletionOutput {
                 served_by: None,

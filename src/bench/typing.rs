@@ -408,7 +408,6 @@ mod tests {
                     finish_reason: crate::engine::FinishReason::StopToken,
                     tokens: 1,
                     logprob: None,
-                    fit: None,
                 }],
                 timing: crate::engine::Timing::default(),
             })

@@ -56,11 +56,6 @@ pub struct CompletionSettings {
     /// engine's order. On the quality cases (docs/benchmarks.md, "Branching the first
     /// token") no ranking of the branches beat greedy as the first answer.
     pub first_token_branches: usize,
-    /// With `first_token_branches`: rank the branches by how well each one's first line fits
-    /// this many non-empty lines after the cursor (the engine scores the line followed by
-    /// them as plain code after the prompt's prefix part); 0: off. Engines that cannot score
-    /// (remote servers) keep the order above.
-    pub fit_lines: usize,
     pub temperature: f32,
     /// Languages (LSP ids) to complete in; empty means all.
     pub languages: Vec<String>,
@@ -91,7 +86,6 @@ impl Default for CompletionSettings {
             max_tokens_block: 128,
             candidates: 1,
             first_token_branches: 0,
-            fit_lines: 0,
             temperature: 0.6,
             languages: vec![],
             router: RouterPolicy::default(),
@@ -149,8 +143,6 @@ pub struct Origin {
     pub tokens: usize,
     /// The summed log-probability of its tokens, where the engine reports one.
     pub logprob: Option<f32>,
-    /// How well its first line fits the text after the cursor, where asked for and scored.
-    pub fit: Option<f32>,
 }
 
 /// What the last request of a document did, for `laya/explain`.
@@ -269,46 +261,20 @@ struct DocState {
     explanation: Option<Explanation>,
 }
 
-/// The engine's choices best first. When every choice has a fit (`fit_lines`): by fit, best
-/// first. Else, when every choice has a log-probability (branched first tokens, where choice
-/// 0 is greedy): the first stays first and the others follow by summed log-probability.
-/// Measured on 1,800 cases of the 1.5B (docs/benchmarks.md, "Branching the first token"):
-/// greedy first beat every ranking of all four by their own log-probabilities (best mean per
-/// token lost 50 exact lines, the best sum 13), and after a wrong greedy answer the sum put a
-/// right one next more often than the mean (75 against 51 of 103). Equal scores keep the
-/// engine's order; each choice comes with its index in that order.
+/// The engine's choices best first. When every choice has a log-probability (branched first
+/// tokens, where choice 0 is greedy): the first stays first and the others follow by summed
+/// log-probability. Measured on 1,800 cases of the 1.5B (docs/benchmarks.md, "Branching the
+/// first token"): greedy first beat every ranking of all four (best mean log-probability
+/// per token lost 50 exact lines, the best sum 13), and after a wrong greedy answer the sum
+/// put a right one next more often than the mean (75 against 51 of 103).
+/// Each comes with its index in the engine's order.
 fn ranked(choices: &[Choice]) -> Vec<(usize, &Choice)> {
     let mut out: Vec<(usize, &Choice)> = choices.iter().enumerate().collect();
-    if out.len() > 1 && out.iter().all(|(_, c)| c.fit.is_some()) {
-        let fit = |c: &Choice| c.fit.unwrap_or(f32::NEG_INFINITY);
-        out.sort_by(|(_, a), (_, b)| fit(b).total_cmp(&fit(a)));
-    } else if out.len() > 1 && out.iter().all(|(_, c)| c.logprob.is_some()) {
+    if out.len() > 1 && out.iter().all(|(_, c)| c.logprob.is_some()) {
         let lp = |c: &Choice| c.logprob.unwrap_or(f32::NEG_INFINITY);
         out[1..].sort_by(|(_, a), (_, b)| lp(b).total_cmp(&lp(a)));
     }
     out
-}
-
-/// Most bytes of the text after the cursor that a choice's fit is judged on.
-const FIT_MAX_BYTES: usize = 512;
-
-/// The text after the cursor up to the end of its `lines`-th non-empty line after the
-/// cursor's own (whose rest comes first), at most [`FIT_MAX_BYTES`].
-fn fit_text(after: &str, lines: usize) -> String {
-    let mut end = after.find('\n').unwrap_or(after.len());
-    let mut found = 0;
-    while found < lines && end < after.len() {
-        let next = after[end + 1..].find('\n').map_or(after.len(), |i| end + 1 + i);
-        if !after[end + 1..next].trim().is_empty() {
-            found += 1;
-        }
-        end = next;
-    }
-    let mut end = end.min(FIT_MAX_BYTES);
-    while !after.is_char_boundary(end) {
-        end -= 1;
-    }
-    after[..end].to_owned()
 }
 
 /// Path shown to the model: the URI's path relative to the workspace root when inside it.
@@ -537,8 +503,6 @@ impl Pipeline {
                 vec!["\n\n\n".into()]
             },
             branch_first: branched,
-            fit_text: (branched && settings.fit_lines > 0)
-                .then(|| fit_text(&text[cursor..], settings.fit_lines)),
         };
         let out = self.engine.complete(req, cancel).await?;
         let mut edits: Vec<Edit> = vec![];
@@ -551,7 +515,6 @@ impl Pipeline {
                         choice: index,
                         tokens: choice.tokens,
                         logprob: choice.logprob,
-                        fit: choice.fit,
                     });
                 }
             }
@@ -602,7 +565,6 @@ mod tests {
             finish_reason: FinishReason::StopToken,
             tokens,
             logprob,
-            fit: None,
         }
     }
 
@@ -626,43 +588,6 @@ mod tests {
             order,
             [0, 2, 4, 1, 3],
             "each keeps its index in the engine's order"
-        );
-    }
-
-    #[test]
-    fn fitted_choices_rank_by_fit_alone() {
-        let fitted = |text: &str, logprob: f32, fit: f32| Choice {
-            fit: Some(fit),
-            ..choice(text, 3, Some(logprob))
-        };
-        let choices = [
-            fitted("greedy", -1.0, -20.0),
-            fitted("fits", -5.0, -9.0),
-            fitted("tie", -2.0, -20.0),
-        ];
-        assert_eq!(texts(&ranked(&choices)), ["fits", "greedy", "tie"]);
-        // One choice without a fit: the log-probability rule.
-        let mixed = [choices[0].clone(), choice("b", 3, Some(-0.5)), choices[1].clone()];
-        assert_eq!(texts(&ranked(&mixed)), ["greedy", "b", "fits"]);
-    }
-
-    #[test]
-    fn fit_text_takes_the_rest_of_the_line_and_the_next_non_empty_lines() {
-        let after = ")\n\n    x = 1\n\n\n    y = 2\nz\n";
-        assert_eq!(fit_text(after, 0), ")");
-        assert_eq!(fit_text(after, 1), ")\n\n    x = 1");
-        assert_eq!(fit_text(after, 2), ")\n\n    x = 1\n\n\n    y = 2");
-        assert_eq!(
-            fit_text(after, 9),
-            after,
-            "the whole text when it has fewer lines"
-        );
-        assert_eq!(fit_text("", 3), "");
-        let long = format!("\n{}é", "a".repeat(FIT_MAX_BYTES - 2));
-        assert_eq!(
-            fit_text(&long, 1).len(),
-            FIT_MAX_BYTES - 1,
-            "cut at a char boundary"
         );
     }
 

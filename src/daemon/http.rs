@@ -399,7 +399,6 @@ async fn complete(
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
         branch_first: false,
-        fit_text: None,
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
     };
     let cancel = Arc::new(AtomicBool::new(false));
@@ -470,7 +469,6 @@ async fn v1_completions(
         sampling: sampling(&d, b.temperature, b.top_p, b.top_k, b.seed),
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
         branch_first: false,
-        fit_text: None,
     };
     d.validate(&req)?;
     let client = client_of(&headers, peer);

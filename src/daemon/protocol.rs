@@ -66,8 +66,6 @@ pub struct WireRequest {
     pub stop: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub branch_first: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fit_text: Option<String>,
 }
 
 fn one() -> usize {
@@ -91,7 +89,6 @@ impl From<&CompletionRequest> for WireRequest {
             seed: r.sampling.seed,
             stop: r.stop.clone(),
             branch_first: r.branch_first,
-            fit_text: r.fit_text.clone(),
         }
     }
 }
@@ -111,7 +108,6 @@ impl From<WireRequest> for CompletionRequest {
             },
             stop: w.stop,
             branch_first: w.branch_first,
-            fit_text: w.fit_text,
         }
     }
 }
@@ -151,8 +147,6 @@ pub struct WireChoice {
     pub tokens: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprob: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fit: Option<f32>,
 }
 
 /// [`Timing`] in milliseconds, with the time spent waiting in the daemon's queue.
@@ -223,7 +217,6 @@ impl WireOutput {
                     finish_reason: finish_reason_name(c.finish_reason).into(),
                     tokens: c.tokens,
                     logprob: c.logprob,
-                    fit: c.fit,
                 })
                 .collect(),
             timing: WireTiming::new(&out.timing, queued),
@@ -245,7 +238,6 @@ impl WireOutput {
                     text: c.text,
                     tokens: c.tokens,
                     logprob: c.logprob,
-                    fit: c.fit,
                 })
                 .collect(),
             timing: Timing {
@@ -336,7 +328,6 @@ mod tests {
                 seed: None,
                 stop: vec!["\n".into()],
                 branch_first: true,
-                fit_text: Some("\n}".into()),
             },
         };
         let line = serde_json::to_string(&msg).unwrap();
@@ -356,9 +347,7 @@ mod tests {
         else {
             panic!("{back:?}")
         };
-        let request = CompletionRequest::from(request);
-        assert!(request.branch_first);
-        assert_eq!(request.fit_text.as_deref(), Some("\n}"));
+        assert!(CompletionRequest::from(request).branch_first);
         // Defaults for what a hand-written client leaves out.
         let min: ClientMessage =
             serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();
@@ -367,7 +356,6 @@ mod tests {
         };
         assert_eq!((request.n, request.top_p, stream), (1, 1.0, false));
         assert!(!request.branch_first);
-        assert_eq!(request.fit_text, None);
     }
 
     #[test]
@@ -379,7 +367,6 @@ mod tests {
                 finish_reason: "length".into(),
                 tokens: 3,
                 logprob: Some(-1.5),
-                fit: Some(-7.25),
             }],
             timing: WireTiming {
                 queue_ms: 10.0,
@@ -392,7 +379,6 @@ mod tests {
         let out = w.into_output();
         assert_eq!(out.choices[0].finish_reason, FinishReason::Length);
         assert_eq!(out.choices[0].logprob, Some(-1.5));
-        assert_eq!(out.choices[0].fit, Some(-7.25));
         assert_eq!(out.timing.first_token, Duration::from_millis(15));
         assert_eq!(out.timing.total, Duration::from_millis(30));
     }

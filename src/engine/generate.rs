@@ -325,61 +325,6 @@ fn decode_step(
     Ok((next, Some(lp)))
 }
 
-/// Summed log-probability of each continuation after what `caches` (batch 1) hold followed
-/// by `last`: `[last] ++ conts[i]` run for all continuations in one right-padded batch (the
-/// padding comes after each row's tokens, so causal attention keeps it out of their scores).
-/// `caches` are left as they were; an empty continuation scores 0.
-pub fn score_continuations(
-    model: &Model,
-    caches: &[KvCache],
-    last: u32,
-    conts: &[Vec<u32>],
-) -> Result<Vec<f32>, GenerateError> {
-    let n = conts.len();
-    if n == 0 {
-        return Ok(vec![]);
-    }
-    let vocab = model.config().vocab_size;
-    if let Some(&bad) = std::iter::once(&last)
-        .chain(conts.iter().flatten())
-        .find(|&&t| t as i64 >= vocab as i64)
-    {
-        return Err(GenerateError::TokenOutOfRange(bad, vocab));
-    }
-    if let Some(b) = caches.iter().find_map(|c| c.batch_size().filter(|&b| b != 1)) {
-        return Err(GenerateError::CacheBatch(b));
-    }
-    let width = 1 + conts.iter().map(Vec::len).max().unwrap_or(0);
-    let mut rows = Vec::with_capacity(n * width);
-    let mut targets = Vec::with_capacity(n * width);
-    let mut mask = Vec::with_capacity(n * width);
-    for c in conts {
-        rows.push(last);
-        rows.extend(c.iter().copied());
-        rows.extend(std::iter::repeat_n(last, width - 1 - c.len()));
-        // Position j predicts row token j + 1; the last position predicts nothing.
-        for j in 0..width {
-            targets.push(c.get(j).copied().unwrap_or(0) as i32);
-            mask.push(if j < c.len() { 1.0f32 } else { 0.0 });
-        }
-    }
-    let mut batch = caches
-        .iter()
-        .map(|c| c.repeat(n as i32))
-        .collect::<Result<Vec<_>, _>>()?;
-    let tokens = Array::from_slice(&rows, &[n as i32, width as i32]);
-    let logits = model.forward_all(&tokens, &mut batch)?;
-    let targets = Array::from_slice(&targets, &[n as i32, width as i32, 1]);
-    let mask = Array::from_slice(&mask, &[n as i32, width as i32]);
-    let lp = log_softmax(&logits)?
-        .take_along_axis(&targets, -1)?
-        .reshape(&[n as i32, width as i32])?
-        .multiply(&mask)?
-        .sum_axis(-1, false)?;
-    eval([&lp])?;
-    Ok(host_slice::<f32>(&lp)?.to_vec())
-}
-
 /// `logits - logsumexp(logits)` per row, in f32.
 fn log_softmax(logits: &Array) -> Result<Array, GenerateError> {
     let l = logits.as_dtype(Dtype::Float32)?;
@@ -453,43 +398,6 @@ mod tests {
         let lp = log_softmax(&logits).unwrap();
         eval([&lp]).unwrap();
         host_slice::<f32>(&lp).unwrap().to_vec()
-    }
-
-    /// Continuations scored in one padded batch after cached caches equal the sums of their
-    /// tokens' log-probabilities from fresh forwards of the whole sequence, and the caches are
-    /// left as they were.
-    #[test]
-    fn continuation_scores_match_fresh_forwards_and_leave_the_caches() {
-        for arch in [Arch::Qwen2, Arch::Qwen3] {
-            let model = tiny_model(arch, 17);
-            let (head, last) = PROMPT.split_at(PROMPT.len() - 1);
-            let mut caches = model.new_caches();
-            model
-                .forward(&Array::from_slice(head, &[1, head.len() as i32]), &mut caches)
-                .unwrap();
-            let conts = vec![vec![4, 8, 15], vec![16], vec![], vec![23, 42, 42, 7, 1]];
-            let got = score_continuations(&model, &caches, last[0], &conts).unwrap();
-            assert_eq!(got.len(), conts.len());
-            for (c, g) in conts.iter().zip(&got) {
-                let mut seq = PROMPT.to_vec();
-                let mut want = 0.0;
-                for &t in c {
-                    want += reference_log_probs(&model, &seq)[t as usize];
-                    seq.push(t);
-                }
-                assert!((g - want).abs() < 1e-3, "{c:?}: {g} vs {want}");
-            }
-            assert_eq!(caches[0].offset(), head.len(), "the caches keep their prefix");
-            // From empty caches: the same scores.
-            let fresh = score_continuations(&model, &model.new_caches(), PROMPT[0], &[vec![9, 13]]).unwrap();
-            let want =
-                reference_log_probs(&model, &PROMPT[..1])[9] + reference_log_probs(&model, &PROMPT[..2])[13];
-            assert!((fresh[0] - want).abs() < 1e-3, "{} vs {want}", fresh[0]);
-            assert!(matches!(
-                score_continuations(&model, &caches, last[0], &[vec![100_000]]),
-                Err(GenerateError::TokenOutOfRange(100_000, _))
-            ));
-        }
     }
 
     #[test]

@@ -91,12 +91,6 @@ pub struct CompletionRequest {
     /// the greedy one when sampling is greedy), and each choice carries its log-probability,
     /// so that the caller can rank them. Engines that cannot do this ignore it.
     pub branch_first: bool,
-    /// With `branch_first`, for prompts in the fill-in-the-middle form: the text after the
-    /// cursor that each choice's first line must fit. Each choice then carries
-    /// [`Choice::fit`], the log-probability of its first line followed by this text, given
-    /// the prompt's prefix part only (up to `<|fim_suffix|>`), as plain left-to-right code.
-    /// Engines that cannot score ignore it.
-    pub fit_text: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -106,9 +100,6 @@ pub struct Choice {
     pub tokens: usize,
     /// With `branch_first`: the summed natural-log probability of the choice's tokens.
     pub logprob: Option<f32>,
-    /// With `fit_text`: how well the choice's first line fits the text after the cursor
-    /// (summed natural-log probability; see [`CompletionRequest::fit_text`]).
-    pub fit: Option<f32>,
 }
 
 /// Where the time of one request went.
@@ -167,7 +158,6 @@ impl LocalModel {
             sampling: SamplingParams::default(),
             stop: vec![],
             branch_first: false,
-            fit_text: None,
         };
         self.complete(&req, &AtomicBool::new(false))?;
         Ok(start.elapsed())
@@ -228,13 +218,6 @@ impl LocalModel {
                 on_piece(i, piece);
             }
         }
-        let fits = match &req.fit_text {
-            Some(follow) if req.branch_first && !cancel.load(std::sync::atomic::Ordering::Relaxed) => {
-                let texts: Vec<String> = (0..req.n).map(|i| texts.text(i)).collect();
-                self.fit_scores(&ids, &texts, follow, cancel)?
-            }
-            _ => None,
-        };
         let choices = out
             .candidates
             .iter()
@@ -245,7 +228,6 @@ impl LocalModel {
                 finish_reason: *reason,
                 tokens: toks.len(),
                 logprob: req.branch_first.then(|| out.logprobs[i]),
-                fit: fits.as_ref().map(|f| f[i]),
             })
             .collect();
         Ok(CompletionOutput {
@@ -262,60 +244,6 @@ impl LocalModel {
                 total: start.elapsed(),
             },
         })
-    }
-
-    /// Longest continuation scored for fit, in tokens.
-    const FIT_MAX_TOKENS: usize = 96;
-
-    /// [`Choice::fit`] of each text: its first line followed by `follow`, scored after the
-    /// prompt `ids` up to its `<|fim_suffix|>` (`None` when the prompt has none, or cancelled).
-    /// The prompt's caches come from the prefix store, which gets them back as they were.
-    fn fit_scores(
-        &self,
-        ids: &[u32],
-        texts: &[String],
-        follow: &str,
-        cancel: &AtomicBool,
-    ) -> Result<Option<Vec<f32>>, EngineError> {
-        let Some(cut) = ids.iter().position(|&t| t == self.specials.fim_suffix) else {
-            return Ok(None);
-        };
-        if cut == 0 {
-            return Ok(None);
-        }
-        let tokenizer = &self.loaded.tokenizer;
-        let conts = texts
-            .iter()
-            .map(|t| {
-                let line = t.split('\n').next().unwrap_or("");
-                let mut c = tokenizer.encode(&format!("{line}{follow}"), false)?;
-                c.truncate(Self::FIT_MAX_TOKENS);
-                Ok(c)
-            })
-            .collect::<Result<Vec<_>, tokenizer::TokenizerError>>()?;
-        let model = &self.loaded.model;
-        let hit = self.prefix.lock().unwrap_or_else(|p| p.into_inner()).take(ids);
-        let mut scoring = match &hit {
-            Some(h) => h.caches.clone(),
-            None => model.new_caches(),
-        };
-        scoring.iter_mut().for_each(|c| c.truncate_to(cut - 1));
-        let held = scoring.first().map_or(0, cache::KvCache::offset);
-        let scored: Result<Option<Vec<f32>>, GenerateError> = (|| {
-            if held < cut - 1
-                && generate::prefill(model, &mut scoring, &ids[held..cut - 1], cancel)?.is_none()
-            {
-                return Ok(None);
-            }
-            generate::score_continuations(model, &scoring, ids[cut - 1], &conts).map(Some)
-        })();
-        if let Some(h) = hit {
-            self.prefix
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(ids.to_vec(), h.caches);
-        }
-        Ok(scored?)
     }
 }
 

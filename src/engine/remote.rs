@@ -233,7 +233,6 @@ impl RemoteEngine {
                         finish_reason,
                         tokens: 0,
                         logprob: None,
-                        fit: None,
                     },
                 )
             })
@@ -339,7 +338,6 @@ mod tests {
             sampling: SamplingParams::default(),
             stop: vec!["\n\n".into()],
             branch_first: false,
-            fit_text: None,
         }
     }
 
