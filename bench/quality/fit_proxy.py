@@ -5,7 +5,9 @@
     $PY bench/quality/fit_proxy.py GGUF CASES.jsonl LAYA-br4.json OUT.jsonl [LIMIT]
     python3 bench/quality/fit_proxy.py --analyze OUT.jsonl [OUT2.jsonl ...]
 
-A stand-in for laya's `fitLines` that needs no GPU: for every case of a `firstTokenBranches`
+Measures, without a GPU, whether ranking branches by how well their first line fits the code
+after the cursor beats greedy (docs/benchmarks.md, "Ranking branches by how their first line
+fits the next lines": it did not). For every case of a `firstTokenBranches`
 run (`laya bench quality`, which records each branch) whose branches' first lines disagree on
 being the expected line (elsewhere no ranking can change the score), evaluates
 `<|fim_prefix|>` + the prefix once, then for each distinct first line c the summed
