@@ -135,7 +135,7 @@ pub struct Completion {
 }
 
 /// The engine's answer an edit was made from.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Origin {
     /// Its index among the engine's choices (with `first_token_branches`, 0 is greedy and
     /// `i` began with the `i`-th most likely first token).
@@ -505,24 +505,23 @@ impl Pipeline {
             branch_first: branched,
         };
         let out = self.engine.complete(req, cancel).await?;
-        let mut edits: Vec<Edit> = vec![];
-        let mut origins: Vec<Origin> = vec![];
+        let mut picked: Vec<(Edit, Origin)> = vec![];
         for (index, choice) in ranked(&out.choices) {
             if let Some(edit) = postprocess::process(&choice.text, &surroundings) {
-                if !edits.iter().any(|e| e.text == edit.text) {
-                    edits.push(edit);
-                    origins.push(Origin {
+                if !picked.iter().any(|(e, _)| e.text == edit.text) {
+                    let origin = Origin {
                         choice: index,
                         tokens: choice.tokens,
                         logprob: choice.logprob,
-                    });
+                    };
+                    picked.push((edit, origin));
                 }
             }
         }
         if branched {
-            edits.truncate(settings.candidates.max(1));
-            origins.truncate(edits.len());
+            picked.truncate(settings.candidates.max(1));
         }
+        let (edits, origins): (Vec<Edit>, Vec<Origin>) = picked.into_iter().unzip();
         if let Some(key) = out.served_by {
             self.latencies
                 .lock()
