@@ -972,6 +972,7 @@ fn complete(
         },
         stop: vec![],
         branch_first: false,
+        start: String::new(),
     };
     let out = model.complete(&req, &AtomicBool::new(false))?;
     match postprocess::process(

@@ -71,6 +71,7 @@ fn request(max_tokens: usize) -> CompletionRequest {
         sampling: SamplingParams::default(),
         stop: vec![],
         branch_first: false,
+        start: String::new(),
     }
 }
 

@@ -24,11 +24,13 @@ use tower_lsp_server::{jsonrpc::Request, LspService};
 
 type Answer = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
 
-/// Answers every request with `answer(prompt)`, after `delay`, and records the prompts.
+/// Answers every request with `answer(prompt)`, after `delay`, and records the prompts and
+/// the starts asked for.
 struct FakeEngine {
     answer: Answer,
     delay: Duration,
     prompts: Mutex<Vec<String>>,
+    starts: Mutex<Vec<String>>,
 }
 
 #[async_trait::async_trait]
@@ -39,6 +41,7 @@ impl Engine for FakeEngine {
         cancel: Arc<AtomicBool>,
     ) -> Result<CompletionOutput, EngineError> {
         self.prompts.lock().unwrap().push(req.prompt.clone());
+        self.starts.lock().unwrap().push(req.start.clone());
         let mut waited = Duration::ZERO;
         while waited < self.delay {
             if cancel.load(Ordering::Relaxed) {
@@ -88,6 +91,7 @@ impl Client {
             answer: Box::new(answer),
             delay,
             prompts: Mutex::new(vec![]),
+            starts: Mutex::new(vec![]),
         });
         let (service, socket) = build_service(EngineSource::Ready(engine.clone()));
         // Drain server→client messages (logs, progress) as an editor would.
@@ -328,8 +332,9 @@ async fn typing_through_and_anchored_prompts() {
 }
 
 /// With `healIndentation` a line that holds only indentation ends the prompt at the line
-/// start, typing on continues it with the indentation and the typed text, and the
-/// indentation the model writes back is not inserted twice. By default the prompt ends at
+/// start and the engine is asked to start its answer with that indentation; typing on
+/// continues the prompt with the indentation and the typed text, and the indentation the
+/// model writes back is not inserted twice. By default the prompt ends at
 /// the cursor, and the answer's repeated indentation is dropped all the same.
 #[tokio::test]
 async fn indentation_healing() {
@@ -358,6 +363,7 @@ async fn indentation_healing() {
     c.inline(uri, (1, 6)).await;
     let second = c.engine.prompts.lock().unwrap()[1].clone();
     assert_eq!(second, format!("{first}    re"));
+    assert_eq!(*c.engine.starts.lock().unwrap(), ["    ", ""]);
 
     let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
     let pos = c
@@ -370,6 +376,7 @@ async fn indentation_healing() {
         prompt.starts_with("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>"),
         "{prompt}"
     );
+    assert_eq!(*c.engine.starts.lock().unwrap(), [""]);
 }
 
 /// `laya/explain` says which model the router chose and why.

@@ -125,6 +125,7 @@ fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
         branch_first: false,
+        start: None,
     };
     let out = generate(
         model,

@@ -503,6 +503,7 @@ impl Pipeline {
                 vec!["\n\n\n".into()]
             },
             branch_first: branched,
+            start: indent.to_owned(),
         };
         let out = self.engine.complete(req, cancel).await?;
         let mut picked: Vec<(Edit, Origin)> = vec![];

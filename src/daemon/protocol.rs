@@ -66,6 +66,8 @@ pub struct WireRequest {
     pub stop: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub branch_first: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub start: String,
 }
 
 fn one() -> usize {
@@ -89,6 +91,7 @@ impl From<&CompletionRequest> for WireRequest {
             seed: r.sampling.seed,
             stop: r.stop.clone(),
             branch_first: r.branch_first,
+            start: r.start.clone(),
         }
     }
 }
@@ -108,6 +111,7 @@ impl From<WireRequest> for CompletionRequest {
             },
             stop: w.stop,
             branch_first: w.branch_first,
+            start: w.start,
         }
     }
 }
@@ -328,6 +332,7 @@ mod tests {
                 seed: None,
                 stop: vec!["\n".into()],
                 branch_first: true,
+                start: "    ".into(),
             },
         };
         let line = serde_json::to_string(&msg).unwrap();
@@ -347,7 +352,9 @@ mod tests {
         else {
             panic!("{back:?}")
         };
-        assert!(CompletionRequest::from(request).branch_first);
+        let request = CompletionRequest::from(request);
+        assert!(request.branch_first);
+        assert_eq!(request.start, "    ");
         // Defaults for what a hand-written client leaves out.
         let min: ClientMessage =
             serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();
@@ -355,7 +362,7 @@ mod tests {
             panic!()
         };
         assert_eq!((request.n, request.top_p, stream), (1, 1.0, false));
-        assert!(!request.branch_first);
+        assert!(!request.branch_first && request.start.is_empty());
     }
 
     #[test]

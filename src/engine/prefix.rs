@@ -136,8 +136,8 @@ impl PrefixStore {
 }
 
 /// Generate for the whole prompt `ids`, reusing the store's longest shared prefix and putting
-/// the result back (prompt and, for one candidate, the generated tokens, so that a request
-/// continuing this one reuses them too). Returns the output and how many ids were reused.
+/// the result back (prompt and, for one candidate or a forced start, the generated tokens, so
+/// that a request continuing this one reuses them too). Returns the output and how many ids were reused.
 pub fn generate_with_store(
     model: &Model,
     store: Option<&std::sync::Mutex<PrefixStore>>,
@@ -153,10 +153,9 @@ pub fn generate_with_store(
     };
     let out = generate(model, &mut caches, &ids[reused..], req, cancel, on_token)?;
     if let Some(s) = store {
+        // The caches hold a prefix of this (`insert` cuts it to what they hold).
         let mut seq = ids.to_vec();
-        if req.n == 1 {
-            seq.extend_from_slice(&out.candidates[0]);
-        }
+        seq.extend_from_slice(&out.candidates[0]);
         s.lock().unwrap_or_else(|p| p.into_inner()).insert(seq, caches);
     }
     Ok((out, reused))
@@ -241,6 +240,7 @@ mod tests {
             sampling: crate::engine::SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
+            start: None,
         };
         let no = AtomicBool::new(false);
         let mut rng = StdRng::seed_from_u64(7);

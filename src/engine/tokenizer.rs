@@ -283,12 +283,23 @@ impl Tokenizer {
         &self.piece_bytes[start..self.piece_ends[id]]
     }
 
+    /// What each id writes as plain text: its bytes, none for added (control) tokens, so that
+    /// a constraint on text never picks one.
+    pub fn text_pieces(&self) -> Vec<Box<[u8]>> {
+        let added = self.inner.get_added_vocabulary().get_added_tokens_decoder();
+        (0..self.vocab_size() as u32)
+            .map(|id| match added.contains_key(&id) {
+                true => Box::default(),
+                false => self.token_bytes(id).into(),
+            })
+            .collect()
+    }
+
     /// The id of the token whose vocabulary string is exactly `token`.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
 
-    /// Number of token ids (including added tokens).
     /// Write the tokenizer as a Hugging Face `tokenizer.json`.
     pub fn save_json(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
         let path = path.as_ref();
@@ -300,6 +311,7 @@ impl Tokenizer {
             })
     }
 
+    /// Number of token ids (including added tokens).
     pub fn vocab_size(&self) -> usize {
         self.piece_ends.len()
     }
