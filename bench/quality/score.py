@@ -21,6 +21,12 @@ exact lines of both, their ratio, the cases only one of them gets right, and for
 two-sided sign test on those (the chance of a split at least as uneven if each such case were a
 coin toss).
 
+--bootstrap N (with --versus) asks how much a per-language ratio can be trusted: it draws N sets
+of the same size from the cases, with replacement within each language (paired: a drawn case
+brings both engines' answers), and prints per language the middle 90 % of the exact-line ratios
+it saw and how often the ratio reached --goal (default 1.05), and how often every language
+reached it at once. Seeded, so it prints the same numbers each time.
+
 --rank picks each answer again from the alternatives laya records when its first token branches
 (`firstTokenBranches`): `greedy` (the answer that began with the most likely token), `mean`
 (best mean log-probability per token, what laya shows first), `sum` (best summed
@@ -34,6 +40,7 @@ line is the expected one, when there is one). Answers without alternatives stay 
 import argparse
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -118,6 +125,37 @@ def versus(cases, first, other):
     return [(lang, *rows[lang]) for lang in order + ["all"] if lang in rows]
 
 
+def bootstrap(cases, first, other, draws, goal, seed=0):
+    """Per language (and `every`, all languages at once): the 5th and 95th percentile of the
+    exact-line ratio first/other over `draws` paired resamples of the cases within each
+    language, and the share of resamples with a ratio of at least `goal`."""
+    a, b = exact_by_id(cases, first), exact_by_id(cases, other)
+    pairs = {}
+    for c in cases:
+        if c["id"] in a and c["id"] in b:
+            pairs.setdefault(c["language"], []).append((a[c["id"]], b[c["id"]]))
+    langs = [lang for lang in LANGUAGES if lang in pairs] + sorted(set(pairs) - set(LANGUAGES))
+    rng = random.Random(seed)
+    ratios = {lang: [] for lang in langs}
+    every = 0
+    for _ in range(draws):
+        ok = True
+        for lang in langs:
+            drawn = rng.choices(pairs[lang], k=len(pairs[lang]))
+            x, y = sum(p[0] for p in drawn), sum(p[1] for p in drawn)
+            r = x / y if y else (math.inf if x else 1.0)
+            ratios[lang].append(r)
+            ok = ok and r >= goal
+        every += ok
+    out = {}
+    for lang in langs:
+        rs = sorted(ratios[lang])
+        out[lang] = (rs[int(0.05 * (draws - 1))], rs[int(0.95 * (draws - 1))],
+                     sum(r >= goal for r in rs) / draws)
+    out["every"] = (None, None, every / draws)
+    return out
+
+
 def failures(results):
     """How many answers record a failed completion (laya writes `error` for those)."""
     return sum(1 for r in results if r.get("error"))
@@ -157,6 +195,9 @@ def main():
                     help="compare the first results file with each of the others, case by case")
     ap.add_argument("--rank", choices=["greedy", "mean", "sum", "any"],
                     help="pick each answer again from its recorded alternatives (see above)")
+    ap.add_argument("--bootstrap", type=int, metavar="N",
+                    help="with --versus: N paired resamples per language (see above)")
+    ap.add_argument("--goal", type=float, default=1.05, help="the ratio --bootstrap counts (1.05)")
     ap.add_argument("--strip-leading", action="store_true",
                     help="diagnostic: also trim the first line's leading whitespace")
     args = ap.parse_args()
@@ -181,6 +222,13 @@ def main():
                 print(f"  {lang:<12}{n:>5}{ea:>8}{eb:>8}{ratio:>8}{oa:>6}{ob:>7}")
             _, _, _, _, oa, ob = rows[-1]
             print(f"  sign test on the {oa + ob} cases one engine alone gets right: p = {sign_test(oa, ob):.3f}")
+            if args.bootstrap:
+                print(f"  {args.bootstrap} resampled sets of the same size: ratio, 5th-95th percentile;"
+                      f" share of sets with a ratio of at least {args.goal}")
+                for lang, (lo, hi, share) in bootstrap(cases, first, results_of(path),
+                                                       args.bootstrap, args.goal).items():
+                    span = f"{lo:.2f}-{hi:.2f}" if lo is not None else "(all at once)"
+                    print(f"  {lang:<12}{span:>14}{share:>8.1%}")
         return
     out = {}
     for path in args.results:

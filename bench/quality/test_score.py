@@ -74,6 +74,33 @@ class Versus(unittest.TestCase):
         self.assertEqual(rows, {"python": (1, 1, 1, 0, 0), "all": (1, 1, 1, 0, 0)})
 
 
+class Bootstrap(unittest.TestCase):
+    def setUp(self):
+        # python: first right on 8 of 10, other on 4 (ratio 2.0); rust: both right on the same
+        # 5 of 10 (ratio 1.0, in every resample).
+        self.cases = [case(f"p{i}", "python", "x") for i in range(10)] + \
+            [case(f"r{i}", "rust", "x") for i in range(10)]
+        self.first = [{"id": f"p{i}", "output": "x" if i < 8 else "-"} for i in range(10)] + \
+            [{"id": f"r{i}", "output": "x" if i < 5 else "-"} for i in range(10)]
+        self.other = [{"id": f"p{i}", "output": "x" if i < 4 else "-"} for i in range(10)] + \
+            [{"id": f"r{i}", "output": "x" if i < 5 else "-"} for i in range(10)]
+
+    def test_identical_answers_never_reach_a_goal_above_one(self):
+        out = score.bootstrap(self.cases, self.first, self.other, 400, 1.05)
+        self.assertEqual(out["rust"], (1.0, 1.0, 0.0))
+        self.assertEqual(out["every"][2], 0.0)
+
+    def test_a_clear_lead_mostly_reaches_the_goal_and_the_interval_holds_the_ratio(self):
+        out = score.bootstrap(self.cases, self.first, self.other, 400, 1.05)
+        lo, hi, share = out["python"]
+        self.assertLess(lo, 2.0)
+        self.assertGreater(hi, 2.0)
+        self.assertGreater(share, 0.9)
+        self.assertEqual(out, score.bootstrap(self.cases, self.first, self.other, 400, 1.05),
+                         "seeded")
+        self.assertEqual(score.bootstrap(self.cases, self.first, self.other, 400, 1.0)["every"][2], 1.0)
+
+
 class Rerank(unittest.TestCase):
     ALTS = [  # laya's order: best mean first
         {"text": "b = 2\n", "choice": 1, "tokens": 10, "logprob": -5.0},  # mean -0.5
