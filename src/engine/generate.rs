@@ -228,7 +228,9 @@ pub fn generate(
             let (p, f) = (best(&partial), best(&finishing));
             let take = match (p, f) {
                 (None, None) => {
-                    return Err(GenerateError::Start(String::from_utf8_lossy(&s.text).into_owned()))
+                    return Err(GenerateError::Start(
+                        String::from_utf8_lossy(&s.text).into_owned(),
+                    ))
                 }
                 (Some(p), Some(f)) => (lp[p as usize], f) > (lp[f as usize], p),
                 (p, _) => p.is_some(),
@@ -286,7 +288,7 @@ pub fn generate(
         let vocab = logits.dim(-1);
         let mut mask = vec![f32::NEG_INFINITY; vocab as usize];
         ids.iter().for_each(|&t| mask[t as usize] = 0.0);
-        logits = logits.add(&Array::from_slice(&mask, &[1, vocab]))?;
+        logits = logits.add(Array::from_slice(&mask, &[1, vocab]))?;
     }
     let logits = if n > 1 {
         mlx_rs::ops::broadcast_to(&logits, &[n as i32, logits.dim(1)])?
@@ -453,7 +455,11 @@ fn host_log_probs(logits: &Array) -> Result<Vec<f32>, GenerateError> {
 /// first (the lowest id among equals, as greedy picks), with their log-probabilities; `n` is
 /// at most the vocabulary (checked by [`generate`] before any work), fewer tokens in `only`
 /// is an error.
-fn most_likely(logits: &Array, n: usize, only: Option<&[u32]>) -> Result<(Vec<u32>, Vec<f32>), GenerateError> {
+fn most_likely(
+    logits: &Array,
+    n: usize,
+    only: Option<&[u32]>,
+) -> Result<(Vec<u32>, Vec<f32>), GenerateError> {
     let row = host_log_probs(logits)?;
     let mut order: Vec<u32> = match only {
         Some(ids) => ids.to_vec(),
@@ -597,7 +603,11 @@ mod tests {
                     .unwrap()
             };
             let b = &vocab[t as usize];
-            rest = if b.len() >= rest.len() { vec![] } else { rest[b.len()..].to_vec() };
+            rest = if b.len() >= rest.len() {
+                vec![]
+            } else {
+                rest[b.len()..].to_vec()
+            };
             seq.push(t);
         }
         seq.split_off(PROMPT.len())
@@ -607,7 +617,13 @@ mod tests {
     fn a_start_is_written_first_under_the_constraint_then_greedy_goes_on() {
         let vocab = start_vocab();
         let mut partial_steps = 0;
-        for (seed, text) in [(41, "  "), (42, "   "), (43, "    "), (44, "     "), (45, "   x3")] {
+        for (seed, text) in [
+            (41, "  "),
+            (42, "   "),
+            (43, "    "),
+            (44, "     "),
+            (45, "   x3"),
+        ] {
             let model = tiny_model(Arch::Qwen2, seed);
             let mut r = req(6, 1);
             r.start = Some(Start {
@@ -620,7 +636,11 @@ mod tests {
             let written: Vec<u8> = want.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect();
             assert!(written.starts_with(text.as_bytes()), "{text:?}");
             partial_steps += usize::from(vocab[want[0] as usize].len() < text.len());
-            assert_eq!(caches[0].offset(), PROMPT.len() + 5, "a prefix of prompt ++ output");
+            assert_eq!(
+                caches[0].offset(),
+                PROMPT.len() + 5,
+                "a prefix of prompt ++ output"
+            );
         }
         assert!(partial_steps > 0, "some start took more than one token");
     }
@@ -640,11 +660,21 @@ mod tests {
             r.start = start.clone();
             let (out, caches) = run(&model, &r, |_, _| Control::Continue);
             let greedy = constrained_reference(&model, &vocab, text, 4);
-            assert_eq!(out.candidates[0], greedy, "branch 0 is the constrained greedy answer");
+            assert_eq!(
+                out.candidates[0], greedy,
+                "branch 0 is the constrained greedy answer"
+            );
             // The tokens before the branch point are shared; the next ones differ.
-            let shared = (0..4).take_while(|&k| out.candidates.iter().all(|c| c[k] == greedy[k])).count();
+            let shared = (0..4)
+                .take_while(|&k| out.candidates.iter().all(|c| c[k] == greedy[k]))
+                .count();
             let firsts: Vec<u32> = out.candidates.iter().map(|c| c[shared]).collect();
-            assert_eq!(firsts.iter().collect::<HashSet<_>>().len(), 3, "{:?}", out.candidates);
+            assert_eq!(
+                firsts.iter().collect::<HashSet<_>>().len(),
+                3,
+                "{:?}",
+                out.candidates
+            );
             for c in &out.candidates {
                 let written: Vec<u8> = c.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect();
                 assert!(written.starts_with(text), "{c:?}");
@@ -659,7 +689,11 @@ mod tests {
                 }
                 assert!((got - want).abs() <= 1e-3 * want.abs(), "{got} against {want}");
             }
-            assert_eq!(caches[0].offset(), PROMPT.len() + shared, "prompt and the shared start");
+            assert_eq!(
+                caches[0].offset(),
+                PROMPT.len() + shared,
+                "prompt and the shared start"
+            );
             r.branch_first = false;
             r.sampling = SamplingParams {
                 temperature: 2.0,
@@ -683,9 +717,14 @@ mod tests {
             vocab: start_vocab(),
         });
         let mut caches = model.new_caches();
-        let err = generate(&model, &mut caches, &PROMPT, &r, &AtomicBool::new(false), |_, _| {
-            Control::Continue
-        })
+        let err = generate(
+            &model,
+            &mut caches,
+            &PROMPT,
+            &r,
+            &AtomicBool::new(false),
+            |_, _| Control::Continue,
+        )
         .unwrap_err();
         assert!(matches!(err, GenerateError::Start(ref t) if t == "\t"), "{err}");
     }
