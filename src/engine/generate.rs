@@ -507,6 +507,16 @@ mod tests {
         (out, caches)
     }
 
+    /// The error `generate` answers `r` with, and the caches it leaves.
+    fn refused(model: &Model, ids: &[u32], r: &GenerateRequest) -> (GenerateError, Vec<KvCache>) {
+        let mut caches = model.new_caches();
+        let err = generate(model, &mut caches, ids, r, &AtomicBool::new(false), |_, _| {
+            Control::Continue
+        })
+        .unwrap_err();
+        (err, caches)
+    }
+
     /// Greedy decode by hand: forward the whole sequence each step, no cache reuse.
     fn greedy_reference(model: &Model, steps: usize) -> Vec<u32> {
         let mut seq = PROMPT.to_vec();
@@ -716,16 +726,7 @@ mod tests {
             text: b"\t".to_vec(),
             vocab: start_vocab(),
         });
-        let mut caches = model.new_caches();
-        let err = generate(
-            &model,
-            &mut caches,
-            &PROMPT,
-            &r,
-            &AtomicBool::new(false),
-            |_, _| Control::Continue,
-        )
-        .unwrap_err();
+        let (err, _) = refused(&model, &PROMPT, &r);
         assert!(matches!(err, GenerateError::Start(ref t) if t == "\t"), "{err}");
     }
 
@@ -737,16 +738,7 @@ mod tests {
         assert_eq!(out.candidates[0], out.candidates[1], "greedy rows agree");
         let mut r = req(3, 98);
         r.branch_first = true;
-        let mut caches = model.new_caches();
-        let err = generate(
-            &model,
-            &mut caches,
-            &PROMPT,
-            &r,
-            &AtomicBool::new(false),
-            |_, _| Control::Continue,
-        )
-        .unwrap_err();
+        let (err, caches) = refused(&model, &PROMPT, &r);
         assert!(matches!(err, GenerateError::Branches(98, 97)), "{err}");
         assert_eq!(caches[0].offset(), 0, "refused before any prefill");
     }
@@ -754,16 +746,7 @@ mod tests {
     #[test]
     fn ids_outside_the_vocabulary_are_an_error_not_a_read_past_the_table() {
         let model = tiny_model(Arch::Qwen2, 21);
-        let mut caches = model.new_caches();
-        let err = generate(
-            &model,
-            &mut caches,
-            &[5, 97],
-            &req(2, 1),
-            &AtomicBool::new(false),
-            |_, _| Control::Continue,
-        )
-        .unwrap_err();
+        let (err, caches) = refused(&model, &[5, 97], &req(2, 1));
         assert!(matches!(err, GenerateError::TokenOutOfRange(97, 97)), "{err}");
         assert_eq!(caches[0].offset(), 0);
     }
