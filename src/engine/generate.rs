@@ -220,26 +220,22 @@ pub fn generate(
         loop {
             let lp = host_log_probs(&logits)?;
             let (partial, finishing) = s.agreeing(rest, lp.len());
-            let best = |ids: &[u32]| {
-                ids.iter()
-                    .copied()
-                    .max_by(|&a, &b| lp[a as usize].total_cmp(&lp[b as usize]).then(b.cmp(&a)))
+            // The most likely agreeing token (the lowest id among equals); one that finishes
+            // the text ends this phase, and the next step chooses among those only.
+            let Some(t) = partial
+                .iter()
+                .chain(&finishing)
+                .copied()
+                .max_by(|&a, &b| lp[a as usize].total_cmp(&lp[b as usize]).then(b.cmp(&a)))
+            else {
+                return Err(GenerateError::Start(
+                    String::from_utf8_lossy(&s.text).into_owned(),
+                ));
             };
-            let (p, f) = (best(&partial), best(&finishing));
-            let take = match (p, f) {
-                (None, None) => {
-                    return Err(GenerateError::Start(
-                        String::from_utf8_lossy(&s.text).into_owned(),
-                    ))
-                }
-                (Some(p), Some(f)) => (lp[p as usize], f) > (lp[f as usize], p),
-                (p, _) => p.is_some(),
-            };
-            if !take {
+            if s.vocab[t as usize].len() >= rest.len() {
                 only = Some(finishing);
                 break;
             }
-            let t = p.expect("taken only when there is one");
             rest = &rest[s.vocab[t as usize].len()..];
             for (i, done) in finished.iter_mut().enumerate() {
                 out.candidates[i].push(t);
@@ -593,6 +589,11 @@ mod tests {
             .collect()
     }
 
+    /// The bytes `ids` write.
+    fn written(vocab: &[Box<[u8]>], ids: &[u32]) -> Vec<u8> {
+        ids.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect()
+    }
+
     /// Greedy under the start's constraint, by hand: at each step the most likely token that
     /// agrees with the text left (lowest id among equals), then plain greedy.
     fn constrained_reference(model: &Model, vocab: &[Box<[u8]>], text: &[u8], steps: usize) -> Vec<u32> {
@@ -643,7 +644,7 @@ mod tests {
             let (out, caches) = run(&model, &r, |_, _| Control::Continue);
             let want = constrained_reference(&model, &vocab, text.as_bytes(), 6);
             assert_eq!(out.candidates[0], want, "start {text:?}");
-            let written: Vec<u8> = want.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect();
+            let written = written(&vocab, &want);
             assert!(written.starts_with(text.as_bytes()), "{text:?}");
             partial_steps += usize::from(vocab[want[0] as usize].len() < text.len());
             assert_eq!(
@@ -686,7 +687,7 @@ mod tests {
                 out.candidates
             );
             for c in &out.candidates {
-                let written: Vec<u8> = c.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect();
+                let written = written(&vocab, c);
                 assert!(written.starts_with(text), "{c:?}");
             }
             for (c, &got) in out.candidates.iter().zip(&out.logprobs) {
@@ -712,7 +713,7 @@ mod tests {
             };
             let (sampled, _) = run(&model, &r, |_, _| Control::Continue);
             for c in &sampled.candidates {
-                let written: Vec<u8> = c.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect();
+                let written = written(&vocab, c);
                 assert!(written.starts_with(text), "sampled {c:?}");
             }
         }

@@ -137,7 +137,8 @@ impl PrefixStore {
 
 /// Generate for the whole prompt `ids`, reusing the store's longest shared prefix and putting
 /// the result back (prompt and, for one candidate or a forced start, the generated tokens, so
-/// that a request continuing this one reuses them too). Returns the output and how many ids were reused.
+/// that a request continuing this one reuses them too). Returns the output and how many ids
+/// were reused.
 pub fn generate_with_store(
     model: &Model,
     store: Option<&std::sync::Mutex<PrefixStore>>,
