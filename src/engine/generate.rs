@@ -251,7 +251,7 @@ pub fn generate(
                 return Ok(out);
             }
             if cancel.load(Ordering::Relaxed) {
-                out.finish_reasons = vec![FinishReason::Cancelled; n];
+                cancel_unfinished(&mut out.finish_reasons, &finished);
                 return Ok(out);
             }
             logits = model.forward(&Array::from_slice(&[t], &[1, 1]), caches)?;
@@ -353,11 +353,7 @@ pub fn generate(
             break;
         }
         if cancel.load(Ordering::Relaxed) {
-            for (i, f) in finished.iter().enumerate() {
-                if !f {
-                    out.finish_reasons[i] = FinishReason::Cancelled;
-                }
-            }
+            cancel_unfinished(&mut out.finish_reasons, &finished);
             break;
         }
         (y, y_lp) = match next {
@@ -376,6 +372,13 @@ pub fn generate(
         caches.iter_mut().for_each(|c| c.truncate_to(keep));
     }
     Ok(out)
+}
+
+/// Marks the candidates not finished yet as cancelled.
+fn cancel_unfinished(reasons: &mut [FinishReason], finished: &[bool]) {
+    for (r, _) in reasons.iter_mut().zip(finished).filter(|(_, &f)| !f) {
+        *r = FinishReason::Cancelled;
+    }
 }
 
 /// Runs `ids` (batch 1) through the model in chunks of [`PREFILL_CHUNK`], appending to
@@ -654,6 +657,37 @@ mod tests {
             );
         }
         assert!(partial_steps > 0, "some start took more than one token");
+    }
+
+    #[test]
+    fn cancelled_while_writing_a_start_a_stopped_candidate_stays_stopped() {
+        let vocab = start_vocab();
+        let text = b"     ";
+        let start = Start {
+            text: text.to_vec(),
+            vocab: vocab.clone(),
+        };
+        // A model whose first token writes only part of the start.
+        let model = (60..120)
+            .map(|seed| tiny_model(Arch::Qwen2, seed))
+            .find(|m| vocab[constrained_reference(m, &vocab, text, 1)[0] as usize].len() < text.len())
+            .expect("some seed starts with part of the text");
+        let mut r = req(6, 2);
+        r.start = Some(start);
+        let cancel = AtomicBool::new(false);
+        let mut caches = model.new_caches();
+        let out = generate(&model, &mut caches, &PROMPT, &r, &cancel, |i, _| {
+            cancel.store(true, Ordering::Relaxed);
+            if i == 1 {
+                Control::Stop
+            } else {
+                Control::Continue
+            }
+        })
+        .unwrap();
+        assert_eq!(out.candidates, vec![out.candidates[0].clone(); 2]);
+        assert_eq!(out.candidates[0].len(), 1);
+        assert_eq!(out.finish_reasons, [FinishReason::Cancelled, FinishReason::Stop]);
     }
 
     #[test]
