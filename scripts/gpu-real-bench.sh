@@ -64,6 +64,12 @@ for step in $STEPS; do
     if [[ ! -x $LLAMA && -f .peer/llama-server-cuda-sm90.xz ]]; then  # one built earlier, carried
       mkdir -p "$(dirname "$LLAMA")" && xz -dc .peer/llama-server-cuda-sm90.xz >"$LLAMA" && chmod +x "$LLAMA"
     fi
+    # A binary that cannot complete one token on this machine (built for another GPU or CUDA,
+    # or crashing) is built again from source.
+    if [[ -x $LLAMA ]] && ! python3 scripts/llama_server.py --check "$LLAMA" "$G" 2>&1 | tee -a "$log"; then
+      say "llama-server fails its one-token check: building it again"
+      rm -f "$LLAMA"
+    fi
     if [[ ! -x $LLAMA ]]; then
       say "build llama-server (CUDA)"
       command -v nvcc >/dev/null || export PATH="$PATH:$(ls -d /usr/local/cuda*/bin 2>/dev/null | head -1)"
@@ -74,6 +80,8 @@ for step in $STEPS; do
         -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >>"$log" 2>&1
       timeout "${LLAMA_BUILD_TIMEOUT:-540}" ninja -C /tmp/llama-cuda/build llama-server >>"$log" 2>&1
       tail -3 "$log"
+      python3 scripts/llama_server.py --check "$LLAMA" "$G" 2>&1 | tee -a "$log"
+      [[ ${PIPESTATUS[0]} == 0 ]] || { say "the llama-server just built fails a one-token completion of $G (above)"; exit 1; }
     fi
     "$LLAMA" --version 2>&1 | tail -2 | tee -a "$log"
     # Keep the binary for later runs (carry it back instead of building again).

@@ -15,10 +15,17 @@ size as laya's default budget).
 `cache_prompt` is on: the server keeps the previous request's KV and reuses its longest common
 token prefix. `--cache-reuse N` (passed through `extra_args`) additionally shifts cached chunks
 of at least N tokens into place, as llama.cpp's editor plugins configure it.
+
+Run as a script it checks a llama-server binary: `python3 scripts/llama_server.py --check BIN
+MODEL.gguf` starts it on the GGUF, asks /completion for one token and exits 0 only when a
+token came back (gpu-real-bench.sh runs it on the binary it carries or builds).
 """
 
+import argparse
 import json
+import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -66,3 +73,32 @@ class LlamaServer:
         with urllib.request.urlopen(req, timeout=900) as r:
             resp = json.loads(r.read().decode("utf-8"))
         return resp.get("content", ""), resp
+
+
+def check(binary, model):
+    """Start `binary` on `model` and complete one token; raises SystemExit with the reason."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with LlamaServer(binary, model, port, n_ctx=512, batch=512) as server:
+        body = {"prompt": "def fibonacci(n):", "n_predict": 1, "temperature": 0.0}
+        req = urllib.request.Request(server.base + "/completion", data=json.dumps(body).encode("utf-8"),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                resp = json.loads(r.read().decode("utf-8"))
+        except (urllib.error.URLError, ConnectionError, socket.timeout, ValueError) as e:
+            code = server.proc.poll()
+            sys.exit(f"llama_server --check: no completion ({e}); the server "
+                     + (f"exited with {code}" if code is not None else "is still running"))
+        n = resp.get("tokens_predicted", resp.get("timings", {}).get("predicted_n"))
+        if n != 1:
+            sys.exit(f"llama_server --check: asked for one token, got {n}: {resp}")
+        print(f"llama_server --check: {server.version()} completed one token: {resp.get('content')!r}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="check a llama-server binary with a one-token completion")
+    ap.add_argument("--check", nargs=2, metavar=("BIN", "MODEL"), required=True)
+    args = ap.parse_args()
+    check(*args.check)

@@ -71,6 +71,20 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
         "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
     );
 
+    // A plain continuation (what a script that knows no FIM sends): the prompt goes to the
+    // model as it is, and the answer is in `choices[0].text`.
+    let c = ok_json(
+        addr,
+        "POST",
+        "/complete",
+        Some(r#"{"prompt":"def add(a, b):\n    return ","max_tokens":1}"#),
+    );
+    assert_eq!(c["choices"][0]["text"], STUB_TEXT, "{c}");
+    assert_eq!(
+        stub.prompts.lock().unwrap().last().unwrap(),
+        "def add(a, b):\n    return "
+    );
+
     // What Zed's edit prediction sends, and the fields it needs back.
     let v = ok_json(
         addr,
@@ -139,7 +153,7 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
 
     let h = ok_json(addr, "GET", "/health", None);
     assert_eq!(h["models"][0]["warm"], true, "warm once it answered: {h}");
-    assert_eq!(h["models"][0]["served"], 4, "{h}");
+    assert_eq!(h["models"][0]["served"], 5, "{h}");
 }
 
 #[test]
@@ -162,7 +176,10 @@ fn bad_requests_get_clear_4xx_json_errors() {
     assert!(msg.contains("invalid JSON"), "{msg}");
     let (code, msg) = err("POST", "/complete", Some(r#"{"suffix":"x"}"#), &[]);
     assert_eq!(code, 400);
-    assert!(msg.contains("prefix"), "{msg}");
+    assert!(msg.contains("prefix") && msg.contains("prompt"), "{msg}");
+    let (code, msg) = err("POST", "/complete", Some(r#"{"prompt":"x","prefix":"y"}"#), &[]);
+    assert_eq!(code, 400);
+    assert!(msg.contains("not both"), "{msg}");
     let big = format!(r#"{{"prompt":"{}"}}"#, "x".repeat(8000));
     let (code, msg) = err("POST", "/v1/completions", Some(&big), &[]);
     assert_eq!(code, 413);
@@ -499,6 +516,17 @@ fn real_model_end_to_end_over_http() {
     let again = ok_json(addr, "POST", "/complete", Some(body));
     assert_eq!(again["text"], text.as_str());
     assert!(again["timing"]["reused_tokens"].as_u64().unwrap() > 0, "{again}");
+
+    // The seed's call: a plain continuation of one token.
+    let c = ok_json(
+        addr,
+        "POST",
+        "/complete",
+        Some(r#"{"prompt":"def add(a, b):\n    return a","max_tokens":1}"#),
+    );
+    assert_eq!(c["choices"][0]["tokens"], 1, "{c}");
+    assert!(c["choices"][0]["text"].is_string(), "{c}");
+    assert_eq!(c["choices"][0]["text"], c["text"], "{c}");
 
     // A long suffix is cut to the small model's share (2 % of 2048 tokens: ~120 bytes, four of
     // these lines, ~40 tokens); the larger models' 6 % would keep twelve lines (~120 tokens).

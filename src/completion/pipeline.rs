@@ -1,6 +1,6 @@
-//! One completion request from a document snapshot to edits: context → prompt → route →
-//! engine → post-processing. Knows no LSP types; sees the engine only through the `Engine`
-//! trait.
+//! One completion request from a document snapshot to edits: context → route → prompt (in
+//! the routed model's budget) → engine → post-processing. Knows no LSP types; sees the engine
+//! only through the `Engine` trait.
 //!
 //! Keystrokes are cheap in two ways. *Typing through*: while the user types the first
 //! characters of the suggestion last shown, the rest of it is the answer, with no model call
@@ -29,7 +29,7 @@ use dashmap::DashMap;
 use super::{
     lead::{self, ContextLayout},
     postprocess::{self, Edit, Surroundings},
-    router::{self, Latencies, Route, RouteInput, RouterPolicy},
+    router::{self, KnownSpeed, Latencies, Route, RouteInput, RouterPolicy},
 };
 use crate::{
     document::DocumentSnapshot,
@@ -255,12 +255,21 @@ impl Mark {
     }
 }
 
+/// Where the last fresh prompt was built, and what it was.
+struct Anchor {
+    mark: Mark,
+    prompt: String,
+    /// The indentation healed off the prompt's end (which the document has at the mark,
+    /// before the cursor).
+    healed: String,
+    /// The budget it was built in (that of the model it was routed to).
+    budget: Budget,
+}
+
 /// Per-document memory between requests.
 #[derive(Default)]
 struct DocState {
-    /// Where the last fresh prompt was built, the prompt, and the indentation healed off its
-    /// end (which the document has at the mark, before the cursor).
-    anchor: Option<(Mark, String, String)>,
+    anchor: Option<Anchor>,
     /// Where the last suggestion was shown, and what it was.
     shown: Option<(Mark, Edit)>,
     explanation: Option<Explanation>,
@@ -414,20 +423,79 @@ impl Pipeline {
         } else {
             ""
         };
+        let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
+        let block =
+            !(mid_line || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
+        let max_tokens = if block {
+            settings.max_tokens_block
+        } else {
+            settings.max_tokens_line
+        };
         // Continue the anchor's prompt while the user types on at its cursor, less the
-        // indentation it ends with.
-        let anchored = self.docs.get(&doc.uri).and_then(|d| {
-            let (mark, prompt, prompt_healed) = d.anchor.as_ref()?;
-            let typed = mark.typed_since(text, cursor)?;
+        // indentation it ends with: the anchor's budget, prompt and what follows it.
+        let continued = self.docs.get(&doc.uri).and_then(|d| {
+            let anchor = d.anchor.as_ref()?;
+            let typed = anchor.mark.typed_since(text, cursor)?;
             // What follows the prompt: the indentation it was healed of, and the typing since.
-            let middle = format!("{prompt_healed}{typed}");
+            let middle = format!("{}{typed}", anchor.healed);
             let healed = indent.len().min(middle.len());
-            (typed.len() <= settings.anchor_max_bytes)
-                .then(|| format!("{prompt}{}", &middle[..middle.len() - healed]))
+            (typed.len() <= settings.anchor_max_bytes).then(|| {
+                (
+                    anchor.budget.clone(),
+                    anchor.prompt.clone(),
+                    middle[..middle.len() - healed].to_owned(),
+                )
+            })
         });
-        let is_anchored = anchored.is_some();
-        let prompt_text = match anchored {
-            Some(p) => p,
+
+        // Route first: the model decides the prompt's budget.
+        let (prompt_tokens, new_tokens) = match &continued {
+            Some((_, prompt, tail)) => (
+                (prompt.len() + tail.len()) / prompt::BYTES_PER_TOKEN,
+                tail.len() / prompt::BYTES_PER_TOKEN + 1,
+            ),
+            None => {
+                let tokens = (text.len() / prompt::BYTES_PER_TOKEN).min(settings.budget.max_tokens);
+                (tokens, tokens)
+            }
+        };
+        let route = {
+            let latencies = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+            router::route(
+                &settings.router,
+                &RouteInput {
+                    trigger,
+                    cursor_kind,
+                    language_id: &doc.language_id,
+                    block,
+                    prompt_tokens,
+                    new_tokens,
+                    max_tokens,
+                },
+                |key| match latencies.get(key) {
+                    Some(speed) => Some(KnownSpeed::Measured(speed)),
+                    None => self
+                        .engine
+                        .facts(key)
+                        .and_then(|f| f.estimated_speed())
+                        .map(KnownSpeed::Estimated),
+                },
+            )
+        };
+        tracing::debug!(model = %route.model, reason = route.reason, "route");
+        let parameters = self
+            .engine
+            .facts(route.model)
+            .and_then(|f| f.parameters)
+            .or_else(|| self.engine.parameters());
+        let budget = settings.budget.for_model(parameters);
+
+        // The prompt, within the routed model's budget: the anchor's continued while it was
+        // built for the same budget, else a fresh one (which becomes the anchor).
+        let continued = continued.filter(|(b, _, _)| *b == budget);
+        let is_anchored = continued.is_some();
+        let prompt_text = match continued {
+            Some((_, prompt, tail)) => format!("{prompt}{tail}"),
             None => {
                 let start = cursor - indent.len();
                 let repo = workspace_root
@@ -446,36 +514,22 @@ impl Pipeline {
                         other_files: &snippets,
                         file_header: settings.file_header,
                     },
-                    &settings.budget.for_model(self.engine.parameters()),
+                    &budget,
                 );
                 if settings.anchor_max_bytes > 0 {
-                    self.docs.entry(doc.uri.clone()).or_default().anchor = Some((
-                        Mark {
+                    self.docs.entry(doc.uri.clone()).or_default().anchor = Some(Anchor {
+                        mark: Mark {
                             text: doc.text.clone(),
                             cursor,
                         },
-                        prompt.text.clone(),
-                        indent.to_owned(),
-                    ));
+                        prompt: prompt.text.clone(),
+                        healed: indent.to_owned(),
+                        budget,
+                    });
                 }
                 prompt.text
             }
         };
-        let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
-        let block =
-            !(mid_line || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
-        let route = router::route(
-            &settings.router,
-            &RouteInput {
-                trigger,
-                cursor_kind,
-                language_id: &doc.language_id,
-                block,
-                prompt_tokens: prompt_text.len() / prompt::BYTES_PER_TOKEN,
-            },
-            &self.latencies.lock().unwrap_or_else(|p| p.into_inner()),
-        );
-        tracing::debug!(model = %route.model, reason = route.reason, "route");
         let branches = settings.first_token_branches;
         let branched = branches >= 2;
         let n = if branched {
@@ -486,11 +540,7 @@ impl Pipeline {
         let req = CompletionRequest {
             model: Some(route.model),
             prompt: prompt_text,
-            max_tokens: if block {
-                settings.max_tokens_block
-            } else {
-                settings.max_tokens_line
-            },
+            max_tokens,
             n,
             sampling: if n == 1 || branched {
                 SamplingParams::default()
@@ -532,7 +582,7 @@ impl Pipeline {
             self.latencies
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .record(key, out.timing.total.as_secs_f64() * 1e3);
+                .record(key, &out.timing);
         }
         let c = Completion {
             edits,
@@ -562,7 +612,116 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::FinishReason;
+    use crate::{
+        document::Document,
+        engine::{worker::ModelState, CompletionOutput, FinishReason, ModelFacts, RunsOn, Tier},
+    };
+
+    /// Two tiers of known sizes (a 0.5B and a 1.5B on a remote server, whose speed is not
+    /// estimated); records each request's model and prompt.
+    #[derive(Default)]
+    struct TwoTiers {
+        seen: Mutex<Vec<(Option<ModelKey>, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Engine for TwoTiers {
+        async fn complete(
+            &self,
+            req: CompletionRequest,
+            _cancel: Arc<AtomicBool>,
+        ) -> Result<CompletionOutput, EngineError> {
+            self.seen.lock().unwrap().push((req.model, req.prompt));
+            Ok(CompletionOutput {
+                served_by: req.model,
+                choices: vec![choice("x", 1, None)],
+                timing: Timing::default(),
+            })
+        }
+
+        fn state(&self) -> ModelState {
+            ModelState::Loading
+        }
+
+        fn parameters(&self) -> Option<u64> {
+            Some(494_000_000)
+        }
+
+        fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
+            Some(ModelFacts {
+                parameters: Some(match model.tier {
+                    Tier::Small => 494_000_000,
+                    Tier::Large => 1_540_000_000,
+                }),
+                bits: 8,
+                runs_on: RunsOn::Remote,
+            })
+        }
+    }
+
+    /// Route first, then the prompt: a request the router sends to the large tier is built in
+    /// the large model's budget (its longer suffix), one sent to the small tier in the small's.
+    #[tokio::test]
+    async fn the_prompt_is_built_in_the_budget_of_the_model_routed_to() {
+        let suffix: String = (0..60)
+            .map(|i| format!("    total = total + value_{i}\n"))
+            .collect();
+        let text = format!("def f(values):\n    total = 0\n    \n{suffix}    return total\n");
+        let cursor = "def f(values):\n    total = 0\n    ".len();
+        let doc = Document::new(&text, 1, "python").snapshot("file:///w/f.py");
+        let engine = Arc::new(TwoTiers::default());
+        let pipeline = Pipeline::new(engine.clone());
+        let settings = CompletionSettings {
+            anchor_max_bytes: 0,
+            typing_through: false,
+            ..CompletionSettings::default()
+        };
+        let request = |trigger| Request {
+            doc: &doc,
+            others: &[],
+            cursor,
+            trigger,
+            settings: &settings,
+            workspace_root: None,
+        };
+        // The cursor on a line of only indentation: a block, which the policy gives the large
+        // tier; typed mid-line text stays small.
+        pipeline
+            .complete(request(Trigger::Automatic), Arc::new(AtomicBool::new(false)))
+            .await
+            .unwrap();
+        let mid_line =
+            Document::new(&text.replacen("    \n", "    x = \n", 1), 2, "python").snapshot("file:///w/f.py");
+        pipeline
+            .complete(
+                Request {
+                    doc: &mid_line,
+                    cursor: cursor + "x = ".len(),
+                    ..request(Trigger::Automatic)
+                },
+                Arc::new(AtomicBool::new(false)),
+            )
+            .await
+            .unwrap();
+        let seen = engine.seen.lock().unwrap();
+        let suffix_bytes = |prompt: &str| {
+            let s = &prompt[prompt.find("<|fim_suffix|>").unwrap()..prompt.find("<|fim_middle|>").unwrap()];
+            s.len()
+        };
+        assert_eq!(seen[0].0.map(|k| k.tier), Some(Tier::Large));
+        assert_eq!(seen[1].0.map(|k| k.tier), Some(Tier::Small));
+        let (large, small) = (suffix_bytes(&seen[0].1), suffix_bytes(&seen[1].1));
+        let budget = Budget::default().max_tokens * prompt::BYTES_PER_TOKEN;
+        // 6 % of the budget for the 1.5B, 2 % for the 0.5B (whole lines, so a little under).
+        assert!(
+            large > budget * 5 / 100 && large <= budget * 6 / 100 + 20,
+            "{large} of {budget}"
+        );
+        assert!(
+            small > budget / 100 && small <= budget * 2 / 100 + 20,
+            "{small} of {budget}"
+        );
+    }
 
     fn choice(text: &str, tokens: usize, logprob: Option<f32>) -> Choice {
         Choice {

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::engine::{
     worker::{Engine, ModelState, PieceSender},
-    CompletionOutput, CompletionRequest, EngineError,
+    CompletionOutput, CompletionRequest, EngineError, ModelFacts, ModelKey,
 };
 
 /// How to start the daemon: the program (this binary) and its arguments (`serve …`).
@@ -66,6 +66,8 @@ struct Inner {
     state: Mutex<ModelState>,
     /// The default model's parameter count, as the daemon last reported it (0: unknown).
     parameters: std::sync::atomic::AtomicU64,
+    /// The daemon's models as it last reported them (for [`Engine::facts`]).
+    models: Mutex<Vec<ModelStatus>>,
     report: Mutex<Report>,
     /// Held while a daemon is being started, so concurrent requests start one.
     starting: tokio::sync::Mutex<()>,
@@ -93,6 +95,7 @@ impl DaemonEngine {
                 cfg,
                 state: Mutex::new(ModelState::Loading),
                 parameters: std::sync::atomic::AtomicU64::new(0),
+                models: Mutex::new(vec![]),
                 report: Mutex::new(Box::new(report)),
                 starting: tokio::sync::Mutex::new(()),
                 watching: AtomicBool::new(false),
@@ -133,6 +136,7 @@ impl DaemonEngine {
                         }
                         let parameters = default_model(&st).and_then(|m| m.parameters).unwrap_or(0);
                         this.inner.parameters.store(parameters, Ordering::Relaxed);
+                        *this.inner.models.lock().unwrap_or_else(|p| p.into_inner()) = st.models.clone();
                         let s = state_of(&st);
                         let loading = s == ModelState::Loading;
                         this.set_state(s);
@@ -400,6 +404,30 @@ impl Engine for DaemonEngine {
     fn parameters(&self) -> Option<u64> {
         Some(self.inner.parameters.load(Ordering::Relaxed)).filter(|&p| p > 0)
     }
+
+    fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
+        facts_in(
+            &self.inner.models.lock().unwrap_or_else(|p| p.into_inner()),
+            model,
+        )
+    }
+}
+
+/// What a daemon's status says of the model for `key`: that model's facts, else its tier's
+/// (a tier not loaded yet is reported once, read from its file) at `key`'s bit width.
+fn facts_in(models: &[ModelStatus], key: ModelKey) -> Option<ModelFacts> {
+    let id = key.to_string();
+    let exact = models.iter().find(|m| m.id == id).and_then(|m| m.facts);
+    exact.or_else(|| {
+        let f = models
+            .iter()
+            .find(|m| m.tier == key.tier.label())
+            .and_then(|m| m.facts)?;
+        Some(ModelFacts {
+            bits: key.precision.bits().map_or(16, |b| b as u32),
+            ..f
+        })
+    })
 }
 
 /// The status of the daemon at `runtime_dir`, without starting one (blocking; for scripts,
@@ -457,5 +485,31 @@ mod tests {
         assert_eq!(default_model(&st).and_then(|m| m.parameters), Some(494_000_000));
         let old = status(serde_json::json!([model("small/q8", None)]));
         assert_eq!(default_model(&old).and_then(|m| m.parameters), None);
+    }
+
+    /// The router's facts of a model: its own entry's, else its tier's at the asked width.
+    #[test]
+    fn facts_come_from_the_model_or_its_tier() {
+        use crate::engine::{Precision, RunsOn, Tier};
+        let mut small = model("small/q8", Some(494_000_000));
+        small["facts"] = serde_json::json!({"parameters": 494_000_000, "bits": 8, "runs_on": "gpu"});
+        let mut large = model("large", None);
+        large["facts"] = serde_json::json!({"parameters": 1_540_000_000, "bits": 8, "runs_on": "cpu"});
+        let st = status(serde_json::json!([small, large]));
+        let key = |tier, precision| ModelKey { tier, precision };
+        let f = facts_in(&st.models, key(Tier::Small, Precision::Q8)).unwrap();
+        assert_eq!(
+            (f.parameters, f.bits, f.runs_on),
+            (Some(494_000_000), 8, RunsOn::Gpu)
+        );
+        let f = facts_in(&st.models, key(Tier::Large, Precision::Q6)).unwrap();
+        assert_eq!(
+            (f.parameters, f.bits, f.runs_on),
+            (Some(1_540_000_000), 6, RunsOn::Cpu)
+        );
+        let f = facts_in(&st.models, key(Tier::Small, Precision::Q4)).unwrap();
+        assert_eq!(f.bits, 4, "another width of a loaded tier");
+        let old = status(serde_json::json!([model("small/q8", None)]));
+        assert_eq!(facts_in(&old.models, key(Tier::Small, Precision::Q8)), None);
     }
 }

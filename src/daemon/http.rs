@@ -1,5 +1,5 @@
-//! The daemon's HTTP API (axum): `POST /complete` (laya's own: prefix and suffix in, FIM
-//! prompt built here), the OpenAI-compatible `POST /v1/completions` (with SSE streaming) and
+//! The daemon's HTTP API (axum): `POST /complete` (laya's own: a plain `prompt` to continue,
+//! or a prefix and suffix, from which the FIM prompt is built here), the OpenAI-compatible `POST /v1/completions` (with SSE streaming) and
 //! `GET /v1/models`, and `GET /health`. Errors are JSON `{"error": {"message", "type"}}`
 //! with a 4xx status for anything the client can fix.
 
@@ -256,9 +256,11 @@ enum ModelField {
 
 #[derive(Deserialize)]
 struct CompleteBody {
-    prefix: String,
-    #[serde(default)]
-    suffix: String,
+    /// A plain continuation: the model goes on from this text (no fill-in-the-middle).
+    prompt: Option<String>,
+    /// Fill-in-the-middle: the text before and after the cursor.
+    prefix: Option<String>,
+    suffix: Option<String>,
     /// Shown to the model as the file's path (repo-level prompts).
     #[serde(default)]
     path: String,
@@ -384,17 +386,33 @@ async fn complete(
         .max_tokens
         .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = model_key(&d, b.model)?;
-    let req = CompletionRequest {
-        model: Some(key),
-        prompt: fim_prompt(
+    let prompt = match (b.prompt, b.prefix) {
+        (Some(prompt), None) if b.suffix.is_none() => prompt,
+        (None, Some(prefix)) => fim_prompt(
             &d,
             key,
-            &b.prefix,
-            &b.suffix,
+            &prefix,
+            b.suffix.as_deref().unwrap_or(""),
             &b.path,
             max_tokens,
             b.max_prompt_tokens,
         ),
+        (Some(_), _) => {
+            return Err(HttpError::bad(
+                "give either `prompt` (a plain continuation) or `prefix` and `suffix` \
+                 (fill-in-the-middle), not both",
+            ))
+        }
+        (None, None) => {
+            return Err(HttpError::bad(
+                "missing `prompt` (a plain continuation) or `prefix` (fill-in-the-middle, with \
+                 an optional `suffix`)",
+            ))
+        }
+    };
+    let req = CompletionRequest {
+        model: Some(key),
+        prompt,
         max_tokens,
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{
-    Choice, CompletionOutput, CompletionRequest, FinishReason, ModelKey, SamplingParams, Timing,
+    Choice, CompletionOutput, CompletionRequest, FinishReason, ModelFacts, ModelKey, SamplingParams, Timing,
 };
 
 /// Bumped when a message changes incompatibly.
@@ -294,6 +294,10 @@ pub struct ModelStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<u64>,
     pub device: Option<String>,
+    /// What the router weighs before sending this model a request (size, bits, where it runs);
+    /// for a tier not loaded yet, read from its file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<ModelFacts>,
     /// Loaded and run at least once (the worker runs a short request after loading; a
     /// remote model is warm once it answered).
     pub warm: bool,

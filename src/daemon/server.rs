@@ -416,6 +416,7 @@ impl Daemon {
                 state: state_name.into(),
                 load_time_ms: load,
                 parameters: pool.and_then(|p| p.parameters_of(*key)),
+                facts: pool.and_then(|p| p.facts_of(*key)),
                 device,
                 warm: state_name == "ready" && (!remote || n > 0),
                 served: n,
@@ -441,6 +442,12 @@ impl Daemon {
                 state: "not_loaded".into(),
                 load_time_ms: None,
                 parameters: None,
+                facts: pool.and_then(|p| {
+                    p.facts_of(ModelKey {
+                        tier: *tier,
+                        precision: cfg.default.precision,
+                    })
+                }),
                 device: None,
                 warm: false,
                 served: 0,

@@ -74,6 +74,73 @@ impl std::fmt::Display for ModelKey {
     }
 }
 
+/// Where a model runs, for estimates of its speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunsOn {
+    /// MLX on the CPU.
+    Cpu,
+    /// MLX on a GPU (Metal or CUDA).
+    Gpu,
+    /// Another server (OpenAI API): its speed is known only once measured.
+    Remote,
+}
+
+/// What is known of a model before a request goes to it: what the router weighs and the
+/// prompt's budget is sized for.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ModelFacts {
+    /// Parameter count: the loaded model's, or read from its file's header before loading.
+    pub parameters: Option<u64>,
+    /// Bits a weight is held in (4, 6, 8; 16 for the file's own precision).
+    pub bits: u32,
+    pub runs_on: RunsOn,
+}
+
+/// Milliseconds a model takes per prompt token prefilled and per token decoded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Speed {
+    pub prefill_ms_per_token: f64,
+    pub decode_ms_per_token: f64,
+}
+
+impl Speed {
+    /// The time to prefill `prompt_tokens` and decode `tokens`.
+    pub fn request_ms(&self, prompt_tokens: usize, tokens: usize) -> f64 {
+        self.prefill_ms_per_token * prompt_tokens as f64 + self.decode_ms_per_token * tokens as f64
+    }
+}
+
+impl ModelFacts {
+    /// A first estimate of the model's speed from its size and where it runs, for the router
+    /// before anything was measured (measurements replace it). Decode reads every weight once
+    /// a token; prefill costs two operations a parameter a token. The rates are set from
+    /// docs/benchmarks.md and err on the slow side:
+    /// - CPU: MLX's CPU build (one thread, no AVX, a scalar quantized matmul that costs the
+    ///   same per row at any batch) read 0.56 GB a token in 659 ms (0.5B q8) and 1.74 GB in
+    ///   2,768 ms (1.5B q8), ~1.6 ms per MB, and prefilled at about the decode rate;
+    /// - GPU: ~2.5 ms a token of kernel launches (a 3B decodes in 3.5 ms on an H200 with only
+    ///   0.4 ms of weight reads) plus the weights at 400 GB/s (Apple's Max chips; an H200
+    ///   reads 4.8 TB/s) and prefill at 0.3 ms a token per billion parameters (a 3B prefilled
+    ///   ~7,000 tokens/s on the H200; Apple GPUs are several times slower).
+    /// A remote server's speed is not estimated (`None`).
+    pub fn estimated_speed(&self) -> Option<Speed> {
+        let params = self.parameters? as f64;
+        let mb = params * self.bits as f64 / 8.0 / 1e6;
+        match self.runs_on {
+            RunsOn::Cpu => Some(Speed {
+                prefill_ms_per_token: 1.6 * mb,
+                decode_ms_per_token: 1.6 * mb,
+            }),
+            RunsOn::Gpu => Some(Speed {
+                prefill_ms_per_token: 0.3 * params / 1e9,
+                decode_ms_per_token: 2.5 + mb / 400.0,
+            }),
+            RunsOn::Remote => None,
+        }
+    }
+}
+
 /// One completion request, in engine terms.
 #[derive(Clone, Debug)]
 pub struct CompletionRequest {

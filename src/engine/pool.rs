@@ -14,7 +14,8 @@ use super::{
     remote::{RemoteConfig, RemoteEngine},
     runtime::DevicePref,
     worker::{Engine, ModelState, ModelWorker},
-    CompletionOutput, CompletionRequest, EngineError, LoadOptions, ModelKey, Precision, Tier,
+    CompletionOutput, CompletionRequest, EngineError, LoadOptions, ModelFacts, ModelKey, Precision, RunsOn,
+    Tier,
 };
 
 /// Where a tier's model comes from.
@@ -44,6 +45,11 @@ pub struct ModelPool {
     config: PoolConfig,
     engines: Mutex<HashMap<ModelKey, Started>>,
     report: PoolReport,
+    /// Parameter counts read from model files' headers, by path (read once, before loading).
+    file_parameters: Mutex<HashMap<PathBuf, Option<u64>>>,
+    /// Where local models run: the device preference, `auto` resolved once (a flag query of
+    /// the linked MLX, no device work).
+    local_runs_on: RunsOn,
 }
 
 /// A model started by the pool; a local one with its source's [`stamp`] at the start.
@@ -84,6 +90,13 @@ impl ModelPool {
         let pool = ModelPool {
             engines: Mutex::new(HashMap::new()),
             report,
+            file_parameters: Mutex::new(HashMap::new()),
+            local_runs_on: match config.device {
+                DevicePref::Cpu => RunsOn::Cpu,
+                DevicePref::Gpu => RunsOn::Gpu,
+                DevicePref::Auto if super::runtime::MlxInfo::probe().gpu_kind.is_some() => RunsOn::Gpu,
+                DevicePref::Auto => RunsOn::Cpu,
+            },
             config,
         };
         let mut start = vec![pool.config.default];
@@ -172,6 +185,35 @@ impl ModelPool {
         engines.get(&key)?.engine.parameters()
     }
 
+    /// What is known of the model behind `key` before a request goes to it (starts nothing):
+    /// for a local tier its parameter count (the loaded model's, else its file header's), the
+    /// bit width and the device it runs on; for a remote tier what its server said. `None`
+    /// for a tier not configured.
+    pub fn facts_of(&self, key: ModelKey) -> Option<ModelFacts> {
+        let key = self.canonical(key);
+        let bits = key.precision.bits().map_or(16, |b| b as u32);
+        match self.config.tiers.get(&key.tier)? {
+            TierSource::Remote(_) => Some(ModelFacts {
+                parameters: self.parameters_of(key),
+                bits,
+                runs_on: RunsOn::Remote,
+            }),
+            TierSource::Local { path, .. } => {
+                let parameters = self.parameters_of(key).or_else(|| {
+                    let mut known = self.file_parameters.lock().unwrap_or_else(|p| p.into_inner());
+                    *known
+                        .entry(path.clone())
+                        .or_insert_with(|| super::load::parameters_in(path))
+                });
+                Some(ModelFacts {
+                    parameters,
+                    bits,
+                    runs_on: self.local_runs_on,
+                })
+            }
+        }
+    }
+
     /// Every model started so far, with its state.
     pub fn states(&self) -> Vec<(ModelKey, ModelState)> {
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
@@ -236,6 +278,10 @@ impl Engine for ModelPool {
 
     fn parameters(&self) -> Option<u64> {
         self.parameters_of(self.config.default)
+    }
+
+    fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
+        self.facts_of(model)
     }
 }
 

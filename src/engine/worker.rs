@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::{
     runtime::{use_device, DevicePref},
-    CompletionOutput, CompletionRequest, EngineError, LoadOptions, LocalModel,
+    CompletionOutput, CompletionRequest, EngineError, LoadOptions, LocalModel, ModelFacts, ModelKey,
 };
 
 /// Where a worker's model is in its life.
@@ -42,6 +42,14 @@ pub trait Engine: Send + Sync + 'static {
     /// Parameter count of the model that answers requests naming none, once it is known
     /// (loaded); `None` where the engine cannot tell (a remote server that does not state it).
     fn parameters(&self) -> Option<u64> {
+        None
+    }
+
+    /// What is known of the model that answers requests for `model` (its size, its bit width,
+    /// where it runs), before any request goes to it; `None` where the engine cannot tell
+    /// (then [`parameters`](Self::parameters) is all there is).
+    fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
+        let _ = model;
         None
     }
 

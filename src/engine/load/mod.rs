@@ -138,6 +138,31 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, EngineLoadError> 
     })
 }
 
+/// The parameter count of the model at `path` without loading it: from a GGUF file's header
+/// (its configuration's shapes), or for a safetensors folder from its weight files' size (two
+/// bytes a parameter, or the bits `config.json`'s `quantization` names plus its scales).
+/// `None` when the path cannot be read as either.
+pub fn parameters_in(path: &Path) -> Option<u64> {
+    if path.is_dir() {
+        let bytes: u64 = std::fs::read_dir(path)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path.join("config.json")).ok()?).ok()?;
+        let bits = config["quantization"]["bits"]
+            .as_f64()
+            .map(|b| b + 0.5)
+            .unwrap_or(16.0);
+        return (bytes > 0).then(|| (bytes as f64 * 8.0 / bits) as u64);
+    }
+    let g = GgufFile::open(path).ok()?;
+    gguf_config(&g).ok().map(|c| c.parameters())
+}
+
 /// Model hyper-parameters from GGUF metadata (`<arch>.*` keys).
 pub fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
     let arch_name = g.get_str("general.architecture")?.to_owned();
