@@ -563,3 +563,66 @@ fn real_model_end_to_end_over_http() {
     assert!(chunks >= 2, "{chunks} pieces: {streamed:?}");
     drop(d);
 }
+
+/// A request the user asks for goes by policy to the large tier; on MLX's CPU, where the
+/// 1.5B would take minutes for a cold prompt, the router's estimate (from the 1.5B's size,
+/// read from its file before it loads, and the device) sends it to the small model instead,
+/// and `laya/explain` says which model answered and why.
+#[test]
+fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
+    for name in ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] {
+        let m = laya::catalog::find(name).unwrap();
+        assert!(m.is_present(), "run `laya models fetch {name}` first");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let _cleanup = KillDaemons(dir.clone());
+    let mut cmd = laya();
+    cmd.args([
+        "lsp",
+        "--small",
+        "qwen2.5-coder-0.5b",
+        "--large",
+        "qwen2.5-coder-1.5b",
+        "--device",
+        "cpu",
+        "--no-http",
+    ])
+    .env("LAYA_RUNTIME_DIR", &dir)
+    .stderr(std::process::Stdio::null());
+    let mut p = laya::daemon::lsp_client::LspProcess::spawn(cmd).unwrap();
+    p.initialize(json!({ "completion": { "debounceMs": 0, "maxTokensLine": 2 } }))
+        .unwrap();
+    assert!(
+        p.wait_log(|l| l.contains("model ready"), Duration::from_secs(300)),
+        "{:?}",
+        p.logs
+    );
+    let uri = "file:///t/add.py";
+    p.open(uri, "python", "def add(a, b):\n    return a + b\n\n\nx = add(1, ")
+        .unwrap();
+    let items = p.inline_completion(uri, 4, 11, Duration::from_secs(300)).unwrap();
+    assert!(items.is_some(), "{:?}", p.logs);
+    let e = p
+        .request(
+            "laya/explain",
+            json!({ "textDocument": { "uri": uri } }),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    let reason = e["route"]["reason"].as_str().unwrap_or_default();
+    assert_eq!(e["trigger"], "invoked", "{e}");
+    assert_eq!(
+        e["route"]["model"],
+        json!({ "tier": "small", "precision": "q8" }),
+        "{e}"
+    );
+    assert!(
+        reason.contains("invoked policy")
+            && reason.contains("large/q6 would take")
+            && reason.contains("estimated"),
+        "{e}"
+    );
+    assert_eq!(e["servedBy"], "small/q8", "{e}");
+    p.shutdown(Duration::from_secs(10));
+}
