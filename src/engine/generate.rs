@@ -25,9 +25,19 @@
 //! Decoding overlaps work as mlx-lm's `generate_step` does: with a greedy sampler the next
 //! token stays on the device, so step `i + 1` is built and queued (`async_eval`) before
 //! token `i` is read back; one evaluation per token.
+//!
+//! Cancellation: `cancel` is read before each prompt chunk, before each decode step is
+//! queued and after each token is read back: an atomic load, never a host sync. What a
+//! cancelled request still runs is the piece in flight, so the pieces are kept short
+//! ([`Pacing::for_device`]): on a GPU 512-token chunks and the overlapped decode (the step
+//! queued ahead is the one more piece); on the CPU chunks sized to take about
+//! [`CPU_CHUNK_TIME`] (one token on a CPU where a token takes longer) and no step queued
+//! ahead (the overlap hides microseconds of graph building behind a step of 0.4-2 s there,
+//! and would make a cancel wait for two steps instead of one).
 
+use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,8 +49,105 @@ use super::cache::KvCache;
 use super::models::{Model, ModelError};
 use super::sample::{host_slice, Sampler, SamplingParams};
 
-/// Longest piece of prompt run in one forward, bounding activation memory.
+/// Longest piece of prompt run in one forward, bounding activation memory; the chunk on a
+/// GPU, where it takes a few milliseconds to a few tens of them for the models in use.
 pub const PREFILL_CHUNK: usize = 512;
+
+/// About how long one prompt chunk takes on the CPU: the most a cancelled request keeps the
+/// model after its flag is set, while it prefills (unless one token takes longer).
+pub const CPU_CHUNK_TIME: Duration = Duration::from_millis(250);
+
+/// How a prompt is cut into chunks (one forward each, the cancel flag read before each).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Chunking {
+    /// Chunks of this many tokens (the last one shorter).
+    Fixed(usize),
+    /// Chunks sized to take about this long: the first is one token, each next one is as
+    /// many tokens as the time per token of the chunk before fits in it, at least one, at
+    /// most twice the chunk before and at most [`PREFILL_CHUNK`].
+    Timed(Duration),
+}
+
+impl Chunking {
+    fn first(self) -> usize {
+        match self {
+            Chunking::Fixed(n) => n.max(1),
+            Chunking::Timed(_) => 1,
+        }
+    }
+
+    /// The size of the chunk after one of `size` tokens (`ran` of them run) took `took`.
+    fn next(self, size: usize, ran: usize, took: Duration) -> usize {
+        match self {
+            Chunking::Fixed(n) => n.max(1),
+            Chunking::Timed(target) => {
+                let per_token = took.as_secs_f64() / ran.max(1) as f64;
+                let fits = if per_token > 0.0 {
+                    (target.as_secs_f64() / per_token) as usize
+                } else {
+                    usize::MAX
+                };
+                fits.clamp(1, (2 * size).min(PREFILL_CHUNK))
+            }
+        }
+    }
+}
+
+/// How generation is cut into the pieces between which `cancel` is read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pacing {
+    pub chunking: Chunking,
+    /// With a greedy sampler, queue decode step `i + 1` before reading token `i` back.
+    pub overlap: bool,
+}
+
+impl Pacing {
+    /// A GPU: 512-token chunks and the overlapped decode. The CPU: chunks of about
+    /// [`CPU_CHUNK_TIME`], one decode step at a time.
+    pub fn for_device() -> Pacing {
+        if super::models::on_gpu() {
+            Pacing {
+                chunking: Chunking::Fixed(PREFILL_CHUNK),
+                overlap: true,
+            }
+        } else {
+            Pacing {
+                chunking: Chunking::Timed(CPU_CHUNK_TIME),
+                overlap: false,
+            }
+        }
+    }
+}
+
+/// Counts of the forwards generation started, over the life of whoever installed it (a
+/// model worker, which reports them in the daemon's status): shared atomics, bumped by
+/// [`generate`] on the thread that installed the meter.
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub prefill_chunks: AtomicU64,
+    pub prefill_tokens: AtomicU64,
+    /// Forwards of one token per candidate after the prompt (decode and constrained start).
+    pub decode_steps: AtomicU64,
+}
+
+thread_local! {
+    static METER: RefCell<Option<Arc<Meter>>> = const { RefCell::new(None) };
+}
+
+impl Meter {
+    /// Count the generations run on this thread from now on.
+    pub fn install(self: &Arc<Self>) {
+        METER.with(|m| *m.borrow_mut() = Some(self.clone()));
+    }
+}
+
+fn metered(f: impl FnOnce(&Meter)) {
+    METER.with(|m| {
+        if let Some(m) = m.borrow().as_deref() {
+            f(m);
+        }
+    });
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenerateRequest {
@@ -128,7 +235,8 @@ pub struct GenerateOutput {
     /// With `branch_first`: per candidate, the summed natural-log probability of its tokens
     /// (each under the model's distribution at its step); else zeros.
     pub logprobs: Vec<f32>,
-    /// Prompt positions run through the model (once, whatever `n`).
+    /// Prompt positions run through the model (once, whatever `n`); fewer than the prompt
+    /// when cancelled while prefilling.
     pub prefill_tokens: usize,
     /// From the call to the prompt's logits being computed.
     pub prefill_time: Duration,
@@ -160,13 +268,35 @@ pub enum GenerateError {
 
 /// Runs `prompt_ids` after what `caches` hold and generates `req.n` candidates, calling
 /// `on_token(candidate, token)` for each token as soon as it is known. `cancel` is checked
-/// between prefill chunks and between decode steps. See the module docs for the cache contract.
+/// between prefill chunks and between decode steps, paced for the device
+/// ([`Pacing::for_device`]). See the module docs for the cache contract.
 pub fn generate(
     model: &Model,
     caches: &mut [KvCache],
     prompt_ids: &[u32],
     req: &GenerateRequest,
     cancel: &AtomicBool,
+    on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<GenerateOutput, GenerateError> {
+    generate_paced(
+        model,
+        caches,
+        prompt_ids,
+        req,
+        cancel,
+        Pacing::for_device(),
+        on_token,
+    )
+}
+
+/// [`generate`] with the pieces cut as `pacing` says.
+pub fn generate_paced(
+    model: &Model,
+    caches: &mut [KvCache],
+    prompt_ids: &[u32],
+    req: &GenerateRequest,
+    cancel: &AtomicBool,
+    pacing: Pacing,
     mut on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<GenerateOutput, GenerateError> {
     let start = Instant::now();
@@ -198,11 +328,13 @@ pub fn generate(
         decode_time: Duration::ZERO,
         first_token_time: Duration::ZERO,
     };
-    let Some(logits) = prefill(model, caches, prompt_ids, cancel)? else {
+    let p = prefill_paced(model, caches, prompt_ids, cancel, pacing.chunking)?;
+    out.prefill_tokens = p.tokens;
+    out.prefill_time = start.elapsed();
+    let Some(logits) = p.logits else {
         out.finish_reasons = vec![FinishReason::Cancelled; n];
         return Ok(out);
     };
-    out.prefill_time = start.elapsed();
     if req.max_tokens == 0 {
         return Ok(out);
     }
@@ -254,6 +386,9 @@ pub fn generate(
                 cancel_unfinished(&mut out.finish_reasons, &finished);
                 return Ok(out);
             }
+            metered(|m| {
+                m.decode_steps.fetch_add(1, Ordering::Relaxed);
+            });
             logits = model.forward(&Array::from_slice(&[t], &[1, 1]), caches)?;
             eval([&logits])?;
         }
@@ -262,7 +397,7 @@ pub fn generate(
     let mut fed = out.candidates[0].len();
 
     let mut sampler = Sampler::new(req.sampling.clone());
-    let overlap = sampler.params().is_greedy();
+    let overlap = pacing.overlap && sampler.params().is_greedy();
     let mut forked;
     let dc: &mut [KvCache] = if n > 1 {
         forked = caches
@@ -381,7 +516,7 @@ fn cancel_unfinished(reasons: &mut [FinishReason], finished: &[bool]) {
     }
 }
 
-/// Runs `ids` (batch 1) through the model in chunks of [`PREFILL_CHUNK`], appending to
+/// Runs `ids` (batch 1) through the model in chunks paced for the device, appending to
 /// `caches`; returns the last position's logits (`[1, vocab]`, evaluated), or `None` when
 /// `cancel` was set between chunks (the caches then hold the chunks already run).
 pub fn prefill(
@@ -390,27 +525,61 @@ pub fn prefill(
     ids: &[u32],
     cancel: &AtomicBool,
 ) -> Result<Option<Array>, GenerateError> {
-    let chunks: Vec<&[u32]> = ids.chunks(PREFILL_CHUNK).collect();
-    let Some((last, head)) = chunks.split_last() else {
+    Ok(prefill_paced(model, caches, ids, cancel, Pacing::for_device().chunking)?.logits)
+}
+
+/// What a prefill did.
+pub struct Prefilled {
+    /// The last position's logits (`[1, vocab]`, evaluated); `None` when cancelled.
+    pub logits: Option<Array>,
+    /// Tokens run (all of them unless cancelled).
+    pub tokens: usize,
+    /// Chunks run.
+    pub chunks: usize,
+}
+
+/// [`prefill`] in chunks cut as `chunking` says; `cancel` is read before each chunk.
+pub fn prefill_paced(
+    model: &Model,
+    caches: &mut [KvCache],
+    ids: &[u32],
+    cancel: &AtomicBool,
+    chunking: Chunking,
+) -> Result<Prefilled, GenerateError> {
+    if ids.is_empty() {
         return Err(GenerateError::EmptyPrompt);
-    };
-    let run = |caches: &mut [KvCache], chunk: &[u32]| {
-        model.forward(&Array::from_slice(chunk, &[1, chunk.len() as i32]), caches)
-    };
-    for chunk in head {
+    }
+    let (mut done, mut chunks) = (0, 0);
+    let mut size = chunking.first();
+    loop {
         if cancel.load(Ordering::Relaxed) {
-            return Ok(None);
+            return Ok(Prefilled {
+                logits: None,
+                tokens: done,
+                chunks,
+            });
         }
-        run(caches, chunk)?;
+        let chunk = &ids[done..(done + size).min(ids.len())];
+        let started = Instant::now();
+        metered(|m| {
+            m.prefill_chunks.fetch_add(1, Ordering::Relaxed);
+            m.prefill_tokens.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        });
+        let logits = model.forward(&Array::from_slice(chunk, &[1, chunk.len() as i32]), caches)?;
+        done += chunk.len();
+        chunks += 1;
+        if done == ids.len() {
+            eval([&logits])?;
+            return Ok(Prefilled {
+                logits: Some(logits),
+                tokens: done,
+                chunks,
+            });
+        }
         // Only the caches are needed from a middle chunk.
         eval(caches.iter().flat_map(KvCache::arrays))?;
+        size = chunking.next(size, chunk.len(), started.elapsed());
     }
-    if cancel.load(Ordering::Relaxed) {
-        return Ok(None);
-    }
-    let logits = run(caches, last)?;
-    eval([&logits])?;
-    Ok(Some(logits))
 }
 
 /// Feeds `y` (`[B]` tokens, maybe still lazy) and returns the next tokens, queued for
@@ -422,6 +591,9 @@ fn decode_step(
     sampler: &mut Sampler,
     score: bool,
 ) -> Result<(Array, Option<Array>), GenerateError> {
+    metered(|m| {
+        m.decode_steps.fetch_add(1, Ordering::Relaxed);
+    });
     let tokens = y.reshape(&[y.dim(0), 1])?.as_dtype(Dtype::Uint32)?;
     let logits = model.forward(&tokens, caches)?;
     let next = sampler.sample(&logits)?;
@@ -926,6 +1098,161 @@ mod tests {
         use crate::engine::models::test_util::{max_abs_diff, tol};
         assert!(max_abs_diff(&a, &b) <= tol(1e-4));
         assert_eq!(chunked[0].offset(), long.len());
+        // Any cut gives those logits: fixed chunks of 7, and chunks timed to a few tokens.
+        for chunking in [
+            Chunking::Fixed(7),
+            Chunking::Timed(Duration::from_micros(1)),
+            Chunking::Timed(Duration::from_secs(1)),
+        ] {
+            let mut caches = model.new_caches();
+            let p = prefill_paced(&model, &mut caches, &long, &cancel, chunking).unwrap();
+            assert!(max_abs_diff(&p.logits.unwrap(), &b) <= tol(1e-4), "{chunking:?}");
+            assert_eq!((p.tokens, caches[0].offset()), (long.len(), long.len()));
+            if chunking == Chunking::Fixed(7) {
+                assert_eq!(p.chunks, long.len().div_ceil(7));
+            }
+        }
+    }
+
+    #[test]
+    fn timed_chunks_fit_the_time_per_token_grow_at_most_twofold_and_stay_within_bounds() {
+        let t = Chunking::Timed(Duration::from_millis(250));
+        let ms = Duration::from_millis;
+        assert_eq!(t.first(), 1);
+        // One token took longer than the target: one token at a time.
+        assert_eq!(t.next(1, 1, ms(500)), 1);
+        assert_eq!(t.next(8, 8, ms(4000)), 1);
+        // Fast tokens: at most twice the chunk before.
+        assert_eq!(t.next(1, 1, ms(1)), 2);
+        assert_eq!(t.next(64, 64, ms(1)), 128);
+        // What fits: 25 ms a token, 10 tokens in 250 ms.
+        assert_eq!(t.next(16, 16, ms(400)), 10);
+        // A short last chunk (3 run of 16) measures per token run.
+        assert_eq!(t.next(16, 3, ms(75)), 10);
+        assert_eq!(t.next(512, 512, Duration::ZERO), PREFILL_CHUNK);
+        assert_eq!(Chunking::Fixed(512).next(512, 512, ms(9000)), 512);
+        assert_eq!(Chunking::Fixed(0).first(), 1);
+    }
+
+    /// Runs `work` on this thread with a meter installed while another thread sets `cancel`
+    /// once `count(meter)` reaches `at`, then reads the count at once. Returns what `work`
+    /// returned, the count read right after the flag was set (`None`: `work` ended first),
+    /// and the count at the end.
+    fn cancel_when<T>(
+        at: u64,
+        count: fn(&Meter) -> u64,
+        work: impl FnOnce(&AtomicBool) -> T,
+    ) -> (T, Option<u64>, u64) {
+        let meter = Arc::new(Meter::default());
+        meter.install();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
+        let setter = {
+            let (meter, cancel, finished) = (meter.clone(), cancel.clone(), finished.clone());
+            std::thread::spawn(move || {
+                while !finished.load(Ordering::SeqCst) {
+                    if count(&meter) >= at {
+                        cancel.store(true, Ordering::SeqCst);
+                        return Some(count(&meter));
+                    }
+                    std::hint::spin_loop();
+                }
+                None
+            })
+        };
+        let out = work(&cancel);
+        finished.store(true, Ordering::SeqCst);
+        let seen = setter.join().unwrap();
+        METER.with(|m| *m.borrow_mut() = None);
+        (out, seen, count(&meter))
+    }
+
+    #[test]
+    fn a_cancel_set_during_prefill_stops_it_before_the_next_chunk() {
+        let model = tiny_model(Arch::Qwen2, 33);
+        // 3000 chunks of one token: the prefill runs for a while unless it stops.
+        let long: Vec<u32> = (0..3000u32).map(|i| i * 13 % 97).collect();
+        let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
+        for chunking in [Chunking::Fixed(1), Chunking::Timed(Duration::from_nanos(1))] {
+            let mut caches = model.new_caches();
+            let pacing = Pacing {
+                chunking,
+                overlap: false,
+            };
+            let (out, seen, ran) = cancel_when(3, chunks, |cancel| {
+                generate_paced(&model, &mut caches, &long, &req(4, 1), cancel, pacing, |_, _| {
+                    Control::Continue
+                })
+                .unwrap()
+            });
+            let seen = seen.expect("the flag was set while the prefill ran");
+            assert!(
+                ran <= seen + 1,
+                "{chunking:?}: {ran} chunks ran, {seen} had started when the flag was set"
+            );
+            assert!(ran < long.len() as u64, "{chunking:?}: stopped early");
+            assert_eq!(out.finish_reasons, [FinishReason::Cancelled]);
+            assert!(out.candidates[0].is_empty());
+            assert_eq!(out.prefill_tokens, ran as usize, "one token a chunk");
+            assert_eq!(caches[0].offset(), out.prefill_tokens, "the chunks run are kept");
+        }
+    }
+
+    #[test]
+    fn a_cancel_set_during_decode_stops_it_before_the_next_step() {
+        let model = tiny_model(Arch::Qwen3, 34);
+        let steps = |m: &Meter| m.decode_steps.load(Ordering::SeqCst);
+        for overlap in [false, true] {
+            let pacing = Pacing {
+                chunking: Chunking::Fixed(PREFILL_CHUNK),
+                overlap,
+            };
+            let mut caches = model.new_caches();
+            let max = 3000;
+            let (out, seen, ran) = cancel_when(5, steps, |cancel| {
+                generate_paced(
+                    &model,
+                    &mut caches,
+                    &PROMPT,
+                    &req(max, 1),
+                    cancel,
+                    pacing,
+                    |_, _| Control::Continue,
+                )
+                .unwrap()
+            });
+            let seen = seen.expect("the flag was set while decoding");
+            assert!(
+                ran <= seen + 1,
+                "overlap {overlap}: {ran} steps queued, {seen} had been when the flag was set"
+            );
+            assert_eq!(out.finish_reasons, [FinishReason::Cancelled]);
+            assert!(out.candidates[0].len() < max);
+            // Every token read back came from a step but the first (from the prompt).
+            assert!(out.candidates[0].len() as u64 <= ran + 1);
+        }
+    }
+
+    #[test]
+    fn overlapped_and_step_by_step_decoding_agree() {
+        let model = tiny_model(Arch::Qwen2, 35);
+        let go = |overlap: bool, r: &GenerateRequest| {
+            let pacing = Pacing {
+                chunking: Chunking::Timed(CPU_CHUNK_TIME),
+                overlap,
+            };
+            let mut caches = model.new_caches();
+            let no = AtomicBool::new(false);
+            let out = generate_paced(&model, &mut caches, &PROMPT, r, &no, pacing, |_, _| {
+                Control::Continue
+            })
+            .unwrap();
+            (out.candidates, out.finish_reasons, caches[0].offset())
+        };
+        for r in [req(9, 1), req(6, 3)] {
+            assert_eq!(go(true, &r), go(false, &r), "{r:?}");
+        }
+        assert_eq!(go(false, &req(9, 1)).0[0], greedy_reference(&model, 9));
     }
 
     #[test]
