@@ -21,8 +21,7 @@
 #              (N_CTX, default 4096, and BATCH, default 4096: for the whole-file case sets
 #              N_CTX=8192 BATCH=2048, llama-server's default batch and laya's default budget);
 #   laya-quality  only `laya bench quality` on CASES, once per prompt variant in VARIANTS
-#              (default: "default header"; `default` is laya's defaults, `header` adds the
-#              repository-level header to every prompt, `{"fileHeader":true}`; `nocontext`
+#              (default: "default"; `default` is laya's defaults; `nocontext`
 #              brings back nothing the window cut off, contextShare 0; `list` writes what it
 #              brings back as a list, not the file's outline; `suffix0.15`; NAME=JSON runs
 #              with settings JSON, answers named after NAME, e.g. 'b4096={"budget":{"maxTokens":4096}}'); score the
@@ -119,10 +118,9 @@ for step in $STEPS; do
       --n-ctx "${N_CTX:-4096}" --batch-size "${BATCH:-4096}" \
       --server-log "$out/llama-server-$TAG-$SET.log" --out "$out/llama-server-$TAG-$SET.json" 2>>"$log.err" ;;
   laya-quality)
-    for variant in ${VARIANTS:-default header}; do
+    for variant in ${VARIANTS:-default}; do
       case $variant in
       default) extra=() ;;
-      header) extra=(--settings '{"fileHeader":true}') ;;
       nocontext) extra=(--settings '{"budget":{"contextShare":0}}') ;;
       list) extra=(--settings '{"contextLayout":"list"}') ;;
       suffix0.15) extra=(--settings "{$long_suffix}") ;;

@@ -137,30 +137,6 @@ fn suffix_share_follows_the_model_size() {
     );
 }
 
-/// `fileHeader` puts the repository's name and the file's path (relative to the workspace)
-/// before a prompt that shows no other file; off (the default) the prompt is plain FIM.
-#[test]
-fn file_header_setting_names_the_repository_and_file() {
-    let fixture = "fn main() {\n    $0\n}\n";
-    let plain = prompt_with(
-        "rust",
-        "src/main.rs",
-        fixture,
-        &CompletionSettings::default(),
-        None,
-    );
-    assert!(plain.starts_with("<|fim_prefix|>fn main() {"), "{plain}");
-    let settings = CompletionSettings {
-        file_header: true,
-        ..CompletionSettings::default()
-    };
-    let headed = prompt_with("rust", "src/main.rs", fixture, &settings, None);
-    assert_eq!(
-        headed,
-        format!("<|repo_name|>repo\n<|file_sep|>src/main.rs\n{plain}")
-    );
-}
-
 #[test]
 fn python() {
     check(

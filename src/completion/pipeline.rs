@@ -75,9 +75,6 @@ pub struct CompletionSettings {
     /// 372 exact lines of 1,200 masked lines, 217 against 214 of 600 file windows; 0.5B: 106
     /// against 109, 74 against 68; docs/benchmarks.md, "Token healing").
     pub heal_indentation: bool,
-    /// Begin every prompt with the repository's name and the file's path (Qwen's
-    /// repository-level form), not only those that show other files.
-    pub file_header: bool,
     /// How this file's definitions cut off by the budget are written above the window.
     pub context_layout: ContextLayout,
 }
@@ -97,7 +94,6 @@ impl Default for CompletionSettings {
             typing_through: true,
             anchor_max_bytes: 512,
             heal_indentation: false,
-            file_header: false,
             context_layout: ContextLayout::default(),
         }
     }
@@ -512,7 +508,6 @@ impl Pipeline {
                         local_context: &local,
                         outline: settings.context_layout == ContextLayout::Outline,
                         other_files: &snippets,
-                        file_header: settings.file_header,
                     },
                     &budget,
                 );

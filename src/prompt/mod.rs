@@ -181,9 +181,6 @@ pub struct PromptInput<'a> {
     pub outline: bool,
     /// Snippets of other files, most relevant first.
     pub other_files: &'a [Snippet],
-    /// Show the repository name and the file's path (the repository-level form) even when
-    /// no other file contributes.
-    pub file_header: bool,
 }
 
 /// The prompt text and what it kept.
@@ -273,7 +270,7 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
 
 /// Build a Qwen FIM prompt inside `budget`. Stable parts come first so consecutive
 /// keystrokes share the longest token prefix: other files (repo-level form, when there are
-/// any or `file_header` asks for it), then the current file's path, the context cut off from
+/// any), then the current file's path, the context cut off from
 /// its prefix, the prefix window, and last the suffix. Indentation is kept byte for byte.
 pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let total = budget.max_tokens * BYTES_PER_TOKEN;
@@ -282,7 +279,7 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
 
     let mut header = String::new();
     let mut context_files = 0;
-    if !input.other_files.is_empty() || input.file_header {
+    if !input.other_files.is_empty() {
         header.push_str("<|repo_name|>");
         header.push_str(input.repo_name);
         header.push('\n');
@@ -379,26 +376,6 @@ mod budget_tests {
             p.text,
             "<|fim_prefix|>def f():\n\t<|fim_suffix|>\nf()\n<|fim_middle|>"
         );
-    }
-
-    #[test]
-    fn file_header_shows_the_repository_and_path_without_other_files() {
-        let p = build(
-            &PromptInput {
-                repo_name: "demo",
-                path: "src/a.py",
-                prefix: "def f():\n\t",
-                suffix: "\nf()\n",
-                file_header: true,
-                ..Default::default()
-            },
-            &Budget::default(),
-        );
-        assert_eq!(
-            p.text,
-            "<|repo_name|>demo\n<|file_sep|>src/a.py\n<|fim_prefix|>def f():\n\t<|fim_suffix|>\nf()\n<|fim_middle|>"
-        );
-        assert_eq!(p.context_files, 0);
     }
 
     #[test]
