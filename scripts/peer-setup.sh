@@ -49,8 +49,8 @@ done
 # so that a crash (SIGSEGV, SIGILL) is a failed check, not the end of this script.
 problem() {
   [[ -x $PY ]] || { echo "no venv"; return; }
-  local out
-  if ! out=$("$PY" - "$LLAMA_CPP_PYTHON_VERSION" "$MODEL" 2>&1 <<'PYEOF'
+  local out rc=0
+  out=$("$PY" - "$LLAMA_CPP_PYTHON_VERSION" "$MODEL" 2>&1 <<'PYEOF'
 import sys
 import llama_cpp, gguf  # noqa: F401
 assert llama_cpp.__version__ == sys.argv[1], f"llama_cpp {llama_cpp.__version__}, want {sys.argv[1]}"
@@ -59,8 +59,11 @@ out = llm.create_completion("def fibonacci(n):", max_tokens=1, temperature=0.0)
 assert out["usage"]["completion_tokens"] == 1, out
 print("ok")
 PYEOF
-  ); then
-    echo "${out:-the check exited without output}" | tail -n 15
+  ) || rc=$?
+  if ((rc > 128)); then
+    echo "the check was killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))${out:+: }$(tail -n 15 <<<"$out")"
+  elif ((rc != 0)); then
+    echo "the check failed (exit status $rc)${out:+: }$(tail -n 15 <<<"$out")"
   fi
 }
 
