@@ -744,8 +744,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             remote,
             in_process,
         } => {
-            lsp(serve, remote, in_process, cli.device)?;
-            Ok(ExitCode::SUCCESS)
+            let code = exit_code(lsp(serve, remote, in_process, cli.device)?);
+            // Leave at once: a model still loading on its own thread, the blocking read of
+            // stdin or a daemon connection must not keep `laya lsp` alive after `exit` or
+            // the end of its input (nor its teardown: see `skip_teardown`).
+            #[cfg(target_os = "linux")]
+            skip_teardown(&code);
+            #[cfg(not(target_os = "linux"))]
+            Ok(code)
         }
         Command::Serve { serve } => {
             let config = serve.daemon_config(cli.device)?;
@@ -1392,7 +1398,8 @@ fn bench_engine(
     Ok(())
 }
 
-fn lsp(serve: ServeArgs, remote: RemoteArgs, in_process: bool, device: DevicePref) -> Result<()> {
+/// `laya lsp`; returns LSP's exit status (0 after `shutdown`, else 1).
+fn lsp(serve: ServeArgs, remote: RemoteArgs, in_process: bool, device: DevicePref) -> Result<u8> {
     use laya::{
         daemon::{ClientConfig, DaemonEngine, SpawnCommand},
         engine::{
@@ -1454,8 +1461,11 @@ fn lsp(serve: ServeArgs, remote: RemoteArgs, in_process: bool, device: DevicePre
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(serve_stdio(source));
-    Ok(())
+    let ending = rt.block_on(serve_stdio(source));
+    // Tokio's stdin is a blocking read on a thread of its own that nothing can cancel: do not
+    // wait for it (or for anything else still running) to shut the runtime down.
+    rt.shutdown_background();
+    Ok(ending.exit_code())
 }
 
 /// An engine that only says why there is none.

@@ -9,6 +9,7 @@
 
 pub mod convert;
 pub mod panic_guard;
+pub mod transport;
 pub mod workspace;
 
 use std::sync::{
@@ -22,7 +23,7 @@ use serde_json::Value;
 use tower_lsp_server::{
     jsonrpc::Result as RpcResult,
     lsp_types::{self as lsp, notification::Progress as ProgressNote, request::WorkDoneProgressCreate, *},
-    Client, LanguageServer, LspService, Server,
+    Client, LanguageServer, LspService,
 };
 
 use crate::{
@@ -643,10 +644,8 @@ pub fn build_service(source: EngineSource) -> (LspService<LayaServer>, tower_lsp
         .finish()
 }
 
-/// Serve LSP on stdin/stdout until the client exits.
-pub async fn serve_stdio(source: EngineSource) {
-    let (service, socket) = build_service(source);
-    Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
-        .serve(panic_guard::CatchPanic(service))
-        .await;
+/// Serve LSP on stdin/stdout until the client sends `exit` or closes stdin; see
+/// [`transport`]. The ending's [`transport::Ending::exit_code`] is the process's status.
+pub async fn serve_stdio(source: EngineSource) -> transport::Ending {
+    transport::serve_lsp(source, tokio::io::stdin(), tokio::io::stdout()).await
 }
