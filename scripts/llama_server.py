@@ -18,7 +18,7 @@ of at least N tokens into place, as llama.cpp's editor plugins configure it.
 
 Run as a script it checks a llama-server binary: `python3 scripts/llama_server.py --check BIN
 MODEL.gguf` starts it on the GGUF, asks /completion for one token and exits 0 only when a
-token came back (gpu-real-bench.sh runs it on the binary it carries or builds).
+token came back (scripts/gpu/gpu-real-bench.sh runs it on the binary it carries or builds).
 """
 
 import argparse

@@ -13,7 +13,7 @@ use laya::engine::runtime::{use_device, DevicePref};
 static MLX: Mutex<()> = Mutex::new(());
 
 /// Take the MLX lock and select the device named by `LAYA_DEVICE` (default cpu), so the
-/// same tests run on the CPU here and on a GPU through `scripts/cuda-ops.sh`.
+/// same tests run on the CPU here and on a GPU through `scripts/gpu/cuda-ops.sh`.
 pub fn mlx() -> (MutexGuard<'static, ()>, Backend) {
     let guard = MLX.lock().unwrap_or_else(|p| p.into_inner());
     let pref = match std::env::var("LAYA_DEVICE").as_deref() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine after `scripts/cuda-ops.sh unbundle`: the real-model numbers of
+# On the GPU machine after `scripts/gpu/cuda-ops.sh unbundle`: the real-model numbers of
 # docs/benchmarks.md for one GGUF (default: the 0.5B) at q8 on MLX CUDA. STEPS picks them:
 #   complete   `laya complete examples/fib.py:5:1` (sanity: a real completion, time split);
 #   quality    `laya bench quality` over all cases beside llama.cpp's answers (PEER), at the
@@ -9,7 +9,7 @@
 #              fresh prompts with a short suffix (all with the prefix store), and no reuse;
 #   llama      build llama.cpp's llama-server with CUDA (sm_90) from .peer/llama.cpp.tar.xz into
 #              /tmp/llama-cuda (once per machine; the source is llama-cpp-python 0.3.36's
-#              vendored llama.cpp, packed here by scripts/peer-cuda-source.sh);
+#              vendored llama.cpp, packed here by scripts/gpu/peer-cuda-source.sh);
 #   peer-typing  the typing traces of `typing` (anchored) and the long-file traces in LONG
 #              (FILE:LINE:LANG ..., 2k-token prompts) through laya, then the same keystrokes
 #              through that llama-server's /infill with cache_prompt, without and with
@@ -28,7 +28,7 @@
 #              answers against server-quality's with bench/quality/score.py.
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 G=${GGUF:-/tmp/laya-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}
 PEER=${PEER:-bench/quality/results/llama.cpp-0.5b.json}
 TAG=${TAG:-0.5b}
@@ -43,7 +43,7 @@ if [[ $CASES == *.xz ]]; then  # a compressed case file (cases-xl-file.jsonl.xz)
 fi
 SET=$(basename "$CASES" .jsonl)
 LONG=${LONG:-}
-laya() { scripts/cuda-ops.sh exec .device/laya --device gpu "$@"; }
+laya() { scripts/gpu/cuda-ops.sh exec .device/laya --device gpu "$@"; }
 say() { echo "== $* ($(date +%T))" | tee -a "$log"; }
 short='"budget":{"suffixShare":0.02}'
 long_suffix='"budget":{"suffixShare":0.15}'

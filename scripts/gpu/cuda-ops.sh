@@ -1,43 +1,43 @@
 #!/usr/bin/env bash
 # Builds laya's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
 #
-#   scripts/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
-#                               # deps: the GPU machine has them), builds tests/mlx_ops.rs and the
-#                               # laya binary into .device/ (debug info stripped) and packs the
-#                               # 135 MiB libmlx.so and its JIT headers (xz) into 40 MiB parts
-#                               # (64 MiB a call)
-#   scripts/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
-#                               # /tmp/laya-cuda, points the loader at them and at the machine's
-#                               # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu, then
-#                               # the same binary on the CPU for reference
-#   scripts/cuda-ops.sh stage N # on the GPU machine: copy part N to /tmp/laya-cuda (for
-#                               # transports that carry one part per call)
-#   scripts/cuda-ops.sh bench [SHAPE...]
-#                               # on the GPU machine: libs as for `run`, then `laya bench engine`
-#                               # on synthetic weights of each SHAPE (default: qwen2.5-coder-3b
-#                               # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
-#                               # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
-#                               # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
-#   scripts/cuda-ops.sh bundle GGUF...
-#                               # here, after `build`: packs the laya binary (xz) and the GGUF
-#                               # files (libmlx's parts too with LAYA_BUNDLE_MLX=1, and the files
-#                               # in LAYA_BUNDLE_EXTRA, unpacked to /tmp) into parts
-#                               # .device/bundle/part.NN, for transports that carry 64 MiB a
-#                               # call with the working tree (one part each): a part is 64 MiB
-#                               # less the tracked files and 2 MiB (LAYA_BUNDLE_PART_MB sets it)
-#   scripts/cuda-ops.sh stage-part NAME
-#                               # on the GPU machine: keep carried part NAME in /tmp/laya-bundle
-#   scripts/cuda-ops.sh unbundle
-#                               # on the GPU machine: joins the parts; laya to .device/laya,
-#                               # libmlx to /tmp/laya-cuda, the GGUF files to /tmp/laya-models,
-#                               # extra files to /tmp
-#   scripts/cuda-ops.sh exec CMD...
-#                               # on the GPU machine: libs as for `run`, then CMD (diagnostics)
+#   scripts/gpu/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
+#                                   # deps: the GPU machine has them), builds tests/mlx_ops.rs and the
+#                                   # laya binary into .device/ (debug info stripped) and packs the
+#                                   # 135 MiB libmlx.so and its JIT headers (xz) into 40 MiB parts
+#                                   # (64 MiB a call)
+#   scripts/gpu/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
+#                                   # /tmp/laya-cuda, points the loader at them and at the machine's
+#                                   # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu, then
+#                                   # the same binary on the CPU for reference
+#   scripts/gpu/cuda-ops.sh stage N # on the GPU machine: copy part N to /tmp/laya-cuda (for
+#                                   # transports that carry one part per call)
+#   scripts/gpu/cuda-ops.sh bench [SHAPE...]
+#                                   # on the GPU machine: libs as for `run`, then `laya bench engine`
+#                                   # on synthetic weights of each SHAPE (default: qwen2.5-coder-3b
+#                                   # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
+#                                   # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
+#                                   # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
+#   scripts/gpu/cuda-ops.sh bundle GGUF...
+#                                   # here, after `build`: packs the laya binary (xz) and the GGUF
+#                                   # files (libmlx's parts too with LAYA_BUNDLE_MLX=1, and the files
+#                                   # in LAYA_BUNDLE_EXTRA, unpacked to /tmp) into parts
+#                                   # .device/bundle/part.NN, for transports that carry 64 MiB a
+#                                   # call with the working tree (one part each): a part is 64 MiB
+#                                   # less the tracked files and 2 MiB (LAYA_BUNDLE_PART_MB sets it)
+#   scripts/gpu/cuda-ops.sh stage-part NAME
+#                                   # on the GPU machine: keep carried part NAME in /tmp/laya-bundle
+#   scripts/gpu/cuda-ops.sh unbundle
+#                                   # on the GPU machine: joins the parts; laya to .device/laya,
+#                                   # libmlx to /tmp/laya-cuda, the GGUF files to /tmp/laya-models,
+#                                   # extra files to /tmp
+#   scripts/gpu/cuda-ops.sh exec CMD...
+#                                   # on the GPU machine: libs as for `run`, then CMD (diagnostics)
 #
 # Environment for `run` and `bench`: NVIDIA_SITE, the site-packages holding nvidia/{cu13,cudnn,nccl}
 # (default: found through python3's torch installation).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 MLX_VERSION=0.32.2
 CACHE="${LAYA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/laya}"
 CUDA_HOME_MLX="$CACHE/mlx/cuda13-$MLX_VERSION"
@@ -151,7 +151,7 @@ bench)
   ;;
 bundle)
   shift
-  [[ -x "$OUTD/laya" ]] || { echo "cuda-ops: run \`scripts/cuda-ops.sh build\` first" >&2; exit 1; }
+  [[ -x "$OUTD/laya" ]] || { echo "cuda-ops: run \`scripts/gpu/cuda-ops.sh build\` first" >&2; exit 1; }
   work=$(mktemp -d)
   xz -T2 -6 -c "$OUTD/laya" >"$work/laya.xz"
   # libmlx's parts go separately (`stage aa`, `stage ab`) unless asked for here.
@@ -191,5 +191,5 @@ exec)
   exec "$@"
   ;;
 *)
-  sed -n '2,26p' "$0"; exit 2 ;;
+  awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 2 ;;
 esac

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the GPU machine after `scripts/cuda-ops.sh unbundle`: runs a few masked-line cases of
+# On the GPU machine after `scripts/gpu/cuda-ops.sh unbundle`: runs a few masked-line cases of
 # bench/quality on the real GGUF at each precision and with MLX's CUDA switches, to find which
 # configuration gives sane completions. Prints one table per configuration; with FULL=1 also
 # runs all cases for the configurations that reach a non-zero exact-line rate.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export LAYA_CACHE_DIR=${LAYA_CACHE_DIR:-/tmp/lc}
 G=${GGUF:-/tmp/laya-models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf}
 out=${OUT:-/tmp}
@@ -12,7 +12,7 @@ run() { # label env... -- args...
   local label=$1; shift
   local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
   echo "== $label"
-  env "${envs[@]}" timeout 150 scripts/cuda-ops.sh exec .device/laya --device gpu bench quality --model "$G" \
+  env "${envs[@]}" timeout 150 scripts/gpu/cuda-ops.sh exec .device/laya --device gpu bench quality --model "$G" \
     --limit "${LIMIT:-2}" --compare bench/quality/results/llama.cpp-0.5b.json --out "$out/probe-$label.json" "$@" \
     2>"$out/probe-$label.err" | grep -E "^\| all|^\| python" || tail -2 "$out/probe-$label.err"
 }

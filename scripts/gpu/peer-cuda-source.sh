@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Packs the llama.cpp source that `scripts/gpu-real-bench.sh` step `llama` builds with CUDA on
+# Packs the llama.cpp source that `scripts/gpu/gpu-real-bench.sh` step `llama` builds with CUDA on
 # the GPU machine (which reaches no registry): llama.cpp as vendored by llama-cpp-python 0.3.36
 # (the same llama.cpp as the CPU peer of scripts/peer-setup.sh), from its PyPI sdist, without
 # the parts a CUDA `llama-server` does not build (docs, models, tests, examples, other
 # backends, the web UI's sources). Writes .peer/llama.cpp.tar.xz (~4.5 MB; `.peer/` is for
 # carried files and stays out of git: add it to .git/info/exclude).
 #
-#   scripts/peer-cuda-source.sh
+#   scripts/gpu/peer-cuda-source.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 VERSION=0.3.36
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
