@@ -7,7 +7,10 @@
 //! 3. a multi-line completion stops at the first line indented less than the cursor's block;
 //! 4. trailing whitespace is trimmed, and an empty result is no completion at all;
 //! 5. closing brackets and quotes that already follow the cursor are not inserted twice: when
-//!    the completion ends with the rest of the line, the item replaces that rest instead.
+//!    the completion ends with the rest of the line, the item replaces that rest instead;
+//! 6. an answer whose first line, completed as the cursor's line, is the next non-blank line
+//!    after the cursor is no completion: accepting it would leave that line twice (a model
+//!    that skips to the suffix writes it; single-line and block answers alike).
 
 /// The text around the cursor that the rules look at.
 #[derive(Clone, Copy, Debug)]
@@ -81,7 +84,26 @@ pub fn process(raw: &str, s: &Surroundings) -> Option<Edit> {
     if text.trim().is_empty() {
         return None;
     }
-    Some(merge_closers(text, s.line_suffix))
+    let edit = merge_closers(text, s.line_suffix);
+    (!repeats_next_line(&edit, s)).then_some(edit)
+}
+
+/// Whether the cursor's line as `edit` leaves it (the text before the cursor, the edit's first
+/// line and, for a one-line edit, what stays after it) is the next non-blank line after the
+/// cursor's line, indentation included (trailing whitespace aside).
+pub fn repeats_next_line(edit: &Edit, s: &Surroundings) -> bool {
+    let Some(next) = s.after_line.lines().find(|l| !l.trim().is_empty()) else {
+        return false;
+    };
+    let (first, rest_of_line) = match edit.text.split_once('\n') {
+        Some((first, _)) => (first, ""),
+        None => (
+            edit.text.as_str(),
+            s.line_suffix.get(edit.replace_len..).unwrap_or(""),
+        ),
+    };
+    let line = format!("{}{first}{rest_of_line}", s.line_prefix);
+    line.trim_end() == next.trim_end()
 }
 
 /// Cut `middle` where it starts re-creating the text after the cursor: at the first line of
@@ -254,6 +276,78 @@ mod tests {
                 "func f() {\n\tif x {\n\t\t$0\n\t}\n}\n",
                 "y()\n\t\tz()\n\t}\n}",
                 edit("y()\n\t\tz()", 0),
+            ),
+        ];
+        for (name, doc, raw, want) in cases {
+            assert_eq!(&run(doc, raw), want, "{name}");
+        }
+    }
+
+    /// An answer that is the next line again is no suggestion, in every language and for
+    /// single-line and block answers alike; the same text at another indentation, or a line
+    /// that only resembles the next one, stays.
+    #[test]
+    fn an_answer_repeating_the_next_line_is_dropped() {
+        let cases: &[(&str, &str, &str, Option<Edit>)] = &[
+            (
+                "python: the indented blank line above `return area`",
+                "def area(w, h):\n    area = w * h\n    $0\n    return area\n",
+                "return area",
+                None,
+            ),
+            (
+                "python: the model wrote the indentation itself",
+                "def area(w, h):\n    area = w * h\n$0\n    return area\n",
+                "    return area\n",
+                None,
+            ),
+            (
+                "a block answer starting with the next line",
+                "def area(w, h):\n    area = w * h\n    $0\n    return area\n",
+                "return area\n\nprint(area(2, 3))",
+                None,
+            ),
+            (
+                "blank lines between the cursor and the next line",
+                "fn f() -> i32 {\n    let x = 1;\n    $0\n\n    x + 1\n}\n",
+                "x + 1",
+                None,
+            ),
+            (
+                "typescript: typed start of the next line completed to it",
+                "function f(a: number) {\n  const b = a * 2;\n  ret$0\n  return b;\n}\n",
+                "urn b;",
+                None,
+            ),
+            (
+                "go, with tabs",
+                "func f() int {\n\tx := 1\n\t$0\n\treturn x\n}\n",
+                "return x",
+                None,
+            ),
+            (
+                "mid-line: the completed line, with what follows the cursor, is the next one",
+                "int f(int a) {\n    int b = g($0);\n    int b = g(a);\n}\n",
+                "a",
+                None,
+            ),
+            (
+                "the same text at another indentation is another line",
+                "if x:\n    if y:\n        $0\n    }\n",
+                "}",
+                edit("}", 0),
+            ),
+            (
+                "a line like the next one but not it stays",
+                "def area(w, h):\n    area = w * h\n    $0\n    return area\n",
+                "return area * 2",
+                edit("return area * 2", 0),
+            ),
+            (
+                "the next line of a block answer may repeat later lines",
+                "def f(x):\n    $0\n    return y\n",
+                "y = x + 1\n    return y",
+                edit("y = x + 1", 0),
             ),
         ];
         for (name, doc, raw, want) in cases {
