@@ -22,20 +22,26 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SNIPPET = HERE / "languages.toml"
 
-# Helix's names for the languages laya completes (src/syntax/languages.rs), with the language
-# servers Helix configures for each by default (helix languages.toml, 2025/2026).
-HELIX_DEFAULTS = {
-    "python": ["ty", "ruff", "jedi", "pylsp", "zuban"],
-    "rust": ["rust-analyzer"],
-    "typescript": ["typescript-language-server"],
-    "tsx": ["typescript-language-server"],
-    "javascript": ["typescript-language-server"],
-    "jsx": ["typescript-language-server"],
-    "go": ["gopls", "golangci-lint-lsp"],
-    "c": ["clangd"],
-    "cpp": ["clangd"],
-    "java": ["jdtls"],
-}
+# Helix's own languages.toml of its latest release, vendored (Helix is MPL-2.0; the file is
+# unchanged from the tag 25.07.1, commit a05c151bb6e8e9c65ec390b0ae2afe7a5efd619b).
+HELIX_VERSION = "25.07.1"
+HELIX_LANGUAGES = HERE / "testdata" / f"helix-{HELIX_VERSION}-languages.toml"
+
+# Helix's names for the languages laya completes (src/syntax/languages.rs).
+LAYA_LANGUAGES = ["python", "rust", "typescript", "tsx", "javascript", "jsx", "go", "c", "cpp", "java"]
+
+
+def helix_release():
+    """(the language servers the release defines, each language's default server list)."""
+    with open(HELIX_LANGUAGES, "rb") as f:
+        doc = tomllib.load(f)
+    defaults = {l["name"]: [s if isinstance(s, str) else s["name"] for s in l.get("language-servers", [])]
+                for l in doc["language"]}
+    return set(doc["language-server"]), defaults
+
+
+HELIX_SERVERS, HELIX_LANGUAGE_SERVERS = helix_release()
+HELIX_DEFAULTS = {name: HELIX_LANGUAGE_SERVERS[name] for name in LAYA_LANGUAGES}
 
 # Keys Helix accepts (book/src/languages.md).
 SERVER_KEYS = {"command", "args", "config", "timeout", "environment", "required-root-patterns"}
@@ -123,8 +129,19 @@ class HelixSnippet(unittest.TestCase):
                 self.assertEqual(laya.get("only-features"), ["completion"])
                 # Helix's own servers stay (the list replaces Helix's default one).
                 self.assertEqual([n for n in names if n != "laya"], HELIX_DEFAULTS[lang["name"]])
+                # Every name is a server the released Helix defines, or the snippet's own:
+                # Helix logs an error for an undefined one at every start.
                 for n in names:
-                    self.assertTrue(n in defined or n in HELIX_DEFAULTS[lang["name"]], n)
+                    self.assertTrue(
+                        n in defined or n in HELIX_SERVERS,
+                        f"`{n}` is not a language server Helix {HELIX_VERSION} defines",
+                    )
+
+    def test_vendored_release_is_the_one_named(self):
+        text = HELIX_LANGUAGES.read_text()
+        self.assertTrue(text.startswith("# Language support configuration."), HELIX_LANGUAGES)
+        self.assertIn("python", HELIX_LANGUAGE_SERVERS)
+        self.assertNotIn("zuban", HELIX_SERVERS, "25.07.1 does not define zuban")
 
     @unittest.skipUnless(shutil.which("hx"), "hx (Helix) is not installed")
     def test_helix_health(self):
