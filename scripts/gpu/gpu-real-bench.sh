@@ -2,8 +2,9 @@
 # On the GPU machine after `scripts/gpu/cuda-ops.sh unbundle`: the real-model numbers of
 # docs/benchmarks.md for one GGUF (default: the 0.5B) at q8 on MLX CUDA. STEPS picks them:
 #   complete   `laya complete examples/fib.py:5:1` (sanity: a real completion, time split);
-#   quality    `laya bench quality` over all cases beside llama.cpp's answers (PEER), at the
-#              default suffix share (0.02) and the older one (0.15), the two FIM-suffix strategies;
+#   quality    `laya bench quality` over all cases beside llama.cpp's answers (PEER), at laya's
+#              default suffix share (by model size: 0.02 under 1B parameters, 0.06 above) and at
+#              0.15;
 #   typing     `laya bench typing` over the first case of each language (2048-token budget,
 #              16 tokens): anchored prompts (the default), fresh prompts with a 0.15 suffix,
 #              fresh prompts with a short suffix (all with the prefix store), and no reuse;
@@ -54,7 +55,7 @@ for step in $STEPS; do
     say "complete examples/fib.py:5:1"
     laya complete examples/fib.py:5:1 --model "$G" 2>&1 | tee -a "$log" ;;
   quality)
-    say "bench quality (suffix share 0.02, the default)"
+    say "bench quality (the default suffix share)"
     laya bench quality --model "$G" --precision q8 --compare "$PEER" --out "$out/q-$TAG.json" 2>>"$log.err" | tee -a "$log"
     say "bench quality (suffix share 0.15)"
     laya bench quality --model "$G" --precision q8 --compare "$PEER" --settings "{$long_suffix}" \
