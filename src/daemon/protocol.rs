@@ -11,15 +11,17 @@
 //! zero or more `{"type":"piece","index":0,"text":"…"}` (only with `"stream":true`), then one
 //! `{"type":"done","output":{…}}` or `{"type":"error","error":{"message":…,"kind":…}}`, and
 //! the daemon closes the connection. Closing the connection (or its write half) before the
-//! answer cancels the request: queued, it leaves the queue; running, generation stops at the
-//! next decode step.
+//! answer cancels the request: the daemon reads the connection while the request waits and
+//! runs, so it notices at once; queued, the request leaves the queue; running, generation
+//! stops before the next prompt chunk or decode step.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{
-    Choice, CompletionOutput, CompletionRequest, FinishReason, ModelFacts, ModelKey, SamplingParams, Timing,
+    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, FinishReason, ModelFacts, ModelKey,
+    SamplingParams, Timing,
 };
 
 /// Bumped when a message changes incompatibly.
@@ -274,6 +276,10 @@ pub struct DaemonStatus {
     pub default: String,
     pub models: Vec<ModelStatus>,
     pub queue: QueueStatus,
+    /// Requests whose client went away before their answer (connection closed, HTTP client
+    /// gone, stream dropped): each had its cancel flag set when the daemon noticed.
+    #[serde(default)]
+    pub abandoned: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -304,6 +310,10 @@ pub struct ModelStatus {
     /// Requests answered.
     pub served: u64,
     pub error: Option<String>,
+    /// What a local model's worker has run: busy now, requests ended and cancelled, prompt
+    /// chunks and tokens, decode steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work: Option<WorkStats>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use std::{
     os::unix::fs::PermissionsExt,
     path::PathBuf,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex, OnceLock,
     },
     time::{Duration, Instant},
@@ -164,24 +164,35 @@ pub struct Daemon {
     pool_init: Mutex<()>,
     queue: Arc<FairQueue<ModelKey>>,
     served: Mutex<HashMap<ModelKey, u64>>,
+    /// Requests dropped before their answer (their client went away).
+    abandoned: AtomicU64,
     started: Instant,
     http_addr: Option<SocketAddr>,
 }
 
-/// Sets `cancel` when dropped before [`disarm`](CancelOnDrop::disarm): a request whose
-/// client went away stops generating.
-struct CancelOnDrop(Arc<AtomicBool>, bool);
+/// Sets `cancel` and counts the request abandoned when dropped before
+/// [`disarm`](CancelOnDrop::disarm): the future of a request whose client went away is
+/// dropped (the socket handler returns, the HTTP server drops the handler, a stream's task
+/// is aborted), which stops it wherever it is: in the queue, waiting for its model to load,
+/// prefilling or decoding.
+struct CancelOnDrop<'a> {
+    cancel: Arc<AtomicBool>,
+    abandoned: &'a AtomicU64,
+    armed: bool,
+}
 
-impl CancelOnDrop {
+impl CancelOnDrop<'_> {
     fn disarm(&mut self) {
-        self.1 = true;
+        self.armed = false;
     }
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if !self.1 {
-            self.0.store(true, Ordering::Relaxed);
+        if self.armed {
+            // The flag first: whoever sees the count sees the flag set.
+            self.cancel.store(true, Ordering::SeqCst);
+            self.abandoned.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -194,6 +205,7 @@ impl Daemon {
             pool_init: Mutex::new(()),
             queue: Arc::new(FairQueue::default()),
             served: Mutex::new(HashMap::new()),
+            abandoned: AtomicU64::new(0),
             started: Instant::now(),
             http_addr,
         }
@@ -352,14 +364,26 @@ impl Daemon {
         } else {
             key
         };
+        let mut guard = CancelOnDrop {
+            cancel: cancel.clone(),
+            abandoned: &self.abandoned,
+            armed: true,
+        };
         let enqueued = Instant::now();
         let slots = if remote { self.config.remote_slots } else { 1 };
-        let _permit = self.queue.acquire(key, slots, client).await?;
+        let permit = self.queue.acquire(key, slots, client).await;
+        let _permit = match permit {
+            Ok(p) => p,
+            Err(e) => {
+                guard.disarm();
+                return Err(e.into());
+            }
+        };
         let queued = enqueued.elapsed();
         if cancel.load(Ordering::Relaxed) {
+            guard.disarm();
             return Err(DaemonError::Cancelled);
         }
-        let mut guard = CancelOnDrop(cancel.clone(), false);
         let result = match pieces {
             Some(tx) => engine.complete_stream(req, cancel.clone(), tx).await,
             None => engine.complete(req, cancel.clone()).await,
@@ -389,6 +413,9 @@ impl Daemon {
 
     /// Everything `status` and `/health` report.
     pub fn status(&self) -> DaemonStatus {
+        // Read before the workers' counts: a request counted abandoned here has its cancel
+        // flag set, so the counts read below include all a worker ran before it saw the flag.
+        let abandoned = self.abandoned.load(Ordering::SeqCst);
         let served = self.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let cfg = &self.config.pool;
         let pool = self.pool.get();
@@ -421,6 +448,7 @@ impl Daemon {
                 warm: state_name == "ready" && (!remote || n > 0),
                 served: n,
                 error,
+                work: pool.and_then(|p| p.work_of(*key)),
             });
         }
         let mut tiers: Vec<_> = cfg.tiers.iter().collect();
@@ -452,6 +480,7 @@ impl Daemon {
                 warm: false,
                 served: 0,
                 error: None,
+                work: None,
             });
         }
         let default_state = states.iter().find(|(k, _)| {
@@ -477,6 +506,7 @@ impl Daemon {
             default: cfg.default.to_string(),
             models,
             queue: QueueStatus { running, waiting },
+            abandoned,
         }
     }
 }

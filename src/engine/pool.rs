@@ -13,7 +13,7 @@ use super::{
     prefix::PrefixLimits,
     remote::{RemoteConfig, RemoteEngine},
     runtime::DevicePref,
-    worker::{Engine, ModelState, ModelWorker},
+    worker::{Engine, ModelState, ModelWorker, WorkStats},
     CompletionOutput, CompletionRequest, EngineError, LoadOptions, ModelFacts, ModelKey, Precision, RunsOn,
     Tier,
 };
@@ -183,6 +183,13 @@ impl ModelPool {
         let key = self.canonical(key);
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
         engines.get(&key)?.engine.parameters()
+    }
+
+    /// What the worker of the local model behind `key` has run (starts nothing).
+    pub fn work_of(&self, key: ModelKey) -> Option<WorkStats> {
+        let key = self.canonical(key);
+        let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
+        engines.get(&key)?.engine.work()
     }
 
     /// What is known of the model behind `key` before a request goes to it (starts nothing):

@@ -5,7 +5,7 @@
 use std::{
     path::PathBuf,
     sync::{
-        atomic::AtomicBool,
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc::{self, Receiver, Sender},
         Arc, Mutex,
     },
@@ -15,8 +15,10 @@ use std::{
 use tokio::sync::oneshot;
 
 use super::{
+    generate::Meter,
     runtime::{use_device, DevicePref},
-    CompletionOutput, CompletionRequest, EngineError, LoadOptions, LocalModel, ModelFacts, ModelKey,
+    CompletionOutput, CompletionRequest, EngineError, FinishReason, LoadOptions, LocalModel, ModelFacts,
+    ModelKey,
 };
 
 /// Where a worker's model is in its life.
@@ -27,11 +29,58 @@ pub enum ModelState {
     Failed(String),
 }
 
+/// What a model worker has run over its life (the daemon's status shows it): whether a
+/// request runs now, how many ended and how many of those were stopped by their cancel flag,
+/// and the forwards started (prompt chunks with their tokens, decode steps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkStats {
+    pub busy: bool,
+    pub requests: u64,
+    /// Requests stopped by their cancel flag: before they started (skipped), while
+    /// prefilling or while decoding.
+    pub cancelled: u64,
+    pub prefill_chunks: u64,
+    pub prefill_tokens: u64,
+    pub decode_steps: u64,
+}
+
+/// A worker's [`WorkStats`], kept as atomics.
+#[derive(Debug, Default)]
+struct Work {
+    meter: Arc<Meter>,
+    busy: AtomicBool,
+    requests: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+impl Work {
+    fn stats(&self) -> WorkStats {
+        let m = &self.meter;
+        WorkStats {
+            busy: self.busy.load(Ordering::SeqCst),
+            requests: self.requests.load(Ordering::SeqCst),
+            cancelled: self.cancelled.load(Ordering::SeqCst),
+            prefill_chunks: m.prefill_chunks.load(Ordering::SeqCst),
+            prefill_tokens: m.prefill_tokens.load(Ordering::SeqCst),
+            decode_steps: m.decode_steps.load(Ordering::SeqCst),
+        }
+    }
+
+    /// One request ended (or was skipped).
+    fn ended(&self, cancelled: bool) {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        if cancelled {
+            self.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// What the completion pipeline needs from an engine: the in-process worker, the daemon
 /// client and a remote OpenAI-compatible server all provide it.
 #[async_trait::async_trait]
 pub trait Engine: Send + Sync + 'static {
-    /// Run one request; setting `cancel` stops it between decode steps.
+    /// Run one request; setting `cancel` stops it: waiting for the model, between prompt
+    /// chunks and between decode steps.
     async fn complete(
         &self,
         req: CompletionRequest,
@@ -50,6 +99,11 @@ pub trait Engine: Send + Sync + 'static {
     /// (then [`parameters`](Self::parameters) is all there is).
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
         let _ = model;
+        None
+    }
+
+    /// What a local model's worker has run; `None` for engines that run nothing here.
+    fn work(&self) -> Option<WorkStats> {
         None
     }
 
@@ -87,6 +141,7 @@ pub struct ModelWorker {
     jobs: Mutex<Sender<Job>>,
     state: Arc<Mutex<ModelState>>,
     parameters: Arc<std::sync::OnceLock<u64>>,
+    work: Arc<Work>,
 }
 
 impl ModelWorker {
@@ -102,6 +157,8 @@ impl ModelWorker {
         let shared = state.clone();
         let parameters = Arc::new(std::sync::OnceLock::new());
         let known = parameters.clone();
+        let work = Arc::new(Work::default());
+        let counted = work.clone();
         std::thread::Builder::new()
             .name("laya-model".into())
             .spawn(move || {
@@ -124,13 +181,14 @@ impl ModelWorker {
                             load_time: model.loaded.load_time,
                             device,
                         });
-                        serve(model, rx);
+                        serve(model, rx, &counted);
                     }
                     Err(e) => {
                         let msg = e.to_string();
                         set(ModelState::Failed(msg.clone()));
                         // Keep answering, so callers get the reason instead of a closed channel.
                         for job in rx {
+                            counted.ended(false);
                             let _ = job
                                 .reply
                                 .send(Err(EngineError::Request(format!("model failed to load: {msg}"))));
@@ -143,15 +201,21 @@ impl ModelWorker {
             jobs: Mutex::new(tx),
             state,
             parameters,
+            work,
         }
     }
 }
 
-fn serve(model: LocalModel, rx: Receiver<Job>) {
+fn serve(model: LocalModel, rx: Receiver<Job>, work: &Work) {
+    work.meter.install();
     for job in rx {
-        if job.reply.is_closed() || job.cancel.load(std::sync::atomic::Ordering::Relaxed) {
-            continue; // the caller stopped waiting while the job was queued
+        if job.reply.is_closed() || job.cancel.load(Ordering::Relaxed) {
+            // The caller stopped waiting while the job was queued (or the model loaded).
+            tracing::debug!("generation skipped: cancelled before it started");
+            work.ended(true);
+            continue;
         }
+        work.busy.store(true, Ordering::SeqCst);
         let span = tracing::info_span!("generate", prompt_bytes = job.req.prompt.len());
         let _guard = span.enter();
         let out = match &job.pieces {
@@ -160,14 +224,25 @@ fn serve(model: LocalModel, rx: Receiver<Job>) {
             }),
             None => model.complete(&job.req, &job.cancel),
         };
-        match &out {
-            Ok(o) => tracing::debug!(
-                tokens = o.timing.generated_tokens,
-                finish = ?o.choices.iter().map(|c| c.finish_reason).collect::<Vec<_>>(),
-                "generation ended"
-            ),
-            Err(e) => tracing::debug!(error = %e, "generation failed"),
-        }
+        let cancelled = match &out {
+            Ok(o) => {
+                tracing::debug!(
+                    tokens = o.timing.generated_tokens,
+                    prefilled = o.timing.prefilled_tokens,
+                    finish = ?o.choices.iter().map(|c| c.finish_reason).collect::<Vec<_>>(),
+                    "generation ended"
+                );
+                o.choices
+                    .iter()
+                    .any(|c| c.finish_reason == FinishReason::Cancelled)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "generation failed");
+                false
+            }
+        };
+        work.ended(cancelled);
+        work.busy.store(false, Ordering::SeqCst);
         let _ = job.reply.send(out);
     }
 }
@@ -185,7 +260,7 @@ impl ModelWorker {
         impl Drop for CancelOnDrop {
             fn drop(&mut self) {
                 if !self.1 {
-                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.0.store(true, Ordering::Relaxed);
                 }
             }
         }
@@ -233,5 +308,9 @@ impl Engine for ModelWorker {
 
     fn parameters(&self) -> Option<u64> {
         self.parameters.get().copied()
+    }
+
+    fn work(&self) -> Option<WorkStats> {
+        Some(self.work.stats())
     }
 }
