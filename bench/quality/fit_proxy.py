@@ -6,10 +6,10 @@
     python3 bench/quality/fit_proxy.py --analyze OUT.jsonl [OUT2.jsonl ...]
 
 Measures, without a GPU, whether ranking branches by how well their first line fits the code
-after the cursor beats greedy (docs/benchmarks.md, "Ranking branches by how their first line
-fits the next lines": it did not). For every case of a `firstTokenBranches`
-run (`laya bench quality`, which records each branch) whose branches' first lines disagree on
-being the expected line (elsewhere no ranking can change the score), evaluates
+after the cursor beats greedy (docs/lab/2026-12-04-fit-lines-ranking.md: it did not). For
+every case of a `firstTokenBranches` run (`laya bench quality`, which records each branch)
+whose branches' first lines disagree on being the expected line (elsewhere no ranking can
+change the score), evaluates
 `<|fim_prefix|>` + the prefix once, then for each distinct first line c the summed
 log-probability of c and of c followed by the next 1, 2 and 3 non-empty suffix lines
 (cumulative), as plain left-to-right code. `--analyze` prints, per number of suffix lines K,

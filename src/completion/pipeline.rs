@@ -20,7 +20,7 @@
 //! the tokenizer would not (Qwen's writes `"\n    return"` as `"\n"`, `"   "`, `" return"`;
 //! a prompt ending in four spaces leaves the model `"return"` without its space). Measured on
 //! 3,600 cases of both models it changed answers both ways about equally
-//! (docs/benchmarks.md, "Token healing"), so it stays off.
+//! (docs/lab/2026-12-04-token-healing-and-per-language-goal.md), so it stays off.
 
 use std::sync::{atomic::AtomicBool, Arc, Mutex};
 
@@ -56,8 +56,8 @@ pub struct CompletionSettings {
     /// greedy answer comes first, the others after it by their summed log-probability; the
     /// first `candidates` of them are shown. 0 or 1: off (plain greedy or sampled candidates).
     /// For engines that report no log-probabilities (remote servers), the answers keep the
-    /// engine's order. On the quality cases (docs/benchmarks.md, "Branching the first
-    /// token") no ranking of the branches beat greedy as the first answer.
+    /// engine's order. On the quality cases (docs/lab/2026-12-04-first-token-branching.md)
+    /// no ranking of the branches beat greedy as the first answer.
     pub first_token_branches: usize,
     pub temperature: f32,
     /// Languages (LSP ids) to complete in; empty means all.
@@ -73,7 +73,7 @@ pub struct CompletionSettings {
     /// have the model write the indentation under a constraint (see the module text). Off by
     /// default: on the H200 quality runs it was even with the plain prompt (1.5B: 372 against
     /// 372 exact lines of 1,200 masked lines, 217 against 214 of 600 file windows; 0.5B: 106
-    /// against 109, 74 against 68; docs/benchmarks.md, "Token healing").
+    /// against 109, 74 against 68; docs/lab/2026-12-04-token-healing-and-per-language-goal.md).
     pub heal_indentation: bool,
     /// How this file's definitions cut off by the budget are written above the window.
     pub context_layout: ContextLayout,
@@ -273,8 +273,8 @@ struct DocState {
 
 /// The engine's choices best first. When every choice has a log-probability (branched first
 /// tokens, where choice 0 is greedy): the first stays first and the others follow by summed
-/// log-probability. Measured on 1,800 cases of the 1.5B (docs/benchmarks.md, "Branching the
-/// first token"): greedy first beat every ranking of all four (best mean log-probability
+/// log-probability. Measured on 1,800 cases of the 1.5B
+/// (docs/lab/2026-12-04-first-token-branching.md): greedy first beat every ranking of all four (best mean log-probability
 /// per token lost 50 exact lines, the best sum 13), and after a wrong greedy answer the sum
 /// put a right one next more often than the mean (75 against 51 of 103).
 /// Each comes with its index in the engine's order.

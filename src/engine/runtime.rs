@@ -119,7 +119,7 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
 /// room: two such processes on one GPU ran out of memory). The bound only limits what is kept
 /// between uses: a step that needs more still gets it, from the allocator. On the H200 the
 /// 0.5B and 1.5B answered 600 quality cases each with it, with the same answers and no higher
-/// request times (docs/benchmarks.md, "MLX's buffer cache").
+/// request times (docs/lab/2026-12-03-mlx-buffer-cache.md).
 pub const DEFAULT_CACHE_LIMIT: usize = 1 << 30;
 
 /// The cache limit: `LAYA_MLX_CACHE_LIMIT` (bytes; `0` keeps no freed buffers) or the default.
@@ -145,7 +145,8 @@ fn parse_cache_limit(value: Option<&str>) -> Result<usize, String> {
 /// throws on every further miss (`mlx/backend/cuda/lru_cache.h`), and the failed commit leaves
 /// the stream unusable. A resident server meets new prompt and cache lengths with nearly every
 /// request: on the H200 the 1.5B failed every completion after its 371st quality case with
-/// 2K-token prompts ("Cache thrashing is happening"; docs/benchmarks.md). With the check off
+/// 2K-token prompts ("Cache thrashing is happening";
+/// docs/lab/2026-12-03-whole-file-windows-1.5b.md). With the check off
 /// MLX does not count at all and a miss only costs a graph capture; MLX's own test runner
 /// sets the same.
 pub const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[("MLX_ENABLE_CACHE_THRASHING_CHECK", "0")];

@@ -116,9 +116,9 @@ impl Budget {
     pub const SMALL_MODEL_PARAMETERS: u64 = 1_000_000_000;
 
     /// The suffix share for a model of `parameters` (unknown: a remote server's model).
-    /// Measured on 600 masked-line cases (docs/benchmarks.md, "Suffix share by model size"):
-    /// the 0.5B answers best with a few lines of suffix (0.02; 10.2 % exact against 7.7 % at
-    /// 0.06), the 1.5B with about 370 bytes of it (0.06; 33.8 % against 30.8 % at 0.02), and
+    /// Measured on 600 masked-line cases (docs/lab/2026-12-03-large-set-vs-llama-server.md,
+    /// "Suffix share by model size"): the 0.5B answers best with a few lines of suffix (0.02;
+    /// 10.2 % exact against 7.7 % at 0.06), the 1.5B with about 370 bytes of it (0.06; 33.8 % against 30.8 % at 0.02), and
     /// more suffix did not help it further (32.8 % at 0.15). Larger models, the product's
     /// tiers and those behind a remote server, get the longer one.
     pub fn suffix_share_for(parameters: Option<u64>) -> f32 {
