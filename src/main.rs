@@ -1539,7 +1539,7 @@ fn service(command: ServiceCommand, device: DevicePref) -> Result<ExitCode> {
 }
 
 fn bench_memory(serve: &ServeArgs, clients: usize, requests: usize, in_process: bool) -> Result<()> {
-    use laya::daemon::memory::{self, mib, MemoryBench};
+    use laya::bench::memory::{self, mib, MemoryBench};
     let bench = MemoryBench {
         program: std::env::current_exe().context("finding this program's path")?,
         model_args: serve.model_args(),

@@ -590,7 +590,7 @@ fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
     ])
     .env("LAYA_RUNTIME_DIR", &dir)
     .stderr(std::process::Stdio::null());
-    let mut p = laya::daemon::lsp_client::LspProcess::spawn(cmd).unwrap();
+    let mut p = laya::bench::lsp_client::LspProcess::spawn(cmd).unwrap();
     p.initialize(json!({ "completion": { "debounceMs": 0, "maxTokensLine": 2 } }))
         .unwrap();
     assert!(

@@ -17,7 +17,7 @@ use std::{
 
 use axum::{routing::get, routing::post, Json, Router};
 use common::daemon::*;
-use laya::daemon::lsp_client::LspProcess;
+use laya::bench::lsp_client::LspProcess;
 use serde_json::{json, Value};
 
 /// The code around the cursor (the answer differs from the stub's, so the two cannot be

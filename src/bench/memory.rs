@@ -11,7 +11,8 @@ use std::{
 
 use serde_json::{json, Value};
 
-use super::{client::status_blocking, lsp_client::LspProcess, paths};
+use super::lsp_client::LspProcess;
+use crate::daemon::{client::status_blocking, paths};
 
 pub struct MemoryBench {
     /// The `laya` binary.

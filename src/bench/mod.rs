@@ -1,6 +1,8 @@
 //! `laya bench …`: benchmarks that print numbers. Speed claims are checked here, not in tests.
 
 pub mod engine;
+pub mod lsp_client;
+pub mod memory;
 pub mod quality;
 pub mod soak;
 pub mod typing;

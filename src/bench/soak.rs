@@ -22,12 +22,11 @@ use std::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::bench::percentile;
-use crate::daemon::{
-    client::status_blocking,
+use crate::bench::{
     memory::{mib, rss_bytes, settings, BenchDaemon},
-    paths,
+    percentile,
 };
+use crate::daemon::{client::status_blocking, paths};
 
 /// How long one request may take before it counts as lost.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);

@@ -8,13 +8,9 @@
 //! - `queue`: round-robin queueing across clients, per model.
 //! - `client`: [`DaemonEngine`], the engine `laya lsp` uses; starts the daemon when needed.
 //! - `paths`: the private runtime directory and the files in it.
-//! - `lsp_client`: a small blocking LSP client over a child's stdio (memory bench, tests).
-//! - `memory`: `laya bench memory`, the daemon's resident memory with 1 and 4 LSP clients.
 
 pub mod client;
 pub mod http;
-pub mod lsp_client;
-pub mod memory;
 pub mod paths;
 pub mod protocol;
 pub mod queue;

@@ -14,7 +14,7 @@ use std::{
 };
 
 use axum::{routing::get, routing::post, Json, Router};
-use laya::daemon::lsp_client::LspProcess;
+use laya::bench::lsp_client::LspProcess;
 use serde_json::{json, Value};
 
 pub const STUB_TEXT: &str = "a + b";
