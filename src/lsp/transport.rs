@@ -56,7 +56,7 @@ use futures::{stream::FuturesUnordered, SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
-    sync::mpsc,
+    sync::{mpsc, oneshot},
 };
 use tower::Service;
 use tower_lsp_server::{
@@ -506,17 +506,19 @@ fn classify(value: Value) -> Incoming {
         if !id_ok {
             return invalid(&value, "the id is not a string or an integer of 64 bits");
         }
-        return match serde_json::from_value::<Request>(value.clone()) {
+        let id = readable_id(&value);
+        return match serde_json::from_value::<Request>(value) {
             Ok(r) => Incoming::Request(r),
-            Err(e) => invalid(&value, &e.to_string()),
+            Err(e) => Incoming::Reply(error_reply(id, INVALID_REQUEST, format!("Invalid Request: {e}"))),
         };
     }
     if obj.contains_key("result") || obj.contains_key("error") {
         // Never answered: an answer to an answer could echo between the two ends.
-        return match serde_json::from_value::<Response>(value.clone()) {
+        let id = readable_id(&value);
+        return match serde_json::from_value::<Response>(value) {
             Ok(r) => Incoming::Response(r),
             Err(e) => {
-                tracing::warn!("dropped a response that cannot be read ({e}): {value}");
+                tracing::warn!("dropped a response (id {id}) that cannot be read: {e}");
                 Incoming::Reply(Value::Null)
             }
         };
@@ -646,9 +648,28 @@ async fn read_messages<I: AsyncRead + Unpin>(mut input: I, messages: mpsc::Sende
 }
 
 /// Writes each body as one frame; closes the output when every sender is gone.
-async fn write_frames<O: AsyncWrite + Unpin>(mut output: O, mut bodies: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_frames<O: AsyncWrite + Unpin>(
+    mut output: O,
+    mut bodies: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut closing: oneshot::Receiver<()>,
+) {
     let mut frames = Vec::new();
-    while let Some(body) = bodies.recv().await {
+    let mut closed = false;
+    loop {
+        // Once closing, only what is queued still goes out (a handler stuck in its thread may
+        // hold a sender for ever).
+        let body = if closed {
+            bodies.try_recv().ok()
+        } else {
+            tokio::select! {
+                body = bodies.recv() => body,
+                _ = &mut closing => {
+                    closed = true;
+                    bodies.try_recv().ok()
+                }
+            }
+        };
+        let Some(body) = body else { break };
         frames.clear();
         let mut next = Some(body);
         // Whatever else is queued goes out in the same write.
@@ -718,7 +739,8 @@ where
 {
     let (mut to_client, mut from_client) = socket.split();
     let (out, bodies) = mpsc::unbounded_channel();
-    let mut writer = tokio::spawn(write_frames(output, bodies));
+    let (close_writer, closing) = oneshot::channel();
+    let mut writer = tokio::spawn(write_frames(output, bodies, closing));
     let (messages_tx, mut messages) = mpsc::channel(64);
     let reader = tokio::spawn(read_messages(input, messages_tx, out.clone()));
     let (handlers, handlers_rx) = mpsc::unbounded_channel::<Handler>();
@@ -815,6 +837,7 @@ where
         runner.abort();
     }
     drop(out);
+    let _ = close_writer.send(());
     if tokio::time::timeout(EXIT_GRACE, &mut writer).await.is_err() {
         writer.abort();
     }
