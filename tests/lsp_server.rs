@@ -735,3 +735,133 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
     assert!(!prompt.contains("SecretLib {"), "{prompt}");
 }
+
+/// Helix never runs an item's `laya.accept`: an acceptance is also seen when the document
+/// changes to hold the suggestion at the cursor, once per item, and `laya/acceptance` says
+/// which way each was seen.
+#[tokio::test]
+async fn an_acceptance_is_seen_in_the_document_without_the_command() {
+    let mut c = Client::start(
+        |_| vec!["return w * h".into()],
+        Duration::ZERO,
+        false,
+        no_debounce(),
+    )
+    .await;
+    let uri = "file:///work/demo/area.py";
+    let pos = c
+        .open(uri, "python", "def area(w, h):\n    $0\n\nprint(area(2, 3))\n")
+        .await;
+    let r = c.inline(uri, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "return w * h", "{r}");
+    // The editor inserts the item's text as an edit, and runs no command.
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 2 },
+            "contentChanges": [{ "range": { "start": { "line": 1, "character": 4 }, "end": { "line": 1, "character": 4 } }, "text": "return w * h" }],
+        }),
+    )
+    .await;
+    let r = c.request("laya/acceptance", json!(null)).await;
+    assert_eq!(
+        r["result"],
+        json!({ "shown": 1, "full": 1, "word": 0, "line": 0, "byCommand": 0, "byEdit": 1 }),
+        "{r}"
+    );
+    // A client that also runs the command does not count it twice.
+    c.request(
+        "workspace/executeCommand",
+        json!({ "command": "laya.accept", "arguments": [{ "id": 0, "kind": "full" }] }),
+    )
+    .await;
+    let r = c.request("laya/acceptance", json!(null)).await;
+    assert_eq!(
+        (r["result"]["full"].as_u64(), r["result"]["byCommand"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
+
+    // Typing one character of the next suggestion is no acceptance; a word of it is.
+    let pos = (1, "    return w * h".len() as u32);
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 3 },
+            "contentChanges": [{ "range": { "start": { "line": 1, "character": pos.1 }, "end": { "line": 1, "character": pos.1 } }, "text": "\n    " }],
+        }),
+    )
+    .await;
+    let r = c.inline(uri, (2, 4)).await;
+    assert!(r["result"].is_array(), "{r}");
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 4 },
+            "contentChanges": [{ "range": { "start": { "line": 2, "character": 4 }, "end": { "line": 2, "character": 4 } }, "text": "r" }],
+        }),
+    )
+    .await;
+    let r = c.request("laya/acceptance", json!(null)).await;
+    assert_eq!(
+        (r["result"]["shown"].as_u64(), r["result"]["byEdit"].as_u64()),
+        (Some(2), Some(1)),
+        "{r}"
+    );
+}
+
+/// Helix answers `workspace/configuration` with `[null]` when it has no `laya` section: the
+/// settings from `initializationOptions` and `didChangeConfiguration` stay.
+#[tokio::test]
+async fn a_null_configuration_answer_keeps_the_settings() {
+    use futures::SinkExt;
+    use tower_lsp_server::jsonrpc::Response;
+    let engine = Arc::new(FakeEngine {
+        answer: Box::new(|_| vec!["z".into()]),
+        delay: Duration::ZERO,
+        prompts: Mutex::new(vec![]),
+        starts: Mutex::new(vec![]),
+    });
+    let (service, socket) = build_service(EngineSource::Ready(engine.clone()));
+    let asked = Arc::new(Mutex::new(0));
+    let (mut from_server, mut to_server) = socket.split();
+    let counted = asked.clone();
+    tokio::spawn(async move {
+        while let Some(req) = from_server.next().await {
+            if req.method() == "workspace/configuration" {
+                *counted.lock().unwrap() += 1;
+                let id = req.id().cloned().unwrap();
+                let _ = to_server.send(Response::from_ok(id, json!([null]))).await;
+            }
+        }
+    });
+    let mut c = Client {
+        service,
+        next_id: 1,
+        engine,
+    };
+    c.request(
+        "initialize",
+        json!({ "capabilities": {}, "initializationOptions": { "completion": { "debounceMs": 0, "languages": ["rust"] } } }),
+    )
+    .await;
+    c.notify("initialized", json!({})).await;
+    let py = "file:///work/demo/s.py";
+    let pos = c.open(py, "python", "a = $0\n").await;
+    // No `laya` section: the server asks, the client answers [null].
+    c.notify("workspace/didChangeConfiguration", json!({ "settings": {} }))
+        .await;
+    assert_eq!(*asked.lock().unwrap(), 1, "the server asked for the section");
+    assert!(c.inline(py, pos).await["result"].is_null(), "still only Rust");
+    // Settings sent with the notification apply, and a later [null] keeps them too.
+    c.notify(
+        "workspace/didChangeConfiguration",
+        json!({ "settings": { "laya": { "completion": { "debounceMs": 0, "languages": ["python"] } } } }),
+    )
+    .await;
+    c.notify("workspace/didChangeConfiguration", json!({ "settings": null }))
+        .await;
+    assert_eq!(*asked.lock().unwrap(), 2);
+    let r = c.inline(py, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "z", "{r}");
+}

@@ -111,6 +111,12 @@ impl Document {
         self.tree.as_ref()
     }
 
+    /// The whole text as [`text`](Self::text) last made it, if it did since the last change
+    /// (never builds it).
+    pub fn text_if_built(&self) -> Option<Arc<str>> {
+        self.text.get().cloned()
+    }
+
     /// The whole text, shared.
     pub fn text(&self) -> Arc<str> {
         self.text
@@ -335,6 +341,11 @@ impl DocumentStore {
             .get(uri)
             .ok_or_else(|| DocumentError::UnknownDocument(uri.to_owned()))?;
         Ok(doc.snapshot(uri))
+    }
+
+    /// `uri`'s whole text if it was built since its last change (see [`Document::text_if_built`]).
+    pub fn text_if_built(&self, uri: &str) -> Option<Arc<str>> {
+        self.docs.get(uri)?.text_if_built()
     }
 
     /// Snapshots of every open document except `except` (for cross-file context).

@@ -7,13 +7,14 @@
 //! future is dropped, which sets the engine's cancel flag). The model loads on its own thread
 //! after `initialized`, reported through `$/progress`; `initialize` never waits for it.
 
+pub mod acceptance;
 pub mod convert;
 pub mod panic_guard;
 pub mod transport;
 pub mod workspace;
 
 use std::sync::{
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicBool, Ordering},
     Arc, Mutex, RwLock,
 };
 
@@ -27,7 +28,10 @@ use tower_lsp_server::{
 };
 
 use crate::{
-    completion::pipeline::{Completion, CompletionSettings, Pipeline, Request, Trigger},
+    completion::{
+        pipeline::{Completion, CompletionSettings, Pipeline, Request, Trigger},
+        postprocess::Edit,
+    },
     document::{DocumentSnapshot, DocumentStore, PositionEncoding, TextChange},
     engine::worker::{Engine, ModelState},
 };
@@ -77,15 +81,6 @@ struct State {
     workspace: workspace::Workspace,
 }
 
-/// Acceptance counters, reported in the log on shutdown.
-#[derive(Default)]
-struct Acceptance {
-    shown: AtomicU64,
-    full: AtomicU64,
-    word: AtomicU64,
-    line: AtomicU64,
-}
-
 pub struct LayaServer {
     client: Client,
     docs: DocumentStore,
@@ -94,7 +89,7 @@ pub struct LayaServer {
     pipeline: RwLock<Option<Arc<Pipeline>>>,
     /// The cancel flag of the request in flight per document.
     inflight: DashMap<String, Arc<AtomicBool>>,
-    accepted: Acceptance,
+    accepted: acceptance::Acceptance,
 }
 
 impl LayaServer {
@@ -116,7 +111,7 @@ impl LayaServer {
             source: Mutex::new(Some(source).filter(|_| pipeline.is_none())),
             pipeline: RwLock::new(pipeline),
             inflight: DashMap::new(),
-            accepted: Acceptance::default(),
+            accepted: acceptance::Acceptance::default(),
         }
     }
 
@@ -324,6 +319,12 @@ impl LayaServer {
         }
     }
 
+    /// Watch the items of an answer for acceptance; their ids.
+    fn show(&self, doc: &DocumentSnapshot, cursor: usize, edits: &[Edit]) -> Vec<u64> {
+        let items: Vec<(String, usize)> = edits.iter().map(|e| (e.text.clone(), e.replace_len)).collect();
+        self.accepted.show(&doc.uri, &doc.text, cursor, &items)
+    }
+
     fn accept_command(&self, id: u64) -> Command {
         Command {
             title: "laya: accepted".into(),
@@ -347,8 +348,8 @@ impl LayaServer {
         };
         let enc = self.encoding();
         let mut items = vec![];
-        for edit in c.edits {
-            let id = self.accepted.shown.fetch_add(1, Ordering::Relaxed);
+        let ids = self.show(&doc, cursor, &c.edits);
+        for (edit, id) in c.edits.into_iter().zip(ids) {
             items.push(InlineCompletionItem {
                 insert_text: edit.text,
                 filter_text: None,
@@ -389,14 +390,11 @@ impl LayaServer {
         self.docs.snapshot(uri).ok()
     }
 
+    /// `laya/acceptance`: items shown, accepted (full, word, line), and how many acceptances
+    /// were seen through the item's command (`byCommand`) and through the document's change
+    /// (`byEdit`).
     pub async fn acceptance(&self, _: Value) -> RpcResult<Value> {
-        let a = &self.accepted;
-        Ok(serde_json::json!({
-            "shown": a.shown.load(Ordering::Relaxed),
-            "full": a.full.load(Ordering::Relaxed),
-            "word": a.word.load(Ordering::Relaxed),
-            "line": a.line.load(Ordering::Relaxed),
-        }))
+        Ok(serde_json::to_value(self.accepted.report()).unwrap_or(Value::Null))
     }
 }
 
@@ -501,16 +499,27 @@ impl LanguageServer for LayaServer {
                 text: &c.text,
             })
             .collect();
-        if let Err(e) = self.docs.change(
-            p.text_document.uri.as_str(),
-            p.text_document.version,
-            &changes,
-            self.encoding(),
-        ) {
+        let uri = p.text_document.uri.as_str();
+        // The text before the change, when an answer was made for it (never built here).
+        let before = self.docs.text_if_built(uri);
+        if let Err(e) = self
+            .docs
+            .change(uri, p.text_document.version, &changes, self.encoding())
+        {
             // The document may now differ from the editor's: say so, keep serving.
             self.client
                 .log_message(MessageType::ERROR, format!("laya: edit not applied: {e}"))
                 .await;
+            return;
+        }
+        // A client that accepts an item without running its command changes the document to
+        // hold the suggestion: count that.
+        if let Some(before) = before.filter(|b| self.accepted.watches(uri, b)) {
+            if let Ok(after) = self.docs.snapshot(uri) {
+                if let Some(kind) = self.accepted.changed(uri, &before, &after.text) {
+                    tracing::info!(uri, ?kind, "suggestion accepted (seen in the document)");
+                }
+            }
         }
     }
 
@@ -530,6 +539,7 @@ impl LanguageServer for LayaServer {
             flag.store(true, Ordering::Relaxed);
         }
         let _ = self.docs.close(&uri);
+        self.accepted.forget(&uri);
         if let Some(p) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
             p.forget(&uri);
         }
@@ -570,8 +580,8 @@ impl LanguageServer for LayaServer {
         let enc = self.encoding();
         let snippets = self.state.read().unwrap_or_else(|p| p.into_inner()).snippets;
         let mut items = vec![];
-        for (rank, edit) in c.edits.into_iter().enumerate() {
-            let id = self.accepted.shown.fetch_add(1, Ordering::Relaxed);
+        let ids = self.show(&doc, cursor, &c.edits);
+        for ((rank, edit), id) in c.edits.into_iter().enumerate().zip(ids) {
             let first = edit
                 .text
                 .lines()
@@ -619,18 +629,10 @@ impl LanguageServer for LayaServer {
         if p.command != ACCEPT_COMMAND {
             return Err(convert::invalid_params(format!("unknown command {}", p.command)));
         }
-        let kind = p
-            .arguments
-            .first()
-            .and_then(|a| a.get("kind"))
-            .and_then(Value::as_str)
-            .unwrap_or("full");
-        let counter = match kind {
-            "word" => &self.accepted.word,
-            "line" => &self.accepted.line,
-            _ => &self.accepted.full,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let arg = p.arguments.first();
+        let kind = acceptance::Kind::parse(arg.and_then(|a| a.get("kind")).and_then(Value::as_str));
+        self.accepted
+            .command(arg.and_then(|a| a.get("id")).and_then(Value::as_u64), kind);
         Ok(None)
     }
 }
