@@ -167,7 +167,7 @@ local acc = wait_for(3000, [[
   local a = require('laya').acceptance()
   return a and a.full >= 2 and a or nil
 ]])
-check(acc ~= nil, 'laya counted both acceptances (laya.accept ran)', vim.inspect(lua([[return require('laya').acceptance()]])))
+check(acc ~= nil, 'laya counted both acceptances (the command or the edit)', vim.inspect(lua([[return require('laya').acceptance()]])))
 
 pcall(vim.rpcrequest, ch, 'nvim_command', 'qa!')
 vim.fn.jobwait({ job }, 5000)
