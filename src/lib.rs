@@ -2,7 +2,9 @@
 
 pub mod bench;
 pub mod catalog;
+pub mod complete;
 pub mod completion;
+pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod document;

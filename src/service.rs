@@ -4,19 +4,45 @@
 //! (`~/Library/LaunchAgents/dev.laya.serve.plist`).
 
 use std::{
+    fmt,
     path::{Path, PathBuf},
     process::Command,
 };
 
+use crate::config::ServeConfig;
+
 pub const SYSTEMD_UNIT: &str = "laya.service";
 pub const LAUNCHD_LABEL: &str = "dev.laya.serve";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Platform {
     /// A systemd user unit (Linux).
     Systemd,
     /// A launchd LaunchAgent (macOS).
     Launchd,
+}
+
+impl std::str::FromStr for Platform {
+    type Err = String;
+
+    /// `systemd` or `launchd`.
+    fn from_str(s: &str) -> Result<Platform, String> {
+        match s {
+            "systemd" => Ok(Platform::Systemd),
+            "launchd" => Ok(Platform::Launchd),
+            _ => Err(format!("expected systemd or launchd, got `{s}`")),
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Platform::Systemd => "systemd",
+            Platform::Launchd => "launchd",
+        })
+    }
 }
 
 impl Platform {
@@ -38,6 +64,8 @@ pub enum ServiceError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("`{command}` failed: {detail}")]
     Command { command: String, detail: String },
+    #[error("finding this program's path: {0}")]
+    Program(std::io::Error),
 }
 
 /// What the service runs.
@@ -45,10 +73,69 @@ pub enum ServiceError {
 pub struct ServiceSpec {
     /// Absolute path of the `laya` binary.
     pub program: PathBuf,
-    /// Arguments, starting with `serve`.
-    pub args: Vec<String>,
+    /// The daemon's settings: `serve` and their flags are its arguments.
+    pub serve: ServeConfig,
     /// Environment the service needs (e.g. `LAYA_MODEL_DIR` when set at install time).
     pub env: Vec<(String, String)>,
+}
+
+/// The variables of laya's environment that a service started at login needs to find what
+/// this one finds (models, caches, runtime directory, logging).
+const SERVICE_ENV: [&str; 4] = ["LAYA_MODEL_DIR", "LAYA_CACHE_DIR", "LAYA_RUNTIME_DIR", "LAYA_LOG"];
+
+impl ServiceSpec {
+    /// This binary (its absolute path) serving `serve`, with the variables of
+    /// [`SERVICE_ENV`] that are set now.
+    pub fn for_this_program(serve: ServeConfig) -> Result<ServiceSpec, ServiceError> {
+        let program = std::env::current_exe()
+            .and_then(std::fs::canonicalize)
+            .map_err(ServiceError::Program)?;
+        let env = SERVICE_ENV
+            .iter()
+            .filter_map(|k| {
+                std::env::var(k)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .map(|v| (k.to_string(), v))
+            })
+            .collect();
+        Ok(ServiceSpec { program, serve, env })
+    }
+
+    /// The arguments: `serve` and the settings' flags.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec!["serve".to_owned()];
+        args.extend(self.serve.to_args());
+        args
+    }
+}
+
+/// What `install` did.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    /// The service file written.
+    pub path: PathBuf,
+    /// The commands run to enable and start it.
+    pub ran: Vec<String>,
+    /// The variable the service needs for its HTTP token, if any.
+    pub token_env: Option<String>,
+}
+
+/// The lines `laya service install` prints.
+impl fmt::Display for Installed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "wrote {}", self.path.display())?;
+        for r in &self.ran {
+            writeln!(f, "ran `{r}`")?;
+        }
+        if let Some(var) = &self.token_env {
+            writeln!(
+                f,
+                "note: the service needs {var} in its environment for its HTTP token"
+            )?;
+        }
+        Ok(())
+    }
 }
 
 fn home() -> Option<PathBuf> {
@@ -94,7 +181,7 @@ fn systemd_quote(s: &str) -> String {
 
 pub fn render_systemd(spec: &ServiceSpec) -> String {
     let mut exec = systemd_quote(&spec.program.to_string_lossy());
-    for a in &spec.args {
+    for a in &spec.args() {
         exec.push(' ');
         exec.push_str(&systemd_quote(a));
     }
@@ -131,7 +218,7 @@ pub fn render_launchd(spec: &ServiceSpec, log: &Path) -> String {
         "        <string>{}</string>\n",
         xml_escape(&spec.program.to_string_lossy())
     );
-    for a in &spec.args {
+    for a in &spec.args() {
         args.push_str(&format!("        <string>{}</string>\n", xml_escape(a)));
     }
     let mut env = String::new();
@@ -215,12 +302,7 @@ fn run(cmd: &[String]) -> Result<(), ServiceError> {
 }
 
 /// Write the service file (replacing an older one) and, with `start`, enable and start it.
-/// Returns the file's path and the commands run.
-pub fn install(
-    platform: Platform,
-    spec: &ServiceSpec,
-    start: bool,
-) -> Result<(PathBuf, Vec<String>), ServiceError> {
+pub fn install(platform: Platform, spec: &ServiceSpec, start: bool) -> Result<Installed, ServiceError> {
     let path = unit_path(platform)?;
     let io = |p: &Path| {
         let p = p.to_path_buf();
@@ -249,7 +331,11 @@ pub fn install(
             ran.push(cmd.join(" "));
         }
     }
-    Ok((path, ran))
+    Ok(Installed {
+        path,
+        ran,
+        token_env: spec.serve.token_env.clone(),
+    })
 }
 
 /// Stop (unless `stop` is false) and remove the service. `Ok(None)` when none was installed.
@@ -291,11 +377,25 @@ mod tests {
     fn plist_text_is_escaped() {
         let spec = ServiceSpec {
             program: "/opt/a&b/laya".into(),
-            args: vec!["serve".into(), "--small".into(), "<x>".into()],
+            serve: ServeConfig {
+                small: "<x>".into(),
+                ..Default::default()
+            },
             env: vec![],
         };
         let p = render_launchd(&spec, Path::new("/tmp/l.log"));
         assert!(p.contains("<string>/opt/a&amp;b/laya</string>"), "{p}");
-        assert!(p.contains("<string>&lt;x&gt;</string>"), "{p}");
+        assert!(
+            p.contains("<string>serve</string>\n        <string>--small</string>\n        <string>&lt;x&gt;</string>"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn platforms_read_back_what_they_write() {
+        for p in [Platform::Systemd, Platform::Launchd] {
+            assert_eq!(p.to_string().parse::<Platform>(), Ok(p));
+        }
+        assert!("upstart".parse::<Platform>().is_err());
     }
 }

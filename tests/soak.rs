@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use laya::{
-    bench::soak::{self, SoakConfig},
+    bench::soak::{self, Config, Model},
     engine::{
         cache::STEP,
         generate::PREFILL_CHUNK,
         runtime::{use_device, DevicePref},
-        synthetic,
+        synthetic, Precision,
     },
 };
 
@@ -29,20 +29,21 @@ fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_pref
     let model = soak::tiny_model(&tmp.path().join("tiny"), &gguf).unwrap();
     let (entries, bytes) = (16, 4 * MIB as usize);
     let max_tokens = 8;
-    let cfg = SoakConfig {
+    let cfg = Config {
         program: env!("CARGO_BIN_EXE_laya").into(),
-        device: "cpu".into(),
-        model,
-        precision: "native".into(),
+        device: DevicePref::Cpu,
+        model: Model::Path(model),
+        precision: Precision::Native,
         clients: 8,
         lsp_clients: 4,
         duration: Duration::from_secs(15),
         max_tokens,
         prefix_entries: entries,
         prefix_bytes: bytes,
+        json: None,
     };
     let r = soak::run(&cfg, |l| eprintln!("{l}")).unwrap();
-    eprintln!("{}", soak::summary(&r));
+    eprintln!("{r}");
 
     for kind in [
         "lsp",

@@ -4,6 +4,7 @@
 //! --in-process`, which holds its own copy of the weights: N editors that way hold N copies.
 
 use std::{
+    fmt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -12,13 +13,17 @@ use std::{
 use serde_json::{json, Value};
 
 use super::lsp_client::LspProcess;
-use crate::daemon::{client::status_blocking, paths};
+use crate::{
+    config::ServeConfig,
+    daemon::{client::status_blocking, paths},
+};
 
-pub struct MemoryBench {
+pub struct Config {
     /// The `laya` binary.
     pub program: PathBuf,
-    /// Model flags for `laya serve` and `laya lsp` (`--small …`, `--precision …`).
-    pub model_args: Vec<String>,
+    /// The daemon's models and settings, for `laya serve` and `laya lsp` alike (served
+    /// without HTTP).
+    pub serve: ServeConfig,
     pub clients: usize,
     /// Completions per client in each phase.
     pub requests: usize,
@@ -27,7 +32,7 @@ pub struct MemoryBench {
 }
 
 #[derive(Debug)]
-pub struct MemoryReport {
+pub struct Report {
     pub one_client: u64,
     pub many_clients: u64,
     pub clients: usize,
@@ -36,9 +41,41 @@ pub struct MemoryReport {
     pub in_process: Option<u64>,
 }
 
-impl MemoryReport {
+impl Report {
     pub fn ratio(&self) -> f64 {
         self.many_clients as f64 / self.one_client.max(1) as f64
+    }
+}
+
+/// The lines `laya bench memory` prints.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "daemon RSS with 1 LSP client:  {:8.1} MiB",
+            mib(self.one_client)
+        )?;
+        writeln!(
+            f,
+            "daemon RSS with {} LSP clients: {:8.1} MiB",
+            self.clients,
+            mib(self.many_clients)
+        )?;
+        writeln!(f, "ratio: {:.3} (goal <= 1.1)", self.ratio())?;
+        if !self.lsp.is_empty() {
+            let each: Vec<String> = self.lsp.iter().map(|b| format!("{:.1}", mib(*b))).collect();
+            writeln!(f, "each laya lsp process: {} MiB", each.join(", "))?;
+        }
+        if let Some(ip) = self.in_process {
+            writeln!(
+                f,
+                "one laya lsp --in-process: {:.1} MiB ({} of them: about {:.1} MiB)",
+                mib(ip),
+                self.clients,
+                mib(ip) * self.clients as f64
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -97,13 +134,13 @@ impl BenchDaemon {
         Ok(BenchDaemon { dir, daemon: None })
     }
 
-    /// Start `laya serve ARGS` in this directory (stderr to its serve.log) and wait until its
-    /// default model is ready.
-    pub fn start(&mut self, program: &Path, args: &[String]) -> Result<u32, String> {
+    /// Start `laya serve` with `serve`'s flags in this directory (stderr to its serve.log)
+    /// and wait until its default model is ready.
+    pub fn start(&mut self, program: &Path, serve: &ServeConfig) -> Result<u32, String> {
         let log_file = std::fs::File::create(self.dir.join(paths::LOG)).map_err(|e| e.to_string())?;
         let daemon = Command::new(program)
             .arg("serve")
-            .args(args)
+            .args(serve.to_args())
             .env("LAYA_RUNTIME_DIR", &self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -132,19 +169,19 @@ impl BenchDaemon {
         }
     }
 
-    /// Start `laya lsp EXTRA ARGS` against this directory's daemon, initialize it with
-    /// `settings` and wait for its engine.
+    /// Start `laya lsp EXTRA` with `serve`'s flags against this directory's daemon,
+    /// initialize it with `settings` and wait for its engine.
     pub fn lsp(
         &self,
         program: &Path,
         extra: &[&str],
-        args: &[String],
+        serve: &ServeConfig,
         settings: Value,
     ) -> Result<LspProcess, String> {
         let mut cmd = Command::new(program);
         cmd.arg("lsp")
             .args(extra)
-            .args(args)
+            .args(serve.to_args())
             .env("LAYA_RUNTIME_DIR", &self.dir)
             .stderr(Stdio::null());
         let mut p = LspProcess::spawn(cmd).map_err(|e| format!("starting laya lsp: {e}"))?;
@@ -169,8 +206,16 @@ impl Drop for BenchDaemon {
     }
 }
 
-fn lsp(b: &MemoryBench, bench: &BenchDaemon, extra: &[&str], name: &str) -> Result<LspProcess, String> {
-    let mut p = bench.lsp(&b.program, extra, &b.model_args, settings("q8", 4))?;
+/// The daemon's settings: the bench's, without HTTP.
+fn serve(b: &Config) -> ServeConfig {
+    ServeConfig {
+        http: None,
+        ..b.serve.clone()
+    }
+}
+
+fn lsp(b: &Config, bench: &BenchDaemon, extra: &[&str], name: &str) -> Result<LspProcess, String> {
+    let mut p = bench.lsp(&b.program, extra, &serve(b), settings("q8", 4))?;
     p.open(&format!("file:///bench/{name}.py"), "python", DOC)?;
     Ok(p)
 }
@@ -188,12 +233,11 @@ fn complete(p: &mut LspProcess, name: &str) -> Result<(), String> {
     }
 }
 
-pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, String> {
+/// Measure; `log` hears each step as it happens.
+pub fn run(b: &Config, mut log: impl FnMut(&str)) -> Result<Report, String> {
     let mut cleanup = BenchDaemon::dir("memory")?;
     log("starting the daemon; loading the model");
-    let mut args = vec!["--no-http".to_owned()];
-    args.extend(b.model_args.iter().cloned());
-    let pid = cleanup.start(&b.program, &args)?;
+    let pid = cleanup.start(&b.program, &serve(b))?;
     log(&format!("daemon pid {pid} ready"));
     let rss = |what: &str| rss_bytes(pid).ok_or_else(|| format!("cannot read the daemon's memory ({what})"));
 
@@ -253,7 +297,7 @@ pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, S
     } else {
         None
     };
-    Ok(MemoryReport {
+    Ok(Report {
         one_client,
         many_clients,
         clients: b.clients.max(1),
@@ -264,4 +308,35 @@ pub fn run(b: &MemoryBench, mut log: impl FnMut(&str)) -> Result<MemoryReport, S
 
 pub fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_prints_each_phase_and_the_ratio() {
+        let mib = 1 << 20;
+        let r = Report {
+            one_client: 100 * mib,
+            many_clients: 105 * mib,
+            clients: 4,
+            lsp: vec![16 * mib, 17 * mib],
+            in_process: Some(110 * mib),
+        };
+        assert_eq!(
+            r.to_string(),
+            "daemon RSS with 1 LSP client:     100.0 MiB\n\
+             daemon RSS with 4 LSP clients:    105.0 MiB\n\
+             ratio: 1.050 (goal <= 1.1)\n\
+             each laya lsp process: 16.0, 17.0 MiB\n\
+             one laya lsp --in-process: 110.0 MiB (4 of them: about 440.0 MiB)\n"
+        );
+        let bare = Report {
+            lsp: vec![],
+            in_process: None,
+            ..r
+        };
+        assert_eq!(bare.to_string().lines().count(), 3);
+    }
 }

@@ -8,7 +8,8 @@
 
 use std::{
     collections::BTreeMap,
-    path::Path,
+    fmt,
+    path::{Path, PathBuf},
     sync::{atomic::AtomicBool, Arc},
     time::Instant,
 };
@@ -16,10 +17,129 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    bench::{completion_settings, error_chain, Target},
     completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
     document::Document,
-    engine::worker::Engine,
+    engine::{
+        runtime::DevicePref,
+        worker::{Engine, ModelState},
+    },
 };
+
+pub struct Config {
+    /// JSON-lines case file (bench/quality/README.md).
+    pub cases: PathBuf,
+    pub target: Target,
+    pub device: DevicePref,
+    /// Only these languages (all when empty).
+    pub languages: Vec<String>,
+    /// At most this many cases per language.
+    pub limit: Option<usize>,
+    /// Most tokens per completion (the same for every engine compared).
+    pub max_tokens: usize,
+    /// Write laya's answers here (JSON), for `compare` in a later run.
+    pub out: Option<PathBuf>,
+    /// Another engine's answers to the same cases.
+    pub compare: Option<PathBuf>,
+    /// Completion settings (JSON, the LSP's `completion` section) over the bench's own.
+    pub settings: Option<String>,
+}
+
+/// What `laya bench quality` found: the cases run, laya's answers and the other engine's.
+#[derive(Debug)]
+pub struct Report {
+    pub cases: Vec<Case>,
+    pub ours: Results,
+    pub peer: Option<Results>,
+}
+
+/// Run the cases through the pipeline (`log` hears each verdict as it comes) and score them.
+pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<Report, String> {
+    let mut all = load_cases(&cfg.cases).map_err(|e| error_chain(&e))?;
+    if !cfg.languages.is_empty() {
+        all.retain(|c| cfg.languages.contains(&c.language));
+    }
+    if let Some(limit) = cfg.limit {
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        all.retain(|c| {
+            let n = seen.entry(c.language.clone()).or_default();
+            *n += 1;
+            *n <= limit
+        });
+    }
+    if all.is_empty() {
+        return Err(format!("{}: no cases left to run", cfg.cases.display()));
+    }
+    let peer = cfg
+        .compare
+        .as_deref()
+        .map(load_results)
+        .transpose()
+        .map_err(|e| error_chain(&e))?;
+    let (engine, label) = cfg.target.start(cfg.device, log.clone())?;
+    let settings = completion_settings(
+        serde_json::json!({ "maxTokensLine": cfg.max_tokens, "maxTokensBlock": cfg.max_tokens }),
+        cfg.settings.as_deref(),
+    )?;
+    log(&format!(
+        "{} cases from {} on {label}",
+        all.len(),
+        cfg.cases.display()
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let total = all.len();
+    let results = rt.block_on(run_cases(engine.clone(), &all, &settings, |i, case, r| {
+        let (exact, _) = score(&r.output, &case.expected);
+        let verdict = match (&r.error, exact) {
+            (Some(e), _) => format!("failed: {e}"),
+            (None, true) => "exact".into(),
+            (None, false) => "miss".into(),
+        };
+        log(&format!(
+            "[{}/{total}] {} {verdict} {:.0} ms",
+            i + 1,
+            case.id,
+            r.ms
+        ));
+    }));
+    if let ModelState::Failed(e) = engine.state() {
+        return Err(format!("the model failed to load: {e}"));
+    }
+    let failed = results.iter().filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        log(&format!(
+            "warning: {failed} of {total} completions failed (scored as misses; `error` in --out)"
+        ));
+    }
+    let ours = Results {
+        engine: "laya".into(),
+        model: label,
+        settings: Some(serde_json::to_value(&settings).map_err(|e| e.to_string())?),
+        results,
+    };
+    if let Some(out) = &cfg.out {
+        let text = serde_json::to_string_pretty(&ours).map_err(|e| e.to_string())?;
+        std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
+    Ok(Report {
+        cases: all,
+        ours,
+        peer,
+    })
+}
+
+/// The lines `laya bench quality` prints: the engines compared, then the table.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = &self.peer {
+            writeln!(f, "laya: {} · {}: {}", self.ours.model, p.engine, p.model)?;
+        }
+        f.write_str(&table(&self.cases, &self.ours, self.peer.as_ref()))
+    }
+}
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Case {
@@ -137,7 +257,7 @@ pub fn score(output: &str, expected: &str) -> (bool, f64) {
 }
 
 /// Run every case through the pipeline on `engine`, one at a time, greedy.
-pub async fn run(
+pub async fn run_cases(
     engine: Arc<dyn Engine>,
     cases: &[Case],
     settings: &CompletionSettings,
@@ -392,7 +512,7 @@ mod tests {
             debounce_ms: 0,
             ..CompletionSettings::default()
         };
-        let results = run(Arc::new(Failing), &[c], &settings, |_, _, _| {}).await;
+        let results = run_cases(Arc::new(Failing), &[c], &settings, |_, _, _| {}).await;
         assert_eq!(results[0].output, "");
         let err = results[0].error.as_deref().unwrap_or_default();
         assert!(err.contains("the model is gone"), "{err}");
@@ -446,7 +566,7 @@ mod tests {
             candidates: 3,
             ..CompletionSettings::default()
         };
-        let results = run(Arc::new(Branched), &[c], &settings, |_, _, _| {}).await;
+        let results = run_cases(Arc::new(Branched), &[c], &settings, |_, _, _| {}).await;
         let r = &results[0];
         assert_eq!(r.output, "x = 1", "greedy first");
         let got: Vec<(&str, usize, usize, Option<f32>)> = r

@@ -9,6 +9,7 @@
 
 use std::{
     collections::HashMap,
+    fmt,
     io::{BufRead, BufReader},
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -22,24 +23,41 @@ use std::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::bench::{
-    memory::{mib, rss_bytes, settings, BenchDaemon},
-    percentile,
+use crate::{
+    bench::{
+        memory::{mib, rss_bytes, settings, BenchDaemon},
+        percentile,
+    },
+    config::{resolve_model, ServeConfig},
+    daemon::{client::status_blocking, paths},
+    engine::{
+        runtime::{use_device, DevicePref},
+        Precision,
+    },
 };
-use crate::daemon::{client::status_blocking, paths};
 
 /// How long one request may take before it counts as lost.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub struct SoakConfig {
+/// The model the daemon serves.
+#[derive(Clone, Debug)]
+pub enum Model {
+    /// A tiny one of random weights (with the 0.5B's tokenizer), written on the CPU to a
+    /// temporary folder that is removed afterwards.
+    Tiny,
+    /// A GGUF file or model folder.
+    Path(PathBuf),
+}
+
+pub struct Config {
     /// The `laya` binary.
     pub program: PathBuf,
-    /// `--device` for the daemon: `auto`, `cpu` or `gpu`.
-    pub device: String,
+    /// Where the daemon runs its model.
+    pub device: DevicePref,
     /// The model (small tier; no large one).
-    pub model: PathBuf,
+    pub model: Model,
     /// Bit width the daemon serves by default (the LSP clients route everything there).
-    pub precision: String,
+    pub precision: Precision,
     /// Clients in all; `lsp_clients` of them are `laya lsp` processes, the rest HTTP.
     pub clients: usize,
     pub lsp_clients: usize,
@@ -49,25 +67,24 @@ pub struct SoakConfig {
     /// The prefix store's bounds.
     pub prefix_entries: usize,
     pub prefix_bytes: usize,
+    /// Also write the report here (JSON).
+    pub json: Option<PathBuf>,
 }
 
-impl SoakConfig {
-    /// Device, model and prefix-store flags, the same for `laya serve` and `laya lsp`.
-    fn model_args(&self) -> Vec<String> {
-        vec![
-            "--device".into(),
-            self.device.clone(),
-            "--small".into(),
-            self.model.to_string_lossy().into_owned(),
-            "--large".into(),
-            "none".into(),
-            "--precision".into(),
-            self.precision.clone(),
-            "--prefill-cache-size".into(),
-            self.prefix_entries.to_string(),
-            "--prefill-cache-bytes".into(),
-            self.prefix_bytes.to_string(),
-        ]
+impl Config {
+    /// The daemon's settings: `model` as the small tier, no large one, HTTP on a free
+    /// loopback port. The LSP clients take the same, without HTTP.
+    fn serve(&self, model: &Path) -> ServeConfig {
+        ServeConfig {
+            device: self.device,
+            small: model.to_string_lossy().into_owned(),
+            large: "none".into(),
+            precision: self.precision,
+            prefill_cache_size: self.prefix_entries,
+            prefill_cache_bytes: self.prefix_bytes,
+            http: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            ..ServeConfig::default()
+        }
     }
 }
 
@@ -113,7 +130,7 @@ impl MemoryReport {
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct SoakReport {
+pub struct Report {
     pub clients: usize,
     pub lsp_clients: usize,
     pub seconds: f64,
@@ -186,16 +203,17 @@ fn prefix(client: usize, n: usize, tag: &str) -> String {
 
 fn lsp_client(
     bench: &BenchDaemon,
-    cfg: &SoakConfig,
+    cfg: &Config,
+    serve: &ServeConfig,
     i: usize,
     stop: &AtomicBool,
     tally: &Mutex<Tally>,
 ) -> Result<(), String> {
     let mut p = bench.lsp(
         &cfg.program,
-        &["--no-http"],
-        &cfg.model_args(),
-        settings(&cfg.precision, cfg.max_tokens),
+        &[],
+        serve,
+        settings(cfg.precision.label(), cfg.max_tokens),
     )?;
     let uri = format!("file:///soak/c{i}.py");
     p.open(&uri, "python", &prefix(i, 0, "open"))?;
@@ -324,7 +342,7 @@ fn http_request(
     }
 }
 
-fn http_client(addr: SocketAddr, cfg: &SoakConfig, i: usize, stop: &AtomicBool, tally: &Mutex<Tally>) {
+fn http_client(addr: SocketAddr, cfg: &Config, i: usize, stop: &AtomicBool, tally: &Mutex<Tally>) {
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
@@ -346,12 +364,34 @@ fn served(dir: &Path) -> Result<u64, String> {
 }
 
 /// Run the soak: start the daemon (loopback HTTP on a free port, private runtime directory),
-/// start the clients, let them run for `duration`, stop them, and report.
-pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, String> {
+/// start the clients, let them run for `duration`, stop them, and report (also to
+/// `cfg.json`). `log` hears each step as it happens. The report says whether anything was
+/// lost ([`Report::check`]).
+pub fn run(cfg: &Config, mut log: impl FnMut(&str)) -> Result<Report, String> {
+    let scratch = std::env::temp_dir().join(format!("laya-soak-model-{}", std::process::id()));
+    let model = match &cfg.model {
+        Model::Path(p) => p.clone(),
+        Model::Tiny => {
+            use_device(DevicePref::Cpu)?;
+            let gguf = resolve_model("qwen2.5-coder-0.5b")
+                .map_err(|e| format!("the tiny model borrows its tokenizer: {e}"))?;
+            log(&format!("writing a tiny random model to {}", scratch.display()));
+            tiny_model(&scratch, &gguf)?
+        }
+    };
+    let report = soak(cfg, &cfg.serve(&model), &mut log);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let report = report?;
+    if let Some(p) = &cfg.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    Ok(report)
+}
+
+fn soak(cfg: &Config, serve: &ServeConfig, log: &mut impl FnMut(&str)) -> Result<Report, String> {
     let mut bench = BenchDaemon::dir("soak")?;
-    let mut args = vec!["--http-addr".to_owned(), "127.0.0.1:0".into()];
-    args.extend(cfg.model_args());
-    let pid = bench.start(&cfg.program, &args)?;
+    let pid = bench.start(&cfg.program, serve)?;
     let addr = paths::read_http_addr(&bench.dir).ok_or("the daemon serves no HTTP")?;
     log(&format!("daemon pid {pid} ready on http://{addr}"));
     let start_rss = rss_bytes(pid).ok_or("cannot read the daemon's memory")?;
@@ -362,6 +402,10 @@ pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, St
     let samples = Mutex::new(vec![]);
     let sampling = AtomicBool::new(true);
     let lsp_clients = cfg.lsp_clients.min(cfg.clients);
+    let lsp_serve = ServeConfig {
+        http: None,
+        ..serve.clone()
+    };
     let mut failures = vec![];
     // Time 0 of the samples: the clients start (LSP clients start their process first).
     let t0 = Instant::now();
@@ -383,10 +427,10 @@ pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, St
         };
         let mut handles = vec![];
         for i in 0..cfg.clients {
-            let (bench, stop, tally) = (&bench, &stop, &tally);
+            let (bench, stop, tally, lsp_serve) = (&bench, &stop, &tally, &lsp_serve);
             handles.push(s.spawn(move || {
                 if i < lsp_clients {
-                    lsp_client(bench, cfg, i, stop, tally)
+                    lsp_client(bench, cfg, lsp_serve, i, stop, tally)
                 } else {
                     http_client(addr, cfg, i, stop, tally);
                     Ok(())
@@ -448,7 +492,7 @@ pub fn run(cfg: &SoakConfig, mut log: impl FnMut(&str)) -> Result<SoakReport, St
         .collect();
     kinds.sort_by(|a, b| a.kind.cmp(&b.kind));
     let sum = |f: fn(&KindReport) -> usize| kinds.iter().map(f).sum::<usize>();
-    let report = SoakReport {
+    let report = Report {
         clients: cfg.clients,
         lsp_clients,
         seconds: cfg.duration.as_secs_f64(),
@@ -479,8 +523,25 @@ pub fn tiny_model(dir: &Path, tokenizer_gguf: &Path) -> Result<PathBuf, String> 
     Ok(dir.to_owned())
 }
 
-/// The report as the lines `laya bench soak` prints.
-pub fn summary(r: &SoakReport) -> String {
+impl Report {
+    /// Nothing lost, answered twice or failed, and the daemon served exactly what the
+    /// clients received; else what went wrong.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lost + self.answered_twice + self.errors > 0 || self.daemon_served != self.answered as u64 {
+            return Err("requests were lost, answered twice or failed (see above)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The lines `laya bench soak` prints.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&summary(self))
+    }
+}
+
+fn summary(r: &Report) -> String {
     let mut s = format!(
         "{} clients ({} LSP, {} HTTP) for {:.0} s: sent {}, answered {}, errors {}, lost {}, answered twice {}; \
          the daemon served {}; {:.1} requests/s\n",
@@ -535,4 +596,45 @@ pub fn summary(r: &SoakReport) -> String {
         (m.end as i64 - m.warm as i64) as f64 / (1024.0 * 1024.0)
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_passes_only_when_every_request_was_answered_once() {
+        let clean = Report {
+            sent: 3,
+            answered: 3,
+            daemon_served: 3,
+            ..Default::default()
+        };
+        assert_eq!(clean.check(), Ok(()));
+        for bad in [
+            Report {
+                lost: 1,
+                ..clean.clone()
+            },
+            Report {
+                errors: 1,
+                ..clean.clone()
+            },
+            Report {
+                answered_twice: 1,
+                ..clean.clone()
+            },
+            Report {
+                daemon_served: 4,
+                ..clean.clone()
+            },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+        let text = clean.to_string();
+        assert!(
+            text.starts_with("0 clients (0 LSP, 0 HTTP) for 0 s: sent 3, answered 3,"),
+            "{text}"
+        );
+    }
 }

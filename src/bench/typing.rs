@@ -4,7 +4,7 @@
 //! keystroke: latency, whether the model ran (or the suggestion was typed through), and the
 //! prompt tokens reused from the prefix store.
 
-use std::{sync::Arc, time::Instant};
+use std::{fmt, path::PathBuf, sync::Arc, time::Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -12,10 +12,222 @@ use tower::{Service, ServiceExt};
 use tower_lsp_server::jsonrpc::Request;
 
 use crate::{
-    bench::{percentile, quality::Case},
-    engine::worker::Engine,
+    bench::{
+        completion_settings, error_chain, percentile,
+        quality::{self, Case},
+        Target,
+    },
+    engine::{
+        prefix::PrefixLimits,
+        runtime::DevicePref,
+        worker::{Engine, ModelState},
+    },
     lsp::{build_service, EngineSource},
 };
+
+/// A line of a real file to type back.
+#[derive(Clone, Debug)]
+pub struct FileTrace {
+    pub path: PathBuf,
+    /// 1-based.
+    pub line: usize,
+    /// LSP language id.
+    pub language: String,
+}
+
+/// Which lines are typed.
+#[derive(Clone, Debug)]
+pub enum Traces {
+    Files(Vec<FileTrace>),
+    /// The first `per_language` cases of each language of a quality case file.
+    Cases {
+        path: PathBuf,
+        per_language: usize,
+    },
+}
+
+pub struct Config {
+    pub traces: Traces,
+    pub target: Target,
+    pub device: DevicePref,
+    /// Most tokens per suggestion.
+    pub max_tokens: usize,
+    /// Prompt budget in tokens.
+    pub budget: usize,
+    /// Build every prompt afresh: no typing-through, no anchored prompts, no prefix store.
+    pub no_reuse: bool,
+    /// Write each keystroke's prefix/suffix here, for replaying on another engine.
+    pub steps_out: Option<PathBuf>,
+    /// Completion settings (JSON, the LSP's `completion` section) over the bench's own.
+    pub settings: Option<String>,
+    /// Write the keystrokes and the summary here (JSON).
+    pub json: Option<PathBuf>,
+}
+
+/// What `laya bench typing` found.
+#[derive(Debug)]
+pub struct Report {
+    /// The engine (model and bit width, or the remote server).
+    pub label: String,
+    pub no_reuse: bool,
+    /// Each trace's keystrokes.
+    pub runs: Vec<Vec<Keystroke>>,
+    pub summary: Summary,
+}
+
+fn write(path: &std::path::Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+/// Type every trace's line back (after an untimed warm-up trace); `log` hears each trace and
+/// keystroke as it is typed.
+pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<Report, String> {
+    let traces = match &cfg.traces {
+        Traces::Files(files) => files
+            .iter()
+            .map(|f| trace_from_file(&f.path, f.line, &f.language))
+            .collect::<Result<Vec<_>, _>>()?,
+        Traces::Cases { path, per_language } => {
+            let mut seen = std::collections::HashMap::<String, usize>::new();
+            let mut traces = vec![];
+            for c in quality::load_cases(path).map_err(|e| error_chain(&e))? {
+                let n = seen.entry(c.language.clone()).or_default();
+                *n += 1;
+                if *n <= *per_language {
+                    traces.push(c);
+                }
+            }
+            traces
+        }
+    };
+    if let Some(p) = &cfg.steps_out {
+        let steps: Vec<_> = traces
+            .iter()
+            .map(|c| json!({ "id": c.id, "steps": steps(c) }))
+            .collect();
+        write(p, &serde_json::to_string(&steps).map_err(|e| e.to_string())?)?;
+    }
+    let mut target = cfg.target.clone();
+    if let (true, Target::Local { options, .. }) = (cfg.no_reuse, &mut target) {
+        options.prefix = PrefixLimits {
+            max_entries: 0,
+            max_bytes: 0,
+        };
+    }
+    let (engine, label) = target.start(cfg.device, log.clone())?;
+    let completion = json!({
+        "debounceMs": 0,
+        "maxTokensLine": cfg.max_tokens,
+        "maxTokensBlock": cfg.max_tokens,
+        "budget": { "maxTokens": cfg.budget },
+        "typingThrough": !cfg.no_reuse,
+        "anchorMaxBytes": if cfg.no_reuse { 0 } else { 512 },
+    });
+    let settings = completion_settings(completion, cfg.settings.as_deref())?;
+    let completion = serde_json::to_value(settings).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    rt.block_on(replay(engine.clone(), &warm_up_trace(), completion.clone()))?;
+    log(&format!(
+        "warm-up trace (untimed): {:.1} s",
+        start.elapsed().as_secs_f64()
+    ));
+    let mut runs = vec![];
+    for c in &traces {
+        log(&format!(
+            "trace {} ({} keystrokes) on {label}",
+            c.id,
+            c.expected.chars().count()
+        ));
+        let keys = rt.block_on(replay(engine.clone(), c, completion.clone()))?;
+        for k in &keys {
+            log(&format!(
+                "  {:>3} {:>9.1} ms {:<13} prompt {:>5} reused {:>5} prefilled {:>4} first token {:>7.1} ms",
+                k.typed,
+                k.ms,
+                k.source,
+                k.prompt_tokens,
+                k.reused_tokens,
+                k.prefilled_tokens,
+                k.first_token_ms
+            ));
+        }
+        runs.push(keys);
+    }
+    if let ModelState::Failed(e) = engine.state() {
+        return Err(format!("the model failed to load: {e}"));
+    }
+    let summary = summarize(&runs);
+    if let Some(p) = &cfg.json {
+        let v = json!({
+            "engine": label,
+            "summary": summary,
+            "traces": traces.iter().map(|c| &c.id).collect::<Vec<_>>(),
+            "keystrokes": runs,
+        });
+        write(p, &serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?)?;
+    }
+    Ok(Report {
+        label,
+        no_reuse: cfg.no_reuse,
+        runs,
+        summary,
+    })
+}
+
+/// The lines `laya bench typing` prints.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.summary;
+        writeln!(
+            f,
+            "{}{}: {} keystrokes in {} traces; latency p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms",
+            self.label,
+            if self.no_reuse { " (no reuse)" } else { "" },
+            s.keystrokes,
+            self.runs.len(),
+            s.p50_ms,
+            s.p90_ms,
+            s.p99_ms
+        )?;
+        writeln!(
+            f,
+            "model calls {} ({} avoided by typing through, {:.0} %); prompt tokens reused {:.1} %",
+            s.model_calls,
+            s.typed_through,
+            100.0 * s.typed_through as f64 / s.keystrokes.max(1) as f64,
+            100.0 * s.reused_ratio
+        )?;
+        writeln!(
+            f,
+            "cold call: {:.0} prompt tokens, {:.1} ms; warm calls: {:.1} tokens prefilled ({:.2} % of cold), {:.1} ms ({:.1} % of cold)",
+            s.cold_prompt_tokens,
+            s.cold_ms,
+            s.warm_prefill_tokens,
+            100.0 * s.warm_prefill_tokens / s.cold_prompt_tokens.max(1.0),
+            s.warm_ms,
+            100.0 * s.warm_ms / s.cold_ms.max(1e-9)
+        )?;
+        writeln!(
+            f,
+            "prompt cost (time to first token): cold {:.1} ms, warm {:.1} ms ({:.1} % of cold)",
+            s.cold_first_token_ms,
+            s.warm_first_token_ms,
+            100.0 * s.warm_first_token_ms / s.cold_first_token_ms.max(1e-9)
+        )?;
+        writeln!(
+            f,
+            "suggestion shown at {} of {} keystrokes; it made the expected line at {} ({:.1} %)",
+            s.shown,
+            s.keystrokes,
+            s.exact,
+            100.0 * s.exact as f64 / s.keystrokes.max(1) as f64
+        )
+    }
+}
 
 /// One keystroke's outcome.
 #[derive(Clone, Debug, Serialize, Deserialize)]

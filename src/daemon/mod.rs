@@ -8,6 +8,8 @@
 //! - `queue`: round-robin queueing across clients, per model.
 //! - `client`: [`DaemonEngine`], the engine `laya lsp` uses; starts the daemon when needed.
 //! - `paths`: the private runtime directory and the files in it.
+//!
+//! Its settings come from [`ServeConfig`](crate::config::ServeConfig).
 
 pub mod client;
 pub mod http;

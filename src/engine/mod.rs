@@ -44,7 +44,7 @@ pub enum EngineError {
 }
 
 /// Which model of a pool: the size tier and the bit width.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     /// The fast model (~3–4B; here the 0.5B).
@@ -62,15 +62,59 @@ impl Tier {
     }
 }
 
+/// A name that does not parse as a [`Tier`], [`Precision`], [`ModelKey`] or
+/// [`DevicePref`](runtime::DevicePref); the message says what was expected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl std::str::FromStr for Tier {
+    type Err = ParseError;
+
+    /// `small` or `large`.
+    fn from_str(s: &str) -> Result<Tier, ParseError> {
+        match s {
+            "small" => Ok(Tier::Small),
+            "large" => Ok(Tier::Large),
+            _ => Err(ParseError(format!("expected small or large, got `{s}`"))),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ModelKey {
     pub tier: Tier,
     pub precision: Precision,
 }
 
+/// `small/q8`: the tier, a slash and the bit width.
 impl std::fmt::Display for ModelKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.tier.label(), self.precision.label())
+        write!(f, "{}/{}", self.tier, self.precision)
+    }
+}
+
+impl std::str::FromStr for ModelKey {
+    type Err = ParseError;
+
+    /// `TIER/BITS`: `small/q4`, `large/q6`, `small/native`; the bits also as a bare number
+    /// (`large/8`), as [`Precision`] reads them.
+    fn from_str(s: &str) -> Result<ModelKey, ParseError> {
+        let parsed = s
+            .split_once('/')
+            .and_then(|(t, b)| Some((t.parse().ok()?, b.parse().ok()?)));
+        match parsed {
+            Some((tier, precision)) => Ok(ModelKey { tier, precision }),
+            None => Err(ParseError(format!(
+                "expected TIER/BITS such as small/q4 or large/q6, got `{s}`"
+            ))),
+        }
     }
 }
 
@@ -481,6 +525,70 @@ mod tests {
             }
             assert_eq!(streamed, s.text(0), "{text:?}");
         }
+    }
+
+    #[test]
+    fn model_keys_tiers_and_precisions_read_back_what_they_write() {
+        for tier in [Tier::Small, Tier::Large] {
+            assert_eq!(tier.to_string().parse::<Tier>(), Ok(tier));
+            for precision in [Precision::Native, Precision::Q4, Precision::Q6, Precision::Q8] {
+                assert_eq!(precision.to_string().parse::<Precision>(), Ok(precision));
+                let key = ModelKey { tier, precision };
+                assert_eq!(key.to_string().parse::<ModelKey>(), Ok(key));
+            }
+        }
+        let large_q6 = ModelKey {
+            tier: Tier::Large,
+            precision: Precision::Q6,
+        };
+        assert_eq!(large_q6.to_string(), "large/q6");
+        assert_eq!(
+            "large/6".parse::<ModelKey>(),
+            Ok(large_q6),
+            "bits as a bare number"
+        );
+        assert_eq!("8".parse::<Precision>(), Ok(Precision::Q8));
+        assert_eq!(
+            "small/native".parse::<ModelKey>().map(|k| k.precision),
+            Ok(Precision::Native)
+        );
+        for bad in [
+            "",
+            "small",
+            "small/",
+            "/q4",
+            "medium/q4",
+            "small/q5",
+            "small/q4/x",
+            "Small/q4",
+            " small/q4",
+        ] {
+            let err = bad.parse::<ModelKey>().unwrap_err();
+            assert!(
+                err.0.contains("TIER/BITS") && err.0.contains(&format!("`{bad}`")),
+                "{bad}: {err}"
+            );
+        }
+        assert!("q5"
+            .parse::<Precision>()
+            .unwrap_err()
+            .0
+            .contains("native, q4, q6 or q8"));
+        assert!("medium".parse::<Tier>().is_err());
+    }
+
+    #[test]
+    fn device_preferences_read_back_what_they_write() {
+        use runtime::DevicePref;
+        for d in [DevicePref::Auto, DevicePref::Cpu, DevicePref::Gpu] {
+            assert_eq!(d.to_string().parse::<DevicePref>(), Ok(d));
+        }
+        assert_eq!(DevicePref::default(), DevicePref::Auto);
+        assert!("tpu"
+            .parse::<DevicePref>()
+            .unwrap_err()
+            .0
+            .contains("auto, cpu or gpu"));
     }
 
     #[test]

@@ -6,10 +6,11 @@ use std::ffi::CStr;
 use mlx_rs::{Device, DeviceType};
 
 /// Which device the user asked for (`--device`, `LAYA_DEVICE`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DevicePref {
     /// The GPU when the linked MLX has one (Metal or CUDA), else the CPU.
+    #[default]
     Auto,
     Cpu,
     Gpu,
@@ -22,6 +23,28 @@ impl DevicePref {
             DevicePref::Auto => "auto",
             DevicePref::Cpu => "cpu",
             DevicePref::Gpu => "gpu",
+        }
+    }
+}
+
+impl std::fmt::Display for DevicePref {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl std::str::FromStr for DevicePref {
+    type Err = crate::engine::ParseError;
+
+    /// `auto`, `cpu` or `gpu`.
+    fn from_str(s: &str) -> Result<DevicePref, Self::Err> {
+        match s {
+            "auto" => Ok(DevicePref::Auto),
+            "cpu" => Ok(DevicePref::Cpu),
+            "gpu" => Ok(DevicePref::Gpu),
+            _ => Err(crate::engine::ParseError(format!(
+                "expected auto, cpu or gpu, got `{s}`"
+            ))),
         }
     }
 }

