@@ -17,7 +17,10 @@ use std::{
 use common::daemon::{
     http, json_of, laya, serve_in, serve_stub, serve_with, socket_request, stub, stub_tiers,
 };
-use laya::daemon::{memory::rss_bytes, paths, protocol::MAX_LINE_BYTES};
+use laya::{
+    bench::memory::rss_bytes,
+    daemon::{paths, protocol::MAX_LINE_BYTES},
+};
 
 /// This machine's address on its default route, if it has one (no packet is sent).
 fn non_loopback_ip() -> Option<std::net::IpAddr> {
@@ -496,8 +499,8 @@ fn every_process_laya_starts_is_a_reviewed_site_and_none_runs_a_shell() {
     // (file, code, why no client text reaches a shell there)
     let reviewed = [
         ("src/daemon/client.rs", "std::process::Command::new(&spawn.program)", "this laya binary, `serve` and the editor's own flags as separate argv entries; no shell"),
-        ("src/daemon/memory.rs", "Command::new(\"ps\")", "`ps -o rss= -p PID`, the pid a number; only where /proc is missing"),
-        ("src/daemon/memory.rs", "Command::new(program)", "this laya binary (`serve` / `lsp`) for the benchmarks, argv from the bench's own flags"),
+        ("src/bench/memory.rs", "Command::new(\"ps\")", "`ps -o rss= -p PID`, the pid a number; only where /proc is missing"),
+        ("src/bench/memory.rs", "Command::new(program)", "this laya binary (`serve` / `lsp`) for the benchmarks, argv from the bench's own flags"),
         ("src/service.rs", "Command::new(&cmd[0])", "systemctl / launchctl with fixed arguments and the unit path; no shell"),
         ("src/bench/engine.rs", "std::process::Command::new(python)", "the llama.cpp peer: the user's --peer-python, our script and numbers; a local bench, no client input"),
     ];
@@ -602,11 +605,6 @@ fn the_language_server_and_the_daemon_read_no_files_on_a_clients_behalf() {
             "src/daemon/client.rs",
             "std::fs::",
             "serve.log in the runtime directory (the daemon's stderr, shown when it fails to start)",
-        ),
-        (
-            "src/daemon/memory.rs",
-            "std::fs::",
-            "/proc/PID/status (RSS), the bench's own directory and logs",
         ),
     ];
     check_reviewed(&found, &reviewed, "file accesses");
