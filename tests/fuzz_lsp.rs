@@ -1,14 +1,14 @@
 //! Fuzzing the LSP server where editors meet it: the stdio transport and document edits.
 //!
 //! `generated_messages_never_break_the_transport` runs the real transport
-//! (`tower_lsp_server::Server`, as `laya lsp` does on stdin/stdout) over in-memory pipes and
-//! sends it generated messages: well-formed, mutated and random params for every method the
-//! server handles and some it does not, odd ids, responses to nothing, framing variants, and
+//! (`laya::lsp::transport::serve_lsp`, what `laya lsp` runs on stdin/stdout) over in-memory
+//! pipes and sends it generated messages: well-formed, mutated and random params for every
+//! method the server handles and some it does not, odd ids, responses to nothing, framing
+//! variants, interleaved with valid `didOpen`/`didChange`/`inlineCompletion` traffic, and
 //! framing or decoding faults (invalid JSON, truncated bodies, lying, missing or non-numeric
-//! `Content-Length`, invalid UTF-8, batches, ids of odd types), interleaved with valid
-//! `didOpen`/`didChange`/`inlineCompletion` traffic. tower-lsp answers a fault with one error
-//! (id `null`) and stops reading that connection, so a fault is the last message of its
-//! connection; the next connection must work.
+//! `Content-Length`, invalid UTF-8, batches, ids of odd types, stray bytes). Each fault must
+//! get the answers JSON-RPC asks for, and the same connection goes on: more batches and
+//! probes follow and must be answered.
 //!
 //! `random_edits_keep_the_server_text_equal_to_a_model` sends random `didChange`s through the
 //! LSP service in both position encodings and compares the server's text with a string model
@@ -32,7 +32,11 @@ use laya::{
         worker::{Engine, ModelState},
         Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
     },
-    lsp::{build_service, EngineSource},
+    lsp::{
+        build_service,
+        transport::{serve_lsp, EndReason, Ending},
+        EngineSource,
+    },
 };
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -41,7 +45,7 @@ use tokio::{
     sync::mpsc,
 };
 use tower::{Service, ServiceExt};
-use tower_lsp_server::{jsonrpc, Server};
+use tower_lsp_server::jsonrpc;
 
 const DEFAULT_SEED: u64 = 0x1a7a_f022;
 
@@ -466,11 +470,6 @@ fn to_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap()
 }
 
-/// A notification no server handles (`$/` methods may be ignored): sent while a response is
-/// awaited, because tower-lsp's codec leaves what follows a zero-length body in its buffer
-/// until more bytes arrive.
-const NUDGE: &[u8] = br#"{"jsonrpc":"2.0","method":"$/laya/nudge"}"#;
-
 enum Write {
     /// One message, in the chunks it is written in (nothing is written between them).
     Bytes(Vec<Vec<u8>>),
@@ -482,20 +481,23 @@ enum Write {
 /// the server's requests (`workspace/configuration`) as an editor would.
 struct Connection {
     writes: mpsc::UnboundedSender<Write>,
-    /// Responses to the client's requests; closed when the server closes its output.
+    /// Responses to the client's requests (each element of an array on its own); closed when
+    /// the server closes its output.
     responses: mpsc::UnboundedReceiver<Value>,
-    server: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<Ending>,
     /// Every response seen, by id (as JSON text).
     seen: HashMap<String, usize>,
-    nudges: usize,
 }
 
 impl Connection {
     fn open(seed: u64) -> Connection {
-        let (service, socket) = build_service(EngineSource::Ready(Arc::new(Constant)));
         let (client, server) = tokio::io::duplex(1 << 16);
         let (server_in, server_out) = tokio::io::split(server);
-        let server = tokio::spawn(Server::new(server_in, server_out, socket).serve(service));
+        let server = tokio::spawn(serve_lsp(
+            EngineSource::Ready(Arc::new(Constant)),
+            server_in,
+            server_out,
+        ));
         let (mut client_in, mut client_out) = tokio::io::split(client);
         let (writes, mut to_write) = mpsc::unbounded_channel::<Write>();
         tokio::spawn(async move {
@@ -530,9 +532,14 @@ impl Connection {
                         let _ = replies.send(Write::Bytes(vec![frame(&to_bytes(&reply))]));
                     }
                     (Some(_), None) => {} // log messages
-                    (None, _) => {
-                        let _ = responses_tx.send(msg);
-                    }
+                    (None, _) => match msg {
+                        Value::Array(each) => each.into_iter().for_each(|m| {
+                            let _ = responses_tx.send(m);
+                        }),
+                        msg => {
+                            let _ = responses_tx.send(msg);
+                        }
+                    },
                 }
             }
         });
@@ -541,7 +548,6 @@ impl Connection {
             responses,
             server,
             seen: HashMap::new(),
-            nudges: 0,
         }
     }
 
@@ -556,53 +562,65 @@ impl Connection {
         let _ = self.writes.send(Write::Bytes(chunks.to_vec()));
     }
 
-    /// The next response, nudging the server while none comes; `None` once the server has
-    /// closed its output. Gives up (an error) after 60 s without progress: a hang.
-    async fn next_response(&mut self, closed: bool) -> Result<Option<Value>, String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match tokio::time::timeout(Duration::from_millis(10), self.responses.recv()).await {
-                Ok(Some(msg)) => {
-                    *self.seen.entry(msg["id"].to_string()).or_default() += 1;
-                    return Ok(Some(msg));
-                }
-                Ok(None) => return Ok(None),
-                Err(_) if Instant::now() > deadline => return Err("no progress in 60 s".into()),
-                Err(_) if !closed => {
-                    self.nudges += 1;
-                    self.send(&[frame(NUDGE)]);
-                }
-                Err(_) => {}
+    /// The next response; `None` once the server has closed its output. Nothing is sent
+    /// while waiting (a message the server reads only once more bytes arrive would hang
+    /// here). Gives up (an error) after 60 s without progress: a hang.
+    async fn next_response(&mut self) -> Result<Option<Value>, String> {
+        match tokio::time::timeout(Duration::from_secs(60), self.responses.recv()).await {
+            Ok(Some(msg)) => {
+                *self.seen.entry(msg["id"].to_string()).or_default() += 1;
+                Ok(Some(msg))
             }
+            Ok(None) => Ok(None),
+            Err(_) => Err("no progress in 60 s".into()),
         }
     }
 
     /// Waits for the response to `id` (JSON text), counting every response on the way.
     async fn wait_for(&mut self, id: &str) -> Result<Value, String> {
+        Ok(self.responses_until(id).await?.1)
+    }
+
+    /// The responses up to the one to `id` (JSON text): (those before it, it).
+    async fn responses_until(&mut self, id: &str) -> Result<(Vec<Value>, Value), String> {
         let want: Value = serde_json::from_str(id).map_err(|e| format!("id {id} is not JSON: {e}"))?;
+        let mut before = vec![];
         loop {
-            match self.next_response(false).await? {
-                Some(msg) if msg["id"] == want => return Ok(msg),
-                Some(_) => {}
+            match self.next_response().await? {
+                Some(msg) if msg["id"] == want => return Ok((before, msg)),
+                Some(msg) => before.push(msg),
                 None => return Err(format!("the server closed the connection before answering {id}")),
             }
         }
     }
 
+    /// Waits until every request in `owed` got its responses.
+    async fn settle(&mut self, owed: &HashMap<String, usize>) -> Result<(), String> {
+        while owed
+            .iter()
+            .any(|(id, n)| self.seen.get(id).copied().unwrap_or(0) < *n)
+        {
+            if self.next_response().await?.is_none() {
+                return Err("the server closed the connection with requests unanswered".into());
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the server's output until it closes (after closing the client's output first
     /// when `close_first`) and waits for the server task: an error if it panicked or never
-    /// ends. Returns the responses read on the way.
-    async fn finish(&mut self, close_first: bool) -> Result<Vec<Value>, String> {
+    /// ends. Returns the responses read on the way and how the server ended.
+    async fn finish(&mut self, close_first: bool) -> Result<(Vec<Value>, Ending), String> {
         if close_first {
             let _ = self.writes.send(Write::Close);
         }
         let mut rest = vec![];
-        while let Some(r) = self.next_response(true).await? {
+        while let Some(r) = self.next_response().await? {
             rest.push(r);
         }
         let _ = self.writes.send(Write::Close);
         match tokio::time::timeout(Duration::from_secs(60), &mut self.server).await {
-            Ok(Ok(())) => Ok(rest),
+            Ok(Ok(ending)) => Ok((rest, ending)),
             Ok(Err(e)) => Err(format!("the server task failed: {e}")),
             Err(_) => Err("the server task did not end after its output closed".into()),
         }
@@ -746,8 +764,7 @@ const NOTIFICATIONS: &[&str] = &[
     "workspace/didChangeWorkspaceFolders",
     "no/suchNotification",
 ];
-/// `$/` notifications: never sent with an id (tower-lsp drops `$/` requests it does not know
-/// without an answer, which LSP allows).
+/// `$/` methods: notifications, or requests (with an id) that get MethodNotFound.
 const DOLLAR: &[&str] = &["$/cancelRequest", "$/setTrace", "$/laya/unknown"];
 
 /// Field names random objects are made of, so that some land where the server looks.
@@ -784,17 +801,26 @@ const KEYS: &[&str] = &[
     "name",
 ];
 
-/// One generated message: the bytes (in the chunks they are written in) and what the server
-/// owes for it.
+/// One generated message: the bytes (in the chunks they are written in) and the id (JSON
+/// text) of the one response it must get, if any.
 struct Message {
     chunks: Vec<Vec<u8>>,
-    /// The id (JSON text) of the one response it must get.
     reply: Option<String>,
-    /// A framing or decoding fault: the server answers with one error and closes.
-    fatal: Option<&'static str>,
-    /// The fault shows only at the end of the input (a body longer than what was sent).
-    needs_eof: bool,
 }
+
+/// A framing or decoding fault: its bytes, its kind, and the answers it must get (the id as
+/// JSON text, the error code).
+struct Fault {
+    bytes: Vec<u8>,
+    kind: &'static str,
+    answers: Vec<(String, i64)>,
+}
+
+/// A notification sent after every fault: a `Content-Length` too large takes the start of
+/// what follows into its body, which must be no message that is owed an answer (this one is
+/// longer than any excess generated, and nobody answers it).
+const GUARD: &[u8] =
+    br#"{"jsonrpc":"2.0","method":"$/laya/guard","params":{"pad":"..................................................................................................."}}"#;
 
 struct Generator {
     rng: StdRng,
@@ -968,15 +994,15 @@ impl Generator {
             return self.framed(to_bytes(&body), None);
         }
         if roll < 6 {
-            // An empty body is no message.
-            return self.framed(vec![], None);
+            // An empty body is no JSON: a parse error (id null).
+            return self.framed(vec![], Some("null".into()));
         }
         let (method, request) = match self.rng.gen_range(0..10) {
             0..=4 => (*REQUESTS.choose(&mut self.rng).unwrap(), true),
             5..=8 => (*NOTIFICATIONS.choose(&mut self.rng).unwrap(), false),
             _ => (*DOLLAR.choose(&mut self.rng).unwrap(), false),
         };
-        let with_id = !method.starts_with("$/") && self.rng.gen_bool(if request { 0.9 } else { 0.1 });
+        let with_id = self.rng.gen_bool(if request { 0.9 } else { 0.1 });
         let mut body = json!({ "jsonrpc": "2.0", "method": method });
         match self.rng.gen_range(0..10) {
             0..=3 => body["params"] = self.params(method),
@@ -991,35 +1017,59 @@ impl Generator {
         if self.rng.gen_ratio(1, 20) {
             body[*["extra", "meta", "trace"].choose(&mut self.rng).unwrap()] = self.value(1);
         }
-        if self.rng.gen_ratio(1, 30) {
-            body.as_object_mut().unwrap().remove("method"); // a request with no method
+        // No method: an invalid request (-32600), answered with its id, or `null` without.
+        let no_method = self.rng.gen_ratio(1, 30);
+        if no_method {
+            body.as_object_mut().unwrap().remove("method");
         }
-        let reply = with_id.then(|| {
-            let id = self.id();
-            body["id"] = id.clone();
-            id.to_string()
-        });
-        self.framed(to_bytes(&body), reply)
+        let reply = with_id
+            .then(|| {
+                let id = self.id();
+                body["id"] = id.clone();
+                id.to_string()
+            })
+            .or_else(|| no_method.then(|| "null".to_owned()));
+        // A lone surrogate escape (JSON.stringify's for a broken pair), read as U+FFFD: the
+        // message is answered as without it.
+        let lone = self.rng.gen_ratio(1, 30);
+        if lone {
+            body["note"] = json!("a\u{e000}b");
+        }
+        let mut bytes = to_bytes(&body);
+        if lone {
+            let at = bytes.windows(3).position(|w| w == "\u{e000}".as_bytes()).unwrap();
+            let escape = *[&b"\\ud800"[..], b"\\udfff", b"\\uDBFF"]
+                .choose(&mut self.rng)
+                .unwrap();
+            bytes.splice(at..at + 3, escape.iter().copied());
+        }
+        self.framed(bytes, reply)
     }
 
-    /// `body` framed, sometimes with a Content-Type header, written in one to four chunks.
+    /// `body` framed, sometimes with other headers (a Content-Type, names in lower case,
+    /// unknown ones), `\n` line ends or blank lines before it, written in one to four chunks.
     fn framed(&mut self, body: Vec<u8>, reply: Option<String>) -> Message {
-        let mut bytes = match self.rng.gen_range(0..10) {
+        let n = body.len();
+        let header = match self.rng.gen_range(0..14) {
             0 => {
                 let ty = *[
                     "application/vscode-jsonrpc; charset=utf-8",
                     "application/vscode-jsonrpc; charset=utf8",
                     "x; charset=utf-8",
+                    "application/json",
+                    "application/vscode-jsonrpc; charset=\"UTF-8\"",
                 ]
                 .choose(&mut self.rng)
                 .unwrap();
-                let mut b =
-                    format!("Content-Type: {ty}\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
-                b.extend_from_slice(&body);
-                b
+                format!("Content-Type: {ty}\r\nContent-Length: {n}\r\n\r\n")
             }
-            _ => frame(&body),
+            1 => format!("content-length: {n}\r\n\r\n"),
+            2 => format!("Content-Length: {n}\r\nX-A: 1\r\nX-B: 2\r\n\r\n"),
+            3 => format!("Content-Length: {n}\n\n"),
+            4 => format!("\r\n\r\nContent-Length:{n}\r\n\r\n"),
+            _ => format!("Content-Length: {n}\r\n\r\n"),
         };
+        let mut bytes = [header.as_bytes(), &body].concat();
         let mut chunks = vec![];
         for _ in 0..self.rng.gen_range(0..4) {
             if bytes.len() > 1 {
@@ -1029,21 +1079,24 @@ impl Generator {
             }
         }
         chunks.push(bytes);
-        Message {
-            chunks,
-            reply,
-            fatal: None,
-            needs_eof: false,
-        }
+        Message { chunks, reply }
     }
 
-    /// A framing or decoding fault, built around a well-formed `body`.
-    fn fault(&mut self, body: Vec<u8>) -> Message {
+    /// A framing or decoding fault, built around a well-formed request `body` whose id is
+    /// `id`, and the answers it must get.
+    fn fault(&mut self, body: Vec<u8>, id: &Value) -> Fault {
         let r = &mut self.rng;
-        let (bytes, kind): (Vec<u8>, &'static str) = match r.gen_range(0..14) {
+        let null = || vec![("null".to_owned(), -32700)];
+        let invalid = |id: &str| vec![(id.to_owned(), -32600)];
+        // The id an answer echoes: a string or a number, else null.
+        let echoed = |id: &Value| match id {
+            Value::String(_) | Value::Number(_) => id.to_string(),
+            _ => "null".to_owned(),
+        };
+        let (bytes, kind, answers): (Vec<u8>, &'static str, Vec<(String, i64)>) = match r.gen_range(0..14) {
             0 => {
                 let cut = r.gen_range(1..body.len());
-                (frame(&body[..cut]), "invalid JSON: truncated body")
+                (frame(&body[..cut]), "invalid JSON: truncated body", null())
             }
             1 => {
                 let mut b = body.clone();
@@ -1052,33 +1105,37 @@ impl Generator {
                     1 => b.extend_from_slice(b"}x"),
                     _ => b[0] = b'[',
                 }
-                (frame(&b), "invalid JSON")
+                (frame(&b), "invalid JSON", null())
             }
-            2 => (
-                frame(br#"{"jsonrpc":"2.0","method":"x","params":"\ud800"}"#),
-                "invalid JSON: lone surrogate",
-            ),
+            2 => {
+                let b = *[&b"{bad}"[..], b"tru", b"\"open", b"{\"a\":}"].choose(r).unwrap();
+                (frame(b), "invalid JSON: no value", null())
+            }
             3 => {
-                let b = format!("[{0},{0}]", String::from_utf8(body.clone()).unwrap());
-                let b = if r.gen_bool(0.2) { "[]".to_owned() } else { b };
-                (frame(b.as_bytes()), "batch")
+                if r.gen_bool(0.2) {
+                    (frame(b"[]"), "empty batch", invalid("null"))
+                } else {
+                    let b = format!("[{0},{0}]", String::from_utf8(body.clone()).unwrap());
+                    (frame(b.as_bytes()), "batch", vec![(echoed(id), -32600); 2])
+                }
             }
             4 => {
-                let b = *[
-                    r#"42"#,
-                    r#""text""#,
-                    "null",
-                    "{}",
-                    r#"{"method":"x"}"#,
-                    r#"{"jsonrpc":"1.0","method":"x","id":1}"#,
-                    r#"{"jsonrpc":"2.0","method":42,"id":1}"#,
+                let (b, answer) = *[
+                    (r#"42"#, "null"),
+                    (r#""text""#, "null"),
+                    ("null", "null"),
+                    ("{}", "null"),
+                    (r#"{"method":"x"}"#, "null"),
+                    (r#"{"jsonrpc":"1.0","method":"x","id":1}"#, "1"),
+                    (r#"{"jsonrpc":"2.0","method":42,"id":1}"#, "1"),
+                    (r#"{"jsonrpc":"2.0","id":"no-method"}"#, "\"no-method\""),
                 ]
                 .choose(r)
                 .unwrap();
-                (frame(b.as_bytes()), "not a JSON-RPC message")
+                (frame(b.as_bytes()), "not a JSON-RPC message", invalid(answer))
             }
             5 => {
-                let id = *[
+                let odd = *[
                     "1.5",
                     "true",
                     "{}",
@@ -1089,28 +1146,30 @@ impl Generator {
                 ]
                 .choose(r)
                 .unwrap();
+                let answer = echoed(&serde_json::from_str(odd).unwrap());
                 (
-                    frame(format!(r#"{{"jsonrpc":"2.0","method":"laya/acceptance","id":{id}}}"#).as_bytes()),
+                    frame(format!(r#"{{"jsonrpc":"2.0","method":"laya/acceptance","id":{odd}}}"#).as_bytes()),
                     "id of an odd type",
+                    invalid(&answer),
                 )
             }
             6 => {
                 let short = body.len() - r.gen_range(1..body.len());
                 let mut b = format!("Content-Length: {short}\r\n\r\n").into_bytes();
                 b.extend_from_slice(&body);
-                (b, "Content-Length too short")
+                (b, "Content-Length too short", null())
             }
             7 => {
                 let long = body.len() + r.gen_range(1..100);
                 let mut b = format!("Content-Length: {long}\r\n\r\n").into_bytes();
                 b.extend_from_slice(&body);
-                (b, "Content-Length too long")
+                (b, "Content-Length too long", null())
             }
             8 => {
-                let huge = r.gen_range(1u64 << 40..1u64 << 62);
+                let huge = r.gen_range((64u64 << 20) + 1..1u64 << 62);
                 let mut b = format!("Content-Length: {huge}\r\n\r\n").into_bytes();
                 b.extend_from_slice(&body);
-                (b, "Content-Length huge")
+                (b, "Content-Length over 64 MiB", null())
             }
             9 => {
                 let v = *[
@@ -1127,66 +1186,66 @@ impl Generator {
                 .unwrap();
                 let mut b = format!("Content-Length: {v}\r\n\r\n").into_bytes();
                 b.extend_from_slice(&body);
-                (b, "Content-Length not a number")
+                (b, "Content-Length not a number", null())
             }
             10 => {
-                let b = match r.gen_range(0..3) {
+                let b = match r.gen_range(0..2) {
                     0 => body.clone(),
-                    1 => [
+                    _ => [
                         b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n".as_slice(),
                         &body,
                     ]
                     .concat(),
-                    _ => [
-                        format!("content-length: {}\r\n\r\n", body.len()).as_bytes(),
-                        &body,
-                    ]
-                    .concat(),
                 };
-                (b, "no Content-Length")
+                (b, "no Content-Length", null())
             }
             11 => {
-                let ty = *["application/vscode-jsonrpc; charset=latin1", "application/json"]
-                    .choose(r)
-                    .unwrap();
+                let ty = *[
+                    "application/vscode-jsonrpc; charset=latin1",
+                    "application/json; charset=utf-16",
+                ]
+                .choose(r)
+                .unwrap();
                 let b = [
                     format!("Content-Length: {}\r\nContent-Type: {ty}\r\n\r\n", body.len()).as_bytes(),
                     &body,
                 ]
                 .concat();
-                (b, "unsupported charset")
+                (b, "unsupported charset", null())
             }
             12 => {
                 let mut b = body.clone();
                 let at = r.gen_range(1..b.len());
                 b.insert(at, *[0xff, 0xc3, 0x80, 0xed].choose(r).unwrap());
                 b.insert(at + 1, b'(');
-                (frame(&b), "invalid UTF-8")
+                (frame(&b), "invalid UTF-8", null())
             }
-            _ => {
-                if r.gen_bool(0.5) {
+            _ => match r.gen_range(0..3) {
+                0 => {
                     let b = [
-                        format!("Content-Length: {}\r\nX-A: 1\r\nX-B: 2\r\n\r\n", body.len()).as_bytes(),
+                        format!("Content-Length: {}\r\nno colon\r\n\r\n", body.len()).as_bytes(),
                         &body,
                     ]
                     .concat();
-                    (b, "too many headers")
-                } else {
-                    let b: Vec<u8> = (0..r.gen_range(1..200)).map(|_| r.gen()).collect();
-                    (b, "random bytes")
+                    (b, "a header line without a colon", null())
                 }
-            }
+                1 => {
+                    let b = [
+                        format!("Content-Length: {}\r\nContent-Length: 3\r\n\r\n", body.len()).as_bytes(),
+                        &body,
+                    ]
+                    .concat();
+                    (b, "two Content-Lengths", null())
+                }
+                _ => {
+                    // Random bytes, from a byte no header or blank starts with.
+                    let mut b: Vec<u8> = (0..r.gen_range(1..200)).map(|_| r.gen()).collect();
+                    b[0] = *[0x00, 0x07, 0x7f, 0x80, 0xff, b'{'].choose(r).unwrap();
+                    (b, "random bytes", null())
+                }
+            },
         };
-        let needs_eof = matches!(
-            kind,
-            "Content-Length too long" | "Content-Length huge" | "random bytes"
-        );
-        Message {
-            chunks: vec![bytes],
-            reply: None,
-            fatal: Some(kind),
-            needs_eof,
-        }
+        Fault { bytes, kind, answers }
     }
 }
 
@@ -1200,13 +1259,16 @@ struct TransportStats {
     faults: HashMap<&'static str, usize>,
     fault_codes: HashMap<i64, usize>,
     responses: usize,
-    nudges: usize,
+    /// How connections ended: shutdown and exit, exit alone, end of input.
+    endings: HashMap<&'static str, usize>,
 }
 
 /// One connection: initialize, then batches of generated messages each followed by a probe
-/// that must get a proper answer, then either a fault (the server must answer it with one
-/// error, close and end) or shutdown and exit. Every request with an id gets exactly one
-/// response. Returns the number of generated messages sent.
+/// that must get a proper answer; after a quarter of the probes a fault (with [`GUARD`] after
+/// it) and another probe: the answers between the fault and that probe's must be the
+/// fault's. The connection ends in shutdown and exit, exit alone, or the end of its input,
+/// and the server must close its output and return that ending. Every request with an id
+/// gets exactly one response. Returns the number of generated messages sent.
 async fn run_connection(
     gen: &mut Generator,
     budget: usize,
@@ -1254,13 +1316,11 @@ async fn run_connection(
         )),
     ]);
 
-    // The connection ends in a fault (the last of its messages) or in shutdown and exit.
-    let fault = gen.rng.gen_bool(0.7);
     let mut sent = 0;
     let mut log: Vec<String> = vec![];
     let mut probes = 0;
-    while sent < budget - usize::from(fault) {
-        let batch = gen.rng.gen_range(1..=40).min(budget - usize::from(fault) - sent);
+    while sent < budget {
+        let batch = gen.rng.gen_range(1..=40).min(budget - sent);
         for _ in 0..batch {
             let msg = match gen.rng.gen_range(0..100) {
                 // Valid traffic on the tracked document: edits (some rejected, as the model
@@ -1349,56 +1409,110 @@ async fn run_connection(
         if !proper {
             return Err(format!("probe {method} got {r}\nlast messages:\n{}", tail(&log)));
         }
-    }
 
-    let rest = if fault {
-        let body = to_bytes(
-            &json!({ "jsonrpc": "2.0", "id": gen.id(), "method": "laya/acceptance", "params": null }),
-        );
-        let msg = gen.fault(body);
-        let kind = msg.fatal.unwrap();
-        *stats.faults.entry(kind).or_default() += 1;
-        log.push(format!(
-            "FAULT {kind}: {}",
-            String::from_utf8_lossy(&msg.chunks[0])
-                .chars()
-                .take(300)
-                .collect::<String>()
-        ));
-        conn.send_chunked(&msg.chunks);
-        *owed.entry("null".into()).or_default() += 1;
-        sent += 1;
-        // A body still incomplete (a length too long) fails at the end of the input; every
-        // other fault must close the connection by itself.
-        let rest = conn
-            .finish(msg.needs_eof)
-            .await
-            .map_err(|e| format!("{e}\nlast messages:\n{}", tail(&log)))?;
-        let codes: Vec<i64> = rest
-            .iter()
-            .filter(|r| r["id"].is_null())
-            .filter_map(|r| r["error"]["code"].as_i64())
-            .collect();
-        match codes.iter().find(|c| [-32700, -32600].contains(*c)) {
-            Some(c) => *stats.fault_codes.entry(*c).or_default() += 1,
-            None => {
+        // A fault, once everything sent is answered: the answers that come before the next
+        // probe's are the fault's.
+        if sent < budget && gen.rng.gen_ratio(1, 4) {
+            conn.settle(&owed)
+                .await
+                .map_err(|e| format!("{e}\nlast messages:\n{}", tail(&log)))?;
+            let id = gen.id();
+            let body =
+                to_bytes(&json!({ "jsonrpc": "2.0", "id": id, "method": "laya/acceptance", "params": null }));
+            let fault = gen.fault(body, &id);
+            *stats.faults.entry(fault.kind).or_default() += 1;
+            log.push(format!(
+                "FAULT {}: {}",
+                fault.kind,
+                String::from_utf8_lossy(&fault.bytes)
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            ));
+            // In one to three pieces, then the guard.
+            let mut chunks = vec![];
+            let mut rest = fault.bytes.clone();
+            for _ in 0..gen.rng.gen_range(0..3) {
+                if rest.len() > 1 {
+                    let at = gen.rng.gen_range(1..rest.len());
+                    let tail = rest.split_off(at);
+                    chunks.push(std::mem::replace(&mut rest, tail));
+                }
+            }
+            chunks.push(rest);
+            chunks.push(frame(GUARD));
+            conn.send_chunked(&chunks);
+            sent += 1;
+            for (id, _) in &fault.answers {
+                *owed.entry(id.clone()).or_default() += 1;
+            }
+            probes += 1;
+            let probe = format!("\"probe-{probes}\"");
+            conn.send(&[frame(&to_bytes(
+                &json!({ "jsonrpc": "2.0", "id": format!("probe-{probes}"), "method": "laya/acceptance", "params": null }),
+            ))]);
+            *owed.entry(probe.clone()).or_default() += 1;
+            let (before, r) = conn
+                .responses_until(&probe)
+                .await
+                .map_err(|e| format!("{e} (after the fault)\nlast messages:\n{}", tail(&log)))?;
+            if !r["result"]["shown"].is_u64() {
                 return Err(format!(
-                    "no parse error or invalid request answered the fault {kind}: {:?}",
-                    log.last()
-                ))
+                    "the probe after a fault got {r}\nlast messages:\n{}",
+                    tail(&log)
+                ));
+            }
+            let mut got: Vec<(String, i64)> = before
+                .iter()
+                .map(|m| (m["id"].to_string(), m["error"]["code"].as_i64().unwrap_or(0)))
+                .collect();
+            let mut want = fault.answers.clone();
+            got.sort();
+            want.sort();
+            if got != want {
+                return Err(format!(
+                    "the fault {} got {before:?}, not {want:?}\nlast messages:\n{}",
+                    fault.kind,
+                    tail(&log)
+                ));
+            }
+            for (_, code) in got {
+                *stats.fault_codes.entry(code).or_default() += 1;
             }
         }
-        rest
-    } else {
-        conn.send(&[frame(br#"{"jsonrpc":"2.0","id":"shutdown","method":"shutdown"}"#)]);
-        *owed.entry("\"shutdown\"".into()).or_default() += 1;
-        conn.wait_for("\"shutdown\"").await?;
-        conn.send(&[frame(br#"{"jsonrpc":"2.0","method":"exit"}"#)]);
-        conn.finish(false)
-            .await
-            .map_err(|e| format!("{e} (after exit)\nlast messages:\n{}", tail(&log)))?
+    }
+
+    // The end: shutdown and exit, exit alone, or the end of the input.
+    let (how, close_first) = match gen.rng.gen_range(0..10) {
+        0..=6 => {
+            conn.send(&[frame(br#"{"jsonrpc":"2.0","id":"shutdown","method":"shutdown"}"#)]);
+            *owed.entry("\"shutdown\"".into()).or_default() += 1;
+            conn.wait_for("\"shutdown\"").await?;
+            conn.send(&[frame(br#"{"jsonrpc":"2.0","method":"exit"}"#)]);
+            ("shutdown and exit", false)
+        }
+        7 | 8 => {
+            conn.send(&[frame(br#"{"jsonrpc":"2.0","method":"exit"}"#)]);
+            ("exit", false)
+        }
+        _ => ("end of input", true),
     };
-    drop(rest);
+    let (_rest, ending) = conn
+        .finish(close_first)
+        .await
+        .map_err(|e| format!("{e} (after {how})\nlast messages:\n{}", tail(&log)))?;
+    let want = Ending {
+        reason: if close_first {
+            EndReason::EndOfInput
+        } else {
+            EndReason::Exit
+        },
+        shutdown: how == "shutdown and exit",
+    };
+    if ending != want {
+        return Err(format!("after {how} the server returned {ending:?}"));
+    }
+    *stats.endings.entry(how).or_default() += 1;
     // Exactly one response per request with an id.
     let mut ids: Vec<&String> = owed.keys().chain(conn.seen.keys()).collect();
     ids.sort();
@@ -1416,7 +1530,6 @@ async fn run_connection(
         }
     }
     stats.responses += conn.seen.values().sum::<usize>();
-    stats.nudges += conn.nudges;
     stats.connections += 1;
     Ok(sent)
 }
@@ -1450,15 +1563,18 @@ async fn generated_messages_never_break_the_transport() {
     let secs = started.elapsed().as_secs_f64();
     let mut faults: Vec<_> = stats.faults.iter().collect();
     faults.sort();
+    let mut endings: Vec<_> = stats.endings.iter().collect();
+    endings.sort();
     println!(
         "transport fuzz: seed {seed:#x}, {} messages over {} connections in {:.1} s ({:.0} messages/s), \
-         {} responses, {} nudges; faults (each closes its connection): {faults:?}; error codes: {:?}",
+         {} responses; {} faults (each followed by more traffic on its connection): {faults:?}; \
+         their answers by error code: {:?}; endings: {endings:?}",
         stats.messages,
         stats.connections,
         secs,
         stats.messages as f64 / secs,
         stats.responses,
-        stats.nudges,
+        stats.faults.values().sum::<usize>(),
         stats.fault_codes
     );
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a panic happened");
