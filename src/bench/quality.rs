@@ -562,7 +562,6 @@ mod tests {
         c.prefix = "def f():\n    ".into();
         let settings = CompletionSettings {
             debounce_ms: 0,
-            first_token_branches: 3,
             candidates: 3,
             ..CompletionSettings::default()
         };

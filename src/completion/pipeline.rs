@@ -1,26 +1,21 @@
-//! One completion request from a document snapshot to edits: context → route → prompt (in
-//! the routed model's budget) → engine → post-processing. Knows no LSP types; sees the engine
-//! only through the `Engine` trait.
+//! One completion request from a document snapshot to edits, in two steps. *Plan*: context →
+//! route → the routed model's budget → prompt; *finish*: rank → post-process → remember. The
+//! engine call sits between them. Knows no LSP types; sees the engine only through the
+//! `Engine` trait.
 //!
 //! Keystrokes are cheap in two ways. *Typing through*: while the user types the first
 //! characters of the suggestion last shown, the rest of it is the answer, with no model call
 //! (a partial accept looks the same). *Anchored prompts*: after a model call, the document
-//! text, cursor and prompt are kept as the document's anchor; while the only change since is
-//! text inserted at the anchor's cursor (the user typing on), the next prompt is the anchor's
-//! prompt followed by that text, as the start of the middle. So the prompt grows only at its
-//! end, the engine's prefix store finds all of it but the new characters (including the
-//! tokens it generated, when the user typed what it suggested), and a keystroke costs a few
-//! tokens of prefill.
+//! text, cursor, budget and prompt are kept as the document's anchor; while the only change
+//! since is text inserted at the anchor's cursor (the user typing on) and the route gives the
+//! same budget, the next prompt is the anchor's prompt followed by that text, as the start of
+//! the middle. So the prompt grows only at its end, the engine's prefix store finds all of it
+//! but the new characters (including the tokens it generated, when the user typed what it
+//! suggested), and a keystroke costs a few tokens of prefill.
 //!
-//! *Indentation healing* (`healIndentation`, off by default): when the cursor's line holds
-//! only indentation, the prompt stops at the line start and the engine is asked to begin its
-//! answer with that indentation (`CompletionRequest::start`), which the model writes under a
-//! constraint, choosing its own tokens for it; post-processing takes it off the answer, as
-//! the line has it already. A prompt that ends in a run of spaces splits the indentation where
-//! the tokenizer would not (Qwen's writes `"\n    return"` as `"\n"`, `"   "`, `" return"`;
-//! a prompt ending in four spaces leaves the model `"return"` without its space). Measured on
-//! 3,600 cases of both models it changed answers both ways about equally
-//! (docs/lab/2026-12-04-token-healing-and-per-language-goal.md), so it stays off.
+//! Several candidates (`candidates` > 1) are the model's greedy continuations of its most
+//! likely first tokens, made in one batch after one prefill: deterministic alternatives to
+//! cycle through, the greedy answer first (docs/decisions.md).
 
 use std::sync::{atomic::AtomicBool, Arc, Mutex};
 
@@ -33,8 +28,11 @@ use super::{
 };
 use crate::{
     document::DocumentSnapshot,
-    engine::{worker::Engine, Choice, CompletionRequest, EngineError, ModelKey, SamplingParams, Timing},
-    prompt::{self, Budget, PromptInput, Snippet},
+    engine::{
+        worker::Engine, Choice, CompletionOutput, CompletionRequest, EngineError, ModelKey, SamplingParams,
+        Timing,
+    },
+    prompt::{self, Budget, LocalPart, PromptInput, Snippet},
     syntax::CursorKind,
 };
 
@@ -49,17 +47,10 @@ pub struct CompletionSettings {
     /// Most tokens for a completion of the rest of a line / of a block.
     pub max_tokens_line: usize,
     pub max_tokens_block: usize,
-    /// Candidates per request (1 is greedy; more are sampled at `temperature`).
+    /// Suggestions per request: 1 is the greedy answer; more are the greedy continuations of
+    /// the model's next most likely first tokens, after the greedy one (engines that cannot
+    /// branch, such as remote servers, answer once).
     pub candidates: usize,
-    /// 2 or more: the model continues greedily from each of this many most likely first
-    /// tokens (one batch, one prefill): deterministic alternatives to the greedy answer. The
-    /// greedy answer comes first, the others after it by their summed log-probability; the
-    /// first `candidates` of them are shown. 0 or 1: off (plain greedy or sampled candidates).
-    /// For engines that report no log-probabilities (remote servers), the answers keep the
-    /// engine's order. On the quality cases (docs/lab/2026-12-04-first-token-branching.md)
-    /// no ranking of the branches beat greedy as the first answer.
-    pub first_token_branches: usize,
-    pub temperature: f32,
     /// Languages (LSP ids) to complete in; empty means all.
     pub languages: Vec<String>,
     /// Which model answers which request.
@@ -69,12 +60,6 @@ pub struct CompletionSettings {
     /// Continue the document's last prompt while the user types at its cursor (bytes typed
     /// at most; 0 turns it off and builds every prompt afresh).
     pub anchor_max_bytes: usize,
-    /// End the prompt at the line start when the cursor's line holds only indentation and
-    /// have the model write the indentation under a constraint (see the module text). Off by
-    /// default: on the H200 quality runs it was even with the plain prompt (1.5B: 372 against
-    /// 372 exact lines of 1,200 masked lines, 217 against 214 of 600 file windows; 0.5B: 106
-    /// against 109, 74 against 68; docs/lab/2026-12-04-token-healing-and-per-language-goal.md).
-    pub heal_indentation: bool,
     /// How this file's definitions cut off by the budget are written above the window.
     pub context_layout: ContextLayout,
 }
@@ -87,20 +72,18 @@ impl Default for CompletionSettings {
             max_tokens_line: 48,
             max_tokens_block: 128,
             candidates: 1,
-            first_token_branches: 0,
-            temperature: 0.6,
             languages: vec![],
             router: RouterPolicy::default(),
             typing_through: true,
             anchor_max_bytes: 512,
-            heal_indentation: false,
             context_layout: ContextLayout::default(),
         }
     }
 }
 
 /// How the request was triggered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// The user asked (a key binding).
     Invoked,
@@ -138,8 +121,8 @@ pub struct Completion {
 /// The engine's answer an edit was made from.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Origin {
-    /// Its index among the engine's choices (with `first_token_branches`, 0 is greedy and
-    /// `i` began with the `i`-th most likely first token).
+    /// Its index among the engine's choices (0 is greedy; with several candidates `i` began
+    /// with the `i`-th most likely first token).
     pub choice: usize,
     pub tokens: usize,
     /// The summed log-probability of its tokens, where the engine reports one.
@@ -151,10 +134,10 @@ pub struct Origin {
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
     pub source: Source,
-    pub trigger: String,
-    pub cursor_kind: String,
+    pub trigger: Trigger,
+    pub cursor_kind: CursorKind,
     pub route: Option<Route>,
-    pub served_by: Option<String>,
+    pub served_by: Option<ModelKey>,
     pub anchored: bool,
     pub prompt_tokens: usize,
     pub reused_tokens: usize,
@@ -170,10 +153,10 @@ impl Explanation {
         let t = &c.timing;
         Explanation {
             source: c.source,
-            trigger: format!("{trigger:?}").to_lowercase(),
-            cursor_kind: format!("{:?}", c.cursor_kind).to_lowercase(),
+            trigger,
+            cursor_kind: c.cursor_kind,
             route: c.route.clone(),
-            served_by: c.served_by.map(|k| k.to_string()),
+            served_by: c.served_by,
             anchored: c.anchored,
             prompt_tokens: t.prompt_tokens,
             reused_tokens: t.reused_tokens,
@@ -196,8 +179,8 @@ impl Explanation {
                 if let Some(r) = &self.route {
                     s.push_str(&format!("**model** {} — {}\n\n", r.model, r.reason));
                 }
-                if let Some(b) = &self.served_by {
-                    if self.route.as_ref().map(|r| r.model.to_string()) != Some(b.clone()) {
+                if let Some(b) = self.served_by {
+                    if self.route.as_ref().map(|r| r.model) != Some(b) {
                         s.push_str(&format!(
                             "answered by **{b}** (the chosen model was still loading)\n\n"
                         ));
@@ -215,9 +198,13 @@ impl Explanation {
                 ));
             }
         }
+        let trigger = match self.trigger {
+            Trigger::Invoked => "invoked",
+            Trigger::Automatic => "automatic",
+        };
         s.push_str(&format!(
-            "trigger {}, cursor in {}",
-            self.trigger, self.cursor_kind
+            "trigger {trigger}, cursor in {}",
+            self.cursor_kind.name()
         ));
         if let Some(text) = &self.suggestion {
             s.push_str(&format!("\n\n```\n{text}\n```"));
@@ -234,6 +221,13 @@ struct Mark {
 }
 
 impl Mark {
+    fn of(doc: &DocumentSnapshot, cursor: usize) -> Mark {
+        Mark {
+            text: doc.text.clone(),
+            cursor,
+        }
+    }
+
     /// The text inserted at this mark's cursor to give `text` with the cursor at `cursor`
     /// just after it; `None` for any other change.
     fn typed_since<'t>(&self, text: &'t str, cursor: usize) -> Option<&'t str> {
@@ -255,29 +249,28 @@ impl Mark {
 struct Anchor {
     mark: Mark,
     prompt: String,
-    /// The indentation healed off the prompt's end (which the document has at the mark,
-    /// before the cursor).
-    healed: String,
     /// The budget it was built in (that of the model it was routed to).
     budget: Budget,
+}
+
+/// The suggestion last shown, and where.
+struct Shown {
+    mark: Mark,
+    edit: Edit,
 }
 
 /// Per-document memory between requests.
 #[derive(Default)]
 struct DocState {
     anchor: Option<Anchor>,
-    /// Where the last suggestion was shown, and what it was.
-    shown: Option<(Mark, Edit)>,
+    shown: Option<Shown>,
     explanation: Option<Explanation>,
 }
 
 /// The engine's choices best first. When every choice has a log-probability (branched first
 /// tokens, where choice 0 is greedy): the first stays first and the others follow by summed
-/// log-probability. Measured on 1,800 cases of the 1.5B
-/// (docs/lab/2026-12-04-first-token-branching.md): greedy first beat every ranking of all four (best mean log-probability
-/// per token lost 50 exact lines, the best sum 13), and after a wrong greedy answer the sum
-/// put a right one next more often than the mean (75 against 51 of 103).
-/// Each comes with its index in the engine's order.
+/// log-probability (docs/decisions.md, "Greedy first"). Each comes with its index in the
+/// engine's order.
 fn ranked(choices: &[Choice]) -> Vec<(usize, &Choice)> {
     let mut out: Vec<(usize, &Choice)> = choices.iter().enumerate().collect();
     if out.len() > 1 && out.iter().all(|(_, c)| c.logprob.is_some()) {
@@ -305,6 +298,59 @@ pub struct Request<'a> {
     pub trigger: Trigger,
     pub settings: &'a CompletionSettings,
     pub workspace_root: Option<&'a str>,
+}
+
+/// What the syntax layer lends the prompt at the cursor.
+struct Context {
+    cursor_kind: CursorKind,
+    imports: Vec<String>,
+    local: Vec<LocalPart>,
+    /// Definitions from other open files, grouped by file.
+    other_files: Vec<Snippet>,
+}
+
+impl Context {
+    fn gather(r: &Request) -> Context {
+        let text: &str = &r.doc.text;
+        let Some(c) = r.doc.context(r.cursor, r.others) else {
+            return Context {
+                cursor_kind: CursorKind::Code,
+                imports: vec![],
+                local: vec![],
+                other_files: vec![],
+            };
+        };
+        let language = r.doc.language.map(|l| l.config());
+        let local = lead::local_parts(&c, text, language, r.settings.context_layout);
+        let mut other_files: Vec<Snippet> = vec![];
+        for t in c.type_definitions.iter().filter(|t| t.source_path.is_some()) {
+            let path = display_path(t.source_path.as_deref().unwrap_or_default(), r.workspace_root);
+            match other_files.iter_mut().find(|s| s.path == path) {
+                Some(s) => {
+                    s.text.push('\n');
+                    s.text.push_str(&t.text);
+                }
+                None => other_files.push(Snippet {
+                    path,
+                    text: t.text.clone(),
+                }),
+            }
+        }
+        Context {
+            cursor_kind: c.cursor_kind,
+            imports: c.imports.clone(),
+            local,
+            other_files,
+        }
+    }
+}
+
+/// A model call, decided: the route, the request and what the finish needs.
+struct Plan {
+    route: Route,
+    request: CompletionRequest,
+    cursor_kind: CursorKind,
+    anchored: bool,
 }
 
 pub struct Pipeline {
@@ -348,13 +394,17 @@ impl Pipeline {
             return None;
         }
         let mut state = self.docs.get_mut(&doc.uri)?;
-        let (mark, edit) = state.shown.as_ref()?;
-        let typed = mark.typed_since(&doc.text, cursor)?;
-        let rest = edit.text.strip_prefix(typed).filter(|r| !r.trim().is_empty())?;
+        let shown = state.shown.as_ref()?;
+        let typed = shown.mark.typed_since(&doc.text, cursor)?;
+        let rest = shown
+            .edit
+            .text
+            .strip_prefix(typed)
+            .filter(|r| !r.trim().is_empty())?;
         let c = Completion {
             edits: vec![Edit {
                 text: rest.to_owned(),
-                replace_len: edit.replace_len,
+                replace_len: shown.edit.replace_len,
             }],
             origins: vec![],
             timing: Timing::default(),
@@ -370,209 +420,164 @@ impl Pipeline {
 
     /// Complete at the request's cursor; setting `cancel` stops the engine.
     pub async fn complete(&self, r: Request<'_>, cancel: Arc<AtomicBool>) -> Result<Completion, EngineError> {
-        let Request {
-            doc,
-            others,
-            cursor,
-            trigger,
-            settings,
-            workspace_root,
-        } = r;
-        let text: &str = &doc.text;
-        if cursor > text.len() || !text.is_char_boundary(cursor) {
+        let text: &str = &r.doc.text;
+        if r.cursor > text.len() || !text.is_char_boundary(r.cursor) {
             return Err(EngineError::Request(format!(
-                "cursor byte {cursor} is not inside the document"
+                "cursor byte {} is not inside the document",
+                r.cursor
             )));
         }
-        if let Some(c) = self.typed_through(doc, cursor, settings) {
+        if let Some(c) = self.typed_through(r.doc, r.cursor, r.settings) {
             return Ok(c);
         }
-        let ctx = doc.context(cursor, others);
+        let plan = self.plan(&r);
+        let out = self.engine.complete(plan.request.clone(), cancel).await?;
+        Ok(self.finish(&r, plan, out))
+    }
+
+    /// Context → route → the routed model's budget → prompt.
+    fn plan(&self, r: &Request) -> Plan {
+        let (text, cursor, settings): (&str, usize, &CompletionSettings) =
+            (&r.doc.text, r.cursor, r.settings);
+        let context = Context::gather(r);
         let surroundings = Surroundings::at(text, cursor);
         let mid_line = !surroundings.line_suffix.trim().is_empty();
-        let (imports, local, snippets) = match &ctx {
-            Some(c) => {
-                let language = doc.language.map(|l| l.config());
-                let local = lead::local_parts(c, text, language, settings.context_layout);
-                let mut by_file: Vec<Snippet> = vec![];
-                for t in c.type_definitions.iter().filter(|t| t.source_path.is_some()) {
-                    let path = display_path(t.source_path.as_deref().unwrap_or_default(), workspace_root);
-                    match by_file.iter_mut().find(|s| s.path == path) {
-                        Some(s) => {
-                            s.text.push('\n');
-                            s.text.push_str(&t.text);
-                        }
-                        None => by_file.push(Snippet {
-                            path,
-                            text: t.text.clone(),
-                        }),
-                    }
-                }
-                (c.imports.clone(), local, by_file)
-            }
-            None => (vec![], vec![], vec![]),
-        };
-        // Indentation the model is to write itself (healing): all of the cursor's line when it
-        // is only indentation.
-        let indent = if settings.heal_indentation && surroundings.line_prefix.trim().is_empty() {
-            surroundings.line_prefix
-        } else {
-            ""
-        };
-        let cursor_kind = ctx.as_ref().map(|c| c.cursor_kind).unwrap_or(CursorKind::Code);
         let block =
-            !(mid_line || trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
+            !(mid_line || r.trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
         let max_tokens = if block {
             settings.max_tokens_block
         } else {
             settings.max_tokens_line
         };
-        // Continue the anchor's prompt while the user types on at its cursor, less the
-        // indentation it ends with: the anchor's budget, prompt and what follows it.
-        let continued = self.docs.get(&doc.uri).and_then(|d| {
+        // The anchor's prompt followed by the text typed at its cursor since, while typing
+        // goes on; with the anchor's budget and the bytes typed.
+        let continued: Option<(Budget, String, usize)> = self.docs.get(&r.doc.uri).and_then(|d| {
             let anchor = d.anchor.as_ref()?;
             let typed = anchor.mark.typed_since(text, cursor)?;
-            // What follows the prompt: the indentation it was healed of, and the typing since.
-            let middle = format!("{}{typed}", anchor.healed);
-            let healed = indent.len().min(middle.len());
             (typed.len() <= settings.anchor_max_bytes).then(|| {
                 (
                     anchor.budget.clone(),
-                    anchor.prompt.clone(),
-                    middle[..middle.len() - healed].to_owned(),
+                    format!("{}{typed}", anchor.prompt),
+                    typed.len(),
                 )
             })
         });
-
-        // Route first: the model decides the prompt's budget.
         let (prompt_tokens, new_tokens) = match &continued {
-            Some((_, prompt, tail)) => (
-                (prompt.len() + tail.len()) / prompt::BYTES_PER_TOKEN,
-                tail.len() / prompt::BYTES_PER_TOKEN + 1,
+            Some((_, prompt, typed)) => (
+                prompt.len() / prompt::BYTES_PER_TOKEN,
+                typed / prompt::BYTES_PER_TOKEN + 1,
             ),
             None => {
                 let tokens = (text.len() / prompt::BYTES_PER_TOKEN).min(settings.budget.max_tokens);
                 (tokens, tokens)
             }
         };
-        let route = {
-            let latencies = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
-            router::route(
-                &settings.router,
-                &RouteInput {
-                    trigger,
-                    cursor_kind,
-                    language_id: &doc.language_id,
-                    block,
-                    prompt_tokens,
-                    new_tokens,
-                    max_tokens,
-                },
-                |key| match latencies.get(key) {
-                    Some(speed) => Some(KnownSpeed::Measured(speed)),
-                    None => self
-                        .engine
-                        .facts(key)
-                        .and_then(|f| f.estimated_speed())
-                        .map(KnownSpeed::Estimated),
-                },
-            )
-        };
-        tracing::debug!(model = %route.model, reason = route.reason, "route");
+        let route = self.route(
+            settings,
+            &RouteInput {
+                trigger: r.trigger,
+                cursor_kind: context.cursor_kind,
+                language_id: &r.doc.language_id,
+                block,
+                prompt_tokens,
+                new_tokens,
+                max_tokens,
+            },
+        );
         let parameters = self
             .engine
             .facts(route.model)
             .and_then(|f| f.parameters)
             .or_else(|| self.engine.parameters());
         let budget = settings.budget.for_model(parameters);
+        let (prompt, anchored) = match continued.filter(|(b, _, _)| *b == budget) {
+            Some((_, prompt, _)) => (prompt, true),
+            None => (self.fresh_prompt(r, &context, budget), false),
+        };
+        let n = settings.candidates.max(1);
+        Plan {
+            request: CompletionRequest {
+                model: Some(route.model),
+                prompt,
+                max_tokens,
+                n,
+                sampling: SamplingParams::default(),
+                // A blank line after code ends a block in every supported language's style.
+                stop: vec![if mid_line { "\n" } else { "\n\n\n" }.into()],
+                branch_first: n > 1,
+                start: String::new(),
+            },
+            route,
+            cursor_kind: context.cursor_kind,
+            anchored,
+        }
+    }
 
-        // The prompt, within the routed model's budget: the anchor's continued while it was
-        // built for the same budget, else a fresh one (which becomes the anchor).
-        let continued = continued.filter(|(b, _, _)| *b == budget);
-        let is_anchored = continued.is_some();
-        let prompt_text = match continued {
-            Some((_, prompt, tail)) => format!("{prompt}{tail}"),
-            None => {
-                let start = cursor - indent.len();
-                let repo = workspace_root
-                    .and_then(|r| r.trim_end_matches('/').rsplit('/').next())
-                    .unwrap_or("workspace");
-                let path = display_path(&doc.uri, workspace_root);
-                let prompt = prompt::build(
-                    &PromptInput {
-                        repo_name: repo,
-                        path: &path,
-                        prefix: &text[..start],
-                        suffix: &text[cursor..],
-                        imports: &imports,
-                        local_context: &local,
-                        outline: settings.context_layout == ContextLayout::Outline,
-                        other_files: &snippets,
-                    },
-                    &budget,
-                );
-                if settings.anchor_max_bytes > 0 {
-                    self.docs.entry(doc.uri.clone()).or_default().anchor = Some(Anchor {
-                        mark: Mark {
-                            text: doc.text.clone(),
-                            cursor,
-                        },
-                        prompt: prompt.text.clone(),
-                        healed: indent.to_owned(),
-                        budget,
-                    });
-                }
-                prompt.text
-            }
-        };
-        let branches = settings.first_token_branches;
-        let branched = branches >= 2;
-        let n = if branched {
-            branches
-        } else {
-            settings.candidates.max(1)
-        };
-        let req = CompletionRequest {
-            model: Some(route.model),
-            prompt: prompt_text,
-            max_tokens,
-            n,
-            sampling: if n == 1 || branched {
-                SamplingParams::default()
-            } else {
-                SamplingParams {
-                    temperature: settings.temperature,
-                    top_p: 0.95,
-                    ..SamplingParams::default()
-                }
+    /// The router's choice, weighing each model's measured speed, or its estimated one.
+    fn route(&self, settings: &CompletionSettings, input: &RouteInput) -> Route {
+        let latencies = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+        let route = router::route(&settings.router, input, |key| match latencies.get(key) {
+            Some(speed) => Some(KnownSpeed::Measured(speed)),
+            None => self
+                .engine
+                .facts(key)
+                .and_then(|f| f.estimated_speed())
+                .map(KnownSpeed::Estimated),
+        });
+        tracing::debug!(model = %route.model, reason = route.reason, "route");
+        route
+    }
+
+    /// A prompt built afresh in `budget`, which becomes the document's anchor.
+    fn fresh_prompt(&self, r: &Request, context: &Context, budget: Budget) -> String {
+        let text: &str = &r.doc.text;
+        let repo = r
+            .workspace_root
+            .and_then(|root| root.trim_end_matches('/').rsplit('/').next())
+            .unwrap_or("workspace");
+        let path = display_path(&r.doc.uri, r.workspace_root);
+        let prompt = prompt::build(
+            &PromptInput {
+                repo_name: repo,
+                path: &path,
+                prefix: &text[..r.cursor],
+                suffix: &text[r.cursor..],
+                imports: &context.imports,
+                local_context: &context.local,
+                outline: r.settings.context_layout == ContextLayout::Outline,
+                other_files: &context.other_files,
             },
-            // A blank line after code ends a block in every supported language's style.
-            stop: if mid_line {
-                vec!["\n".into()]
-            } else {
-                vec!["\n\n\n".into()]
-            },
-            branch_first: branched,
-            start: indent.to_owned(),
-        };
-        let out = self.engine.complete(req, cancel).await?;
-        let mut picked: Vec<(Edit, Origin)> = vec![];
+            &budget,
+        );
+        if r.settings.anchor_max_bytes > 0 {
+            self.docs.entry(r.doc.uri.clone()).or_default().anchor = Some(Anchor {
+                mark: Mark::of(r.doc, r.cursor),
+                prompt: prompt.text.clone(),
+                budget,
+            });
+        }
+        prompt.text
+    }
+
+    /// Rank → post-process → remember what was shown and why.
+    fn finish(&self, r: &Request, plan: Plan, out: CompletionOutput) -> Completion {
+        let surroundings = Surroundings::at(&r.doc.text, r.cursor);
+        let mut edits: Vec<Edit> = vec![];
+        let mut origins: Vec<Origin> = vec![];
         for (index, choice) in ranked(&out.choices) {
-            if let Some(edit) = postprocess::process(&choice.text, &surroundings) {
-                if !picked.iter().any(|(e, _)| e.text == edit.text) {
-                    let origin = Origin {
-                        choice: index,
-                        tokens: choice.tokens,
-                        logprob: choice.logprob,
-                    };
-                    picked.push((edit, origin));
-                }
+            let Some(edit) = postprocess::process(&choice.text, &surroundings) else {
+                continue;
+            };
+            if edits.iter().any(|e| e.text == edit.text) {
+                continue;
             }
+            edits.push(edit);
+            origins.push(Origin {
+                choice: index,
+                tokens: choice.tokens,
+                logprob: choice.logprob,
+            });
         }
-        if branched {
-            picked.truncate(settings.candidates.max(1));
-        }
-        let (edits, origins): (Vec<Edit>, Vec<Origin>) = picked.into_iter().unzip();
         if let Some(key) = out.served_by {
             self.latencies
                 .lock()
@@ -583,24 +588,19 @@ impl Pipeline {
             edits,
             origins,
             timing: out.timing,
-            cursor_kind,
+            cursor_kind: plan.cursor_kind,
             source: Source::Model,
-            route: Some(route),
+            route: Some(plan.route),
             served_by: out.served_by,
-            anchored: is_anchored,
+            anchored: plan.anchored,
         };
-        let mut state = self.docs.entry(doc.uri.clone()).or_default();
-        state.shown = c.edits.first().map(|e| {
-            (
-                Mark {
-                    text: doc.text.clone(),
-                    cursor,
-                },
-                e.clone(),
-            )
+        let mut state = self.docs.entry(r.doc.uri.clone()).or_default();
+        state.shown = c.edits.first().map(|e| Shown {
+            mark: Mark::of(r.doc, r.cursor),
+            edit: e.clone(),
         });
-        state.explanation = Some(Explanation::of(&c, trigger));
-        Ok(c)
+        state.explanation = Some(Explanation::of(&c, r.trigger));
+        c
     }
 }
 

@@ -27,11 +27,23 @@ pub struct OpenDocument<'a> {
     pub language: Language,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CursorKind {
     Code,
     Comment,
     String,
+}
+
+impl CursorKind {
+    /// `code`, `comment` or `string`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CursorKind::Code => "code",
+            CursorKind::Comment => "comment",
+            CursorKind::String => "string",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

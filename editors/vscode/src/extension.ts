@@ -63,7 +63,6 @@ function serverSettings(): object {
       maxTokensLine: c.get<number>('completion.maxTokensLine', 48),
       maxTokensBlock: c.get<number>('completion.maxTokensBlock', 128),
       candidates: c.get<number>('completion.candidates', 1),
-      temperature: c.get<number>('completion.temperature', 0.6),
     },
   };
 }

@@ -34,7 +34,6 @@ M.defaults = {
       maxTokensLine = 48,
       maxTokensBlock = 128,
       candidates = 1,
-      temperature = 0.6,
       languages = {},
     },
   },
