@@ -29,7 +29,7 @@ use laya::{
         Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
     },
     lsp::{
-        transport::{serve_lsp, EndReason, Ending, MAX_BODY},
+        transport::{serve_lsp, EndReason, Ending, MAX_BODY, MAX_REQUESTS},
         EngineSource,
     },
 };
@@ -634,6 +634,34 @@ async fn a_fault_split_across_writes_is_the_same_fault() {
         assert!(answer["result"]["shown"].is_u64(), "{}: {answer}", f.name);
         assert_eq!(before.len(), f.answers.len(), "{}: {before:?}", f.name);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_limit_are_refused_at_once_and_notifications_still_pass() {
+    let (mut c, _server) = Client::in_memory(EngineSource::Ready(Arc::new(Stuck)));
+    c.initialize().await;
+    // One stuck completion per document (a newer one would cancel the older on its document).
+    let mut stuck = vec![];
+    for i in 0..MAX_REQUESTS {
+        let uri = format!("file:///t/{i}.py");
+        c.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "python", "version": 1, "text": "x = " } }),
+        );
+        stuck.push(c.start(
+            "textDocument/inlineCompletion",
+            json!({ "textDocument": { "uri": uri }, "position": { "line": 0, "character": 4 }, "context": { "triggerKind": 1 } }),
+        ));
+    }
+    let r = c.request("laya/acceptance", Value::Null).await;
+    assert_eq!(r["error"]["code"], -32803, "{r}");
+    // `$/cancelRequest` is a notification: it passes, and frees a place.
+    c.notify("$/cancelRequest", json!({ "id": stuck[0] }));
+    let r = c.next().await.unwrap();
+    assert_eq!(r["id"], stuck[0], "{r}");
+    assert_eq!(r["error"]["code"], -32800, "{r}");
+    let r = c.request("laya/acceptance", Value::Null).await;
+    assert!(r["result"]["shown"].is_u64(), "{r}");
 }
 
 // ---------------------------------------------------------------------------------------

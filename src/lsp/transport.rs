@@ -76,8 +76,9 @@ pub const MAX_REQUESTS: usize = 256;
 /// After `exit`: how long running requests get to send their answers, and then how long the
 /// output gets to take them.
 pub const EXIT_GRACE: Duration = Duration::from_millis(300);
-/// How often a request waiting for the service to be ready asks again (tower-lsp parks the
-/// service while `initialize` runs without waking anyone when it is done).
+/// How often a message waiting for the service asks again whether it is ready (laya holds
+/// messages while `initialize` runs, and tower-lsp's `LspService` may answer `Pending`
+/// without waking anyone).
 const READY_RETRY: Duration = Duration::from_millis(10);
 /// What a header block starts from when reading resynchronises (compared in ASCII lower case).
 const CONTENT_LENGTH: &[u8] = b"content-length:";
