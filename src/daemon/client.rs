@@ -336,8 +336,8 @@ async fn exchange(
 /// The daemon's default model in its status.
 fn default_model(st: &DaemonStatus) -> Option<&ModelStatus> {
     st.models.iter().find(|m| m.id == st.default).or_else(|| {
-        let tier = st.default.split('/').next().unwrap_or_default();
-        st.models.iter().find(|m| m.tier == tier)
+        let tier = st.default.parse::<ModelKey>().ok()?.tier;
+        st.models.iter().find(|m| m.tier == tier.label())
     })
 }
 

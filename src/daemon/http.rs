@@ -32,10 +32,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     protocol::{finish_reason_name, ms, WireTiming},
-    server::{parse_precision, Daemon, DaemonError, Served},
+    server::{Daemon, DaemonError, Served},
 };
 use crate::{
-    engine::{CompletionRequest, FinishReason, ModelKey, SamplingParams, Tier},
+    engine::{CompletionRequest, FinishReason, ModelKey, Precision, SamplingParams, Tier},
     prompt::{self, Budget, PromptInput},
 };
 
@@ -302,9 +302,12 @@ fn model_key(d: &Daemon, field: Option<ModelField>) -> Result<ModelKey, HttpErro
         }) => {
             let default = d.config().pool.default;
             let precision = match (bits, precision) {
-                (Some(b), _) => parse_precision(&b.to_string())
+                (Some(b), _) => b
+                    .to_string()
+                    .parse::<Precision>()
+                    .ok()
                     .ok_or_else(|| HttpError::bad(format!("bits must be 4, 6 or 8, got {b}")))?,
-                (None, Some(p)) => parse_precision(&p).ok_or_else(|| {
+                (None, Some(p)) => p.parse::<Precision>().ok().ok_or_else(|| {
                     HttpError::bad(format!("precision must be native, q4, q6 or q8, got `{p}`"))
                 })?,
                 (None, None) => default.precision,

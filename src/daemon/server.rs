@@ -256,18 +256,17 @@ impl Daemon {
         let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
             return Ok(default);
         };
-        let tier_of = |s: &str| match s {
-            "small" => Some(Tier::Small),
-            "large" => Some(Tier::Large),
-            _ => self
-                .config
-                .names
-                .iter()
-                .find(|(_, n)| n.as_str() == s)
-                .map(|(t, _)| *t),
+        let tier_of = |s: &str| {
+            s.parse::<Tier>().ok().or_else(|| {
+                self.config
+                    .names
+                    .iter()
+                    .find(|(_, n)| n.as_str() == s)
+                    .map(|(t, _)| *t)
+            })
         };
         if let Some((tier, bits)) = name.split_once('/') {
-            if let (Some(tier), Some(precision)) = (tier_of(tier), parse_precision(bits)) {
+            if let (Some(tier), Ok(precision)) = (tier_of(tier), bits.parse::<Precision>()) {
                 return Ok(ModelKey { tier, precision });
             }
             if !name.contains("://") {
@@ -508,16 +507,6 @@ impl Daemon {
             queue: QueueStatus { running, waiting },
             abandoned,
         }
-    }
-}
-
-pub fn parse_precision(s: &str) -> Option<Precision> {
-    match s {
-        "native" => Some(Precision::Native),
-        "q4" | "4" => Some(Precision::Q4),
-        "q6" | "6" => Some(Precision::Q6),
-        "q8" | "8" => Some(Precision::Q8),
-        _ => None,
     }
 }
 
