@@ -167,6 +167,7 @@ impl ModelFacts {
     ///   0.4 ms of weight reads) plus the weights at 400 GB/s (Apple's Max chips; an H200
     ///   reads 4.8 TB/s) and prefill at 0.3 ms a token per billion parameters (a 3B prefilled
     ///   ~7,000 tokens/s on the H200; Apple GPUs are several times slower).
+    ///
     /// A remote server's speed is not estimated (`None`).
     pub fn estimated_speed(&self) -> Option<Speed> {
         let params = self.parameters? as f64;
