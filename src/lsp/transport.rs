@@ -170,7 +170,7 @@ enum Header {
     /// Not complete yet.
     Partial,
     /// These bytes cannot start a header block.
-    NotHeader,
+    Junk,
     /// A header block of `len` bytes that cannot frame a body.
     Bad { len: usize, why: String },
     /// A header block of `len` bytes announcing a body of `body` bytes.
@@ -208,7 +208,7 @@ fn parse_header(buf: &[u8]) -> Header {
                 None => line == b"\r" || line.iter().all(|&b| is_token(b)),
             };
             return if !plausible || buf.len() > MAX_HEADER {
-                Header::NotHeader
+                Header::Junk
             } else {
                 Header::Partial
             };
@@ -217,17 +217,17 @@ fn parse_header(buf: &[u8]) -> Header {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         pos += nl + 1;
         if pos > MAX_HEADER {
-            return Header::NotHeader;
+            return Header::Junk;
         }
         if line.is_empty() {
             break;
         }
         let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return Header::NotHeader;
+            return Header::Junk;
         };
         let (name, value) = (&line[..colon], &line[colon + 1..]);
         if name.is_empty() || !name.iter().all(|&b| is_token(b)) || !value.iter().all(|&b| is_value(b)) {
-            return Header::NotHeader;
+            return Header::Junk;
         }
         // Printable ASCII: the value is text.
         let value = std::str::from_utf8(value).unwrap_or_default().trim();
@@ -342,7 +342,7 @@ impl Framer {
                             return None;
                         }
                         Header::Partial => return None,
-                        Header::NotHeader => {
+                        Header::Junk => {
                             self.pos += 1;
                             self.state = FrameState::Skip {
                                 quiet: false,
@@ -832,7 +832,8 @@ where
     // The end: the service exits (its running requests are cancelled), reading stops, the
     // answers still coming get a moment, then the output is closed.
     reader.abort();
-    let _ = service.call(Request::build("exit").finish());
+    // tower-lsp's `exit` takes effect in `call`; its future has nothing more to do.
+    drop(service.call(Request::build("exit").finish()));
     drop(handlers);
     if tokio::time::timeout(EXIT_GRACE, &mut runner).await.is_err() {
         runner.abort();
