@@ -1,15 +1,21 @@
 //! `laya bench engine`: load time, prefill throughput, decode latency and how close decode
-//! comes to the memory-bandwidth floor (every weight byte read once per token).
+//! comes to the memory-bandwidth floor (every weight byte read once per token), and how long
+//! a cancelled request keeps the model after its flag is set (cancel → free), while it
+//! prefills and while it decodes.
 
 use std::{
-    sync::atomic::AtomicBool,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
 use mlx_rs::{transforms::eval, Array, Dtype};
 
 use crate::engine::{
-    generate::{generate, Control, GenerateRequest},
+    cache::KvCache,
+    generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
     load::{self, LoadOptions, Precision},
     models::Model,
     synthetic, SamplingParams,
@@ -56,6 +62,166 @@ pub struct Row {
     pub floor_ms_per_token: f64,
     /// floor / measured: 1.0 would read every weight byte at full bandwidth.
     pub share_of_floor: f64,
+    /// Cancel → free while prefilling and while decoding (absent for llama.cpp's rows).
+    #[serde(default)]
+    pub cancel: Option<CancelFree>,
+}
+
+/// How long a cancelled generation keeps the model: from its flag being set to the model
+/// being free (generation returned and the device idle), sampled at points spread over one
+/// piece (a prompt chunk, a decode step), so the maximum nears a whole piece and the mean
+/// half of one.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct CancelFree {
+    pub prefill_ms: Vec<f64>,
+    /// Tokens in the chunk run when the flag was set, and how long the chunk before took.
+    pub prefill_chunk_tokens: u64,
+    pub prefill_chunk_ms: f64,
+    pub decode_ms: Vec<f64>,
+    pub decode_step_ms: f64,
+}
+
+/// Points of a piece at which the flag is set.
+const CANCEL_SAMPLES: usize = 4;
+
+/// Waits until `count(meter)` reaches `at`, timing the piece before it (from `at - 1`), then
+/// sets `cancel` after `share` of that piece. Returns when it set the flag and the piece's
+/// time (`None` when `done` came first).
+fn cancel_at(
+    meter: &Meter,
+    count: fn(&Meter) -> u64,
+    at: u64,
+    share: f64,
+    cancel: &AtomicBool,
+    done: &AtomicBool,
+) -> Option<(Instant, Duration, u64)> {
+    let wait_for = |n: u64| {
+        while count(meter) < n {
+            if done.load(Ordering::SeqCst) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Some(Instant::now())
+    };
+    let a = wait_for(at - 1)?;
+    let tokens_before = meter.prefill_tokens.load(Ordering::SeqCst);
+    let b = wait_for(at)?;
+    let piece = b - a;
+    std::thread::sleep(piece.mul_f64(share));
+    cancel.store(true, Ordering::SeqCst);
+    let chunk = meter.prefill_tokens.load(Ordering::SeqCst) - tokens_before;
+    Some((Instant::now(), piece, chunk))
+}
+
+/// One sample: runs `work` on this thread (metered) while another thread sets the flag
+/// `share` into piece `at`; the time from the flag to `work` returning and the device idle,
+/// with the piece's time and the tokens counted in the piece (prompt chunks).
+fn cancel_sample(
+    at: u64,
+    share: f64,
+    count: fn(&Meter) -> u64,
+    work: impl FnOnce(&AtomicBool) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, f64, u64)> {
+    let meter = Arc::new(Meter::default());
+    meter.install();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let setter = {
+        let (meter, cancel, done) = (meter.clone(), cancel.clone(), done.clone());
+        std::thread::spawn(move || cancel_at(&meter, count, at, share, &cancel, &done))
+    };
+    let result = work(&cancel);
+    // The device is idle once a step queued after everything else has run.
+    let z = Array::from_int(0).add(Array::from_int(1))?;
+    eval([&z])?;
+    let free = Instant::now();
+    done.store(true, Ordering::SeqCst);
+    Meter::uninstall();
+    result?;
+    let (set, piece, tokens) = setter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the cancelling thread panicked"))?
+        .ok_or_else(|| anyhow::anyhow!("the generation ended before the flag was set"))?;
+    Ok((
+        free.saturating_duration_since(set).as_secs_f64() * 1e3,
+        piece.as_secs_f64() * 1e3,
+        tokens,
+    ))
+}
+
+/// Cancel → free while prefilling (a 4096-token prompt, the flag set during its 4th chunk)
+/// and while decoding (the flag set during the 4th step), each at [`CANCEL_SAMPLES`] points
+/// spread over the piece, with the device's pacing ([`Pacing::for_device`]).
+pub fn cancel_to_free(model: &Model) -> anyhow::Result<CancelFree> {
+    let mut c = CancelFree::default();
+    let request = |max_tokens| GenerateRequest {
+        max_tokens,
+        n: 1,
+        sampling: SamplingParams::default(),
+        stop_token_ids: vec![],
+        branch_first: false,
+        start: None,
+    };
+    let long = random_ids(8 * crate::engine::generate::PREFILL_CHUNK, 11);
+    let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
+    let steps = |m: &Meter| m.decode_steps.load(Ordering::SeqCst);
+    for i in 0..CANCEL_SAMPLES {
+        let share = i as f64 / CANCEL_SAMPLES as f64;
+        let (ms, piece, tokens) = cancel_sample(4, share, chunks, |cancel| {
+            let mut caches = model.new_caches();
+            generate(model, &mut caches, &long, &request(1), cancel, |_, _| {
+                Control::Continue
+            })?;
+            Ok(())
+        })?;
+        c.prefill_ms.push(ms);
+        c.prefill_chunk_ms = piece;
+        c.prefill_chunk_tokens = tokens;
+    }
+    // Decode after a short prompt, prefilled once and reused but for its last id.
+    let prompt = random_ids(16, 12);
+    let mut cached = model.new_caches();
+    let no = AtomicBool::new(false);
+    prefill(model, &mut cached, &prompt[..prompt.len() - 1], &no)?;
+    let held = cached[0].offset();
+    for i in 0..CANCEL_SAMPLES {
+        let share = i as f64 / CANCEL_SAMPLES as f64;
+        let (ms, piece, _) = cancel_sample(4, share, steps, |cancel| {
+            let caches: &mut [KvCache] = &mut cached;
+            caches.iter_mut().for_each(|k| k.truncate_to(held));
+            let last = &prompt[prompt.len() - 1..];
+            generate(model, caches, last, &request(100_000), cancel, |_, _| {
+                Control::Continue
+            })?;
+            Ok(())
+        })?;
+        c.decode_ms.push(ms);
+        c.decode_step_ms = piece;
+    }
+    Ok(c)
+}
+
+fn max_mean(v: &[f64]) -> (f64, f64) {
+    let max = v.iter().copied().fold(0.0, f64::max);
+    (max, v.iter().sum::<f64>() / v.len().max(1) as f64)
+}
+
+/// `cancel → free: prefill max N ms (mean M; chunks of T tokens, C ms), decode max … (steps of …)`.
+pub fn format_cancel(c: &CancelFree) -> String {
+    let pacing = Pacing::for_device();
+    let (pmax, pmean) = max_mean(&c.prefill_ms);
+    let (dmax, dmean) = max_mean(&c.decode_ms);
+    format!(
+        "cancel → free: prefill {pmax:.0} ms at most, {pmean:.0} ms mean (a chunk of {} tokens, {:.0} ms; {:?}); \
+         decode {dmax:.0} ms at most, {dmean:.0} ms mean (a step of {:.0} ms; overlap {}); {} samples each",
+        c.prefill_chunk_tokens,
+        c.prefill_chunk_ms,
+        pacing.chunking,
+        c.decode_step_ms,
+        pacing.overlap,
+        c.prefill_ms.len()
+    )
 }
 
 /// Host memory bandwidth from copying 256 MiB (best of 5), GB/s counting read + write.
@@ -177,6 +343,7 @@ pub fn run(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> an
                 prefill.push((n, n as f64 / d.as_secs_f64()));
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
+            let cancel = cancel_to_free(&model)?;
             let bytes = model.weight_bytes_per_token() as u64;
             let floor = bytes as f64 / (bandwidth * 1e9) * 1e3;
             let row = Row {
@@ -191,6 +358,7 @@ pub fn run(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> an
                 bandwidth_gbs: bandwidth,
                 floor_ms_per_token: floor,
                 share_of_floor: floor / decode,
+                cancel: Some(cancel),
             };
             on_row(&row);
             rows.push(row);
@@ -212,6 +380,11 @@ pub fn format_row(r: &Row) -> String {
         .iter()
         .map(|(n, v)| format!("{n}:{v:.0}"))
         .collect();
+    let cancel = r
+        .cancel
+        .as_ref()
+        .map(|c| format!("\n  {}", format_cancel(c)))
+        .unwrap_or_default();
     format!(
         "{:<34} {:<9} {:<6} {:>7.2}  {:<28} {:>6.2} ms {:>9.1} {:>9.3} {:>6.1}%",
         if r.synthetic {
@@ -227,7 +400,7 @@ pub fn format_row(r: &Row) -> String {
         r.weight_bytes_per_token as f64 / 1e6,
         r.floor_ms_per_token,
         r.share_of_floor * 100.0
-    )
+    ) + &cancel
 }
 
 /// Run llama.cpp (through `scripts/bench_llama_cpp.py` and the Python that has

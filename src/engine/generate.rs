@@ -139,6 +139,11 @@ impl Meter {
     pub fn install(self: &Arc<Self>) {
         METER.with(|m| *m.borrow_mut() = Some(self.clone()));
     }
+
+    /// Stop counting on this thread.
+    pub fn uninstall() {
+        METER.with(|m| *m.borrow_mut() = None);
+    }
 }
 
 fn metered(f: impl FnOnce(&Meter)) {
@@ -1163,7 +1168,7 @@ mod tests {
         let out = work(&cancel);
         finished.store(true, Ordering::SeqCst);
         let seen = setter.join().unwrap();
-        METER.with(|m| *m.borrow_mut() = None);
+        Meter::uninstall();
         (out, seen, count(&meter))
     }
 
