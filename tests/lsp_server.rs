@@ -831,3 +831,33 @@ async fn a_null_configuration_answer_keeps_the_settings() {
     let r = c.inline(py, pos).await;
     assert_eq!(r["result"][0]["insertText"], "z", "{r}");
 }
+
+/// A client that offers progress but never answers `window/workDoneProgress/create` still gets
+/// its engine (made once the request times out, 5 s) and its completions.
+#[tokio::test]
+async fn an_unanswered_progress_request_does_not_keep_the_engine_from_starting() {
+    let engine = Arc::new(FakeEngine {
+        answer: Box::new(|_| vec!["z".into()]),
+        delay: Duration::ZERO,
+        prompts: Mutex::new(vec![]),
+    });
+    let made = engine.clone();
+    let (service, socket) = build_service(EngineSource::Deferred(Box::new(move |_| made)));
+    // Server→client requests are read and never answered.
+    tokio::spawn(socket.for_each(|_| async {}));
+    let mut c = Client {
+        service,
+        next_id: 1,
+        engine,
+    };
+    c.request(
+        "initialize",
+        json!({ "capabilities": { "window": { "workDoneProgress": true } }, "initializationOptions": no_debounce() }),
+    )
+    .await;
+    c.notify("initialized", json!({})).await;
+    let uri = "file:///work/demo/s.py";
+    let pos = c.open(uri, "python", "a = $0\n").await;
+    let r = c.inline(uri, pos).await;
+    assert_eq!(r["result"][0]["insertText"], "z", "{r}");
+}

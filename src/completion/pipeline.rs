@@ -137,6 +137,8 @@ pub struct Explanation {
     pub trigger: Trigger,
     pub cursor_kind: CursorKind,
     pub route: Option<Route>,
+    /// `small/q8`: the model that answered.
+    #[serde(serialize_with = "as_text")]
     pub served_by: Option<ModelKey>,
     pub anchored: bool,
     pub prompt_tokens: usize,
@@ -146,6 +148,13 @@ pub struct Explanation {
     pub first_token_ms: f64,
     pub total_ms: f64,
     pub suggestion: Option<String>,
+}
+
+fn as_text<S: serde::Serializer>(key: &Option<ModelKey>, s: S) -> Result<S::Ok, S::Error> {
+    match key {
+        Some(k) => s.collect_str(k),
+        None => s.serialize_none(),
+    }
 }
 
 impl Explanation {

@@ -40,8 +40,9 @@ use crate::{
 /// a word or a line), so acceptance can be counted.
 pub const ACCEPT_COMMAND: &str = "laya.accept";
 
-/// How long `workspace/didChangeConfiguration` waits for the client's `workspace/configuration`
-/// answer before keeping the settings it has.
+/// How long the server waits for the client to answer its requests (`workspace/configuration`:
+/// then it keeps the settings it has; `window/workDoneProgress/create`: then it reports no
+/// progress).
 const CONFIGURATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The longest debounce wait, whatever `debounceMs` says.
@@ -151,11 +152,19 @@ impl LayaServer {
             return;
         };
         let token = NumberOrString::String("laya/model".into());
-        let has_progress = self
-            .client
-            .send_request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams { token: token.clone() })
-            .await
-            .is_ok();
+        // Bounded like the configuration request: a client that never answers must not keep
+        // the engine from being made.
+        let has_progress = matches!(
+            tokio::time::timeout(
+                CONFIGURATION_TIMEOUT,
+                self.client
+                    .send_request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
+                        token: token.clone()
+                    }),
+            )
+            .await,
+            Ok(Ok(()))
+        );
         let client = self.client.clone();
         let handle = tokio::runtime::Handle::current();
         // A model that fails while loading is shown to the user (the fix is theirs to make);
