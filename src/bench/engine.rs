@@ -4,6 +4,9 @@
 //! prefills and while it decodes.
 
 use std::{
+    fmt,
+    io::Write,
+    path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -13,13 +16,179 @@ use std::{
 
 use mlx_rs::{transforms::eval, Array, Dtype};
 
-use crate::engine::{
-    cache::KvCache,
-    generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
-    load::{self, LoadOptions, Precision},
-    models::Model,
-    synthetic, SamplingParams,
+use crate::{
+    bench::error_chain,
+    catalog,
+    config::resolve_model,
+    engine::{
+        cache::KvCache,
+        generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
+        load::{self, LoadOptions, Precision},
+        models::Model,
+        runtime::{use_device, DevicePref},
+        synthetic, SamplingParams,
+    },
 };
+
+pub struct Config {
+    /// Models to load (catalog names, GGUF files or folders); with no `synthetic` either:
+    /// the two CPU tiers.
+    pub models: Vec<String>,
+    /// Random weights of these real shapes (`synthetic::SHAPES`).
+    pub synthetic: Vec<String>,
+    pub precisions: Vec<Precision>,
+    pub group_size: i32,
+    /// Prompt lengths to time prefill at.
+    pub prefill: Vec<usize>,
+    /// Tokens to decode for the per-token time.
+    pub decode: usize,
+    /// Memory bandwidth for the floor, GB/s (`None`: 4800 on a CUDA GPU, else the host's
+    /// measured copy bandwidth).
+    pub bandwidth: Option<f64>,
+    /// Also write the rows as JSON lines here.
+    pub json: Option<PathBuf>,
+    /// Also run llama.cpp on each GGUF.
+    pub peer: Option<Peer>,
+    pub device: DevicePref,
+}
+
+/// llama.cpp through llama-cpp-python (`scripts/peer-setup.sh` prints the Python).
+pub struct Peer {
+    pub python: PathBuf,
+    pub threads: usize,
+}
+
+/// What `laya bench engine` printed, line by line, and its rows (laya's, then the peer's).
+#[derive(Debug, Default)]
+pub struct Report {
+    pub lines: Vec<String>,
+    pub rows: Vec<Row>,
+}
+
+/// The lines `laya bench engine` prints.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.lines.iter().try_for_each(|l| writeln!(f, "{l}"))
+    }
+}
+
+/// Measure every target at every precision, then the peer if asked; `on_line` hears each
+/// line of the report as soon as it is measured (the command prints them as they come).
+pub fn run(cfg: &Config, mut on_line: impl FnMut(&str)) -> Result<Report, String> {
+    let device = use_device(cfg.device)?;
+    let on_gpu = device.starts_with("gpu");
+    let mut targets = vec![];
+    let models = if cfg.models.is_empty() && cfg.synthetic.is_empty() {
+        catalog::DEFAULT_FETCH.iter().map(|s| s.to_string()).collect()
+    } else {
+        cfg.models.clone()
+    };
+    for m in models {
+        targets.push(Target {
+            source: Source::File(resolve_model(&m).map_err(|e| e.to_string())?),
+            label: m,
+        });
+    }
+    for s in &cfg.synthetic {
+        if synthetic::shape(s).is_none() {
+            return Err(format!(
+                "unknown shape `{s}`; known: {}",
+                synthetic::SHAPES.join(", ")
+            ));
+        }
+        targets.push(Target {
+            label: s.clone(),
+            source: Source::Synthetic(s.clone()),
+        });
+    }
+    let synthetic_dtype = if on_gpu { Dtype::Bfloat16 } else { Dtype::Float32 };
+    let json = match &cfg.json {
+        Some(p) => Some(std::fs::File::create(p).map_err(|e| format!("creating {}: {e}", p.display()))?),
+        None => None,
+    };
+    // One bandwidth for every row (laya's and the peer's), so floors compare.
+    let bandwidth = cfg
+        .bandwidth
+        .or(on_gpu.then_some(4800.0))
+        .unwrap_or_else(host_copy_bandwidth_gbs);
+    let settings = Settings {
+        precisions: cfg.precisions.clone(),
+        group_size: cfg.group_size,
+        prefill_lengths: cfg.prefill.clone(),
+        decode_tokens: cfg.decode,
+        bandwidth_gbs: Some(bandwidth),
+        synthetic_dtype,
+        device: device.clone(),
+    };
+    let mut out = Output {
+        lines: vec![],
+        on_line: &mut on_line,
+        json,
+    };
+    let (width, chain) = (2048, 1000);
+    let op = op_cost_us(width, chain, synthetic_dtype).map_err(|e| error_chain(&e))?;
+    out.line(format!(
+        "one small op on {device}: {op:.2} us (a chain of {chain} dependent adds on [1, {width}] {synthetic_dtype:?}, one eval)"
+    ));
+    out.line(header());
+    let mut rows = measure(&targets, &settings, |row| out.row(row)).map_err(|e| format!("{e:#}"))?;
+    let mut peer_rows = vec![];
+    if let Some(peer) = &cfg.peer {
+        for t in &targets {
+            let Source::File(path) = &t.source else {
+                continue;
+            };
+            if !path.is_file() {
+                continue; // llama.cpp reads GGUF files only
+            }
+            let theirs = peer_llama_cpp(&peer.python, path, &t.label, &settings, bandwidth, peer.threads)
+                .map_err(|e| format!("{e:#}"))?;
+            out.row(&theirs);
+            for r in rows.iter().filter(|r| r.model == t.label) {
+                out.line(format!(
+                    "  {} {} vs llama.cpp: decode {:.2}x the time, prefill {}",
+                    r.model,
+                    r.precision,
+                    r.decode_ms_per_token / theirs.decode_ms_per_token,
+                    r.prefill_tok_s
+                        .iter()
+                        .zip(&theirs.prefill_tok_s)
+                        .map(|((n, a), (_, b))| format!("{n}: {:.2}x the speed", a / b))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            peer_rows.push(theirs);
+        }
+    }
+    rows.extend(peer_rows);
+    Ok(Report {
+        lines: out.lines,
+        rows,
+    })
+}
+
+/// Where the report's lines go as they come: to the caller and the report, and each row
+/// also to the JSON lines file.
+struct Output<'a, F: FnMut(&str)> {
+    lines: Vec<String>,
+    on_line: &'a mut F,
+    json: Option<std::fs::File>,
+}
+
+impl<F: FnMut(&str)> Output<'_, F> {
+    fn line(&mut self, line: String) {
+        (self.on_line)(&line);
+        self.lines.push(line);
+    }
+
+    fn row(&mut self, row: &Row) {
+        self.line(format_row(row));
+        if let Some(f) = self.json.as_mut() {
+            let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
+        }
+    }
+}
 
 /// What to measure one model on.
 pub struct Target {
@@ -306,7 +475,8 @@ fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
     Ok(out.decode_time.as_secs_f64() * 1e3 / (n - 1) as f64)
 }
 
-pub fn run(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> {
+/// Each target at each precision, in order; `on_row` hears each row as it is measured.
+pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -> anyhow::Result<Vec<Row>> {
     let bandwidth = s.bandwidth_gbs.unwrap_or_else(host_copy_bandwidth_gbs);
     let mut rows = vec![];
     for target in targets {

@@ -193,9 +193,23 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
             peer_python,
             peer_threads,
         } => {
-            let peer = peer_python.map(|p| (p, peer_threads));
-            #[rustfmt::skip]
-            engine(models, synthetic, precision, group_size, prefill, decode, bandwidth, json, peer, device)?;
+            let cfg = bench::engine::Config {
+                models,
+                synthetic,
+                precisions: precision,
+                group_size,
+                prefill,
+                decode,
+                bandwidth,
+                json,
+                peer: peer_python.map(|python| bench::engine::Peer {
+                    python,
+                    threads: peer_threads,
+                }),
+                device,
+            };
+            // The lines are printed as they are measured, not as a report at the end.
+            bench::engine::run(&cfg, |line| println!("{line}")).map_err(msg)?;
         }
         BenchCommand::Memory {
             serve,
@@ -321,118 +335,6 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
                 settings,
             };
             print!("{}", bench::quality::run(&cfg, log).map_err(msg)?);
-        }
-    }
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn engine(
-    models: Vec<String>,
-    synthetic: Vec<String>,
-    precisions: Vec<Precision>,
-    group_size: i32,
-    prefill: Vec<usize>,
-    decode: usize,
-    bandwidth: Option<f64>,
-    json: Option<PathBuf>,
-    peer: Option<(PathBuf, usize)>,
-    device: DevicePref,
-) -> Result<()> {
-    use anyhow::Context;
-    use laya::{
-        bench::engine::{self as be, Source, Target},
-        catalog,
-        engine::runtime::use_device,
-    };
-    let device = use_device(device).map_err(anyhow::Error::msg)?;
-    let on_gpu = device.starts_with("gpu");
-    let mut targets = vec![];
-    let models = if models.is_empty() && synthetic.is_empty() {
-        catalog::DEFAULT_FETCH.iter().map(|s| s.to_string()).collect()
-    } else {
-        models
-    };
-    for m in models {
-        targets.push(Target {
-            source: Source::File(resolve_model(&m)?),
-            label: m,
-        });
-    }
-    for s in synthetic {
-        if laya::engine::synthetic::shape(&s).is_none() {
-            bail!(
-                "unknown shape `{s}`; known: {}",
-                laya::engine::synthetic::SHAPES.join(", ")
-            );
-        }
-        targets.push(Target {
-            label: s.clone(),
-            source: Source::Synthetic(s),
-        });
-    }
-    let settings = be::Settings {
-        precisions,
-        group_size,
-        prefill_lengths: prefill,
-        decode_tokens: decode,
-        bandwidth_gbs: bandwidth.or(on_gpu.then_some(4800.0)),
-        synthetic_dtype: if on_gpu {
-            mlx_rs::Dtype::Bfloat16
-        } else {
-            mlx_rs::Dtype::Float32
-        },
-        device: device.clone(),
-    };
-    let mut out = match &json {
-        Some(p) => Some(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?),
-        None => None,
-    };
-    // One bandwidth for every row (laya's and the peer's), so floors compare.
-    let bandwidth = settings.bandwidth_gbs.unwrap_or_else(be::host_copy_bandwidth_gbs);
-    let settings = be::Settings {
-        bandwidth_gbs: Some(bandwidth),
-        ..settings
-    };
-    let mut emit = |row: &be::Row| {
-        println!("{}", be::format_row(row));
-        if let Some(f) = out.as_mut() {
-            use std::io::Write;
-            let _ = writeln!(f, "{}", serde_json::to_string(row).unwrap_or_default());
-        }
-    };
-    let (width, chain) = (2048, 1000);
-    println!(
-        "one small op on {device}: {:.2} us (a chain of {chain} dependent adds on [1, {width}] {:?}, one eval)",
-        be::op_cost_us(width, chain, settings.synthetic_dtype)?,
-        settings.synthetic_dtype
-    );
-    println!("{}", be::header());
-    let rows = be::run(&targets, &settings, &mut emit)?;
-    if let Some((python, threads)) = peer {
-        for t in &targets {
-            let be::Source::File(path) = &t.source else {
-                continue;
-            };
-            if !path.is_file() {
-                continue; // llama.cpp reads GGUF files only
-            }
-            let peer = be::peer_llama_cpp(&python, path, &t.label, &settings, bandwidth, threads)?;
-            emit(&peer);
-            for r in rows.iter().filter(|r| r.model == t.label) {
-                println!(
-                    "  {} {} vs llama.cpp: decode {:.2}x the time, prefill {}",
-                    r.model,
-                    r.precision,
-                    r.decode_ms_per_token / peer.decode_ms_per_token,
-                    r.prefill_tok_s
-                        .iter()
-                        .zip(&peer.prefill_tok_s)
-                        .map(|((n, a), (_, b))| format!("{n}: {:.2}x the speed", a / b))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-            }
         }
     }
     Ok(())
