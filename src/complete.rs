@@ -110,7 +110,6 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         },
         stop: vec![],
         branch_first: false,
-        start: String::new(),
     };
     let out = model
         .complete(&req, &AtomicBool::new(false))

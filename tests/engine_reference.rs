@@ -112,7 +112,6 @@ fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
-            start: None,
         };
         let out = generate(
             net,
@@ -199,34 +198,4 @@ fn q8_matches_llama_cpp() {
     // which moves logits by a few hundredths on top of the native difference.
     let tol = 0.6;
     assert_agrees(&run(Precision::Q8, tol), tol);
-}
-
-/// Token healing on the real tokenizer: the prompt ends at the line start and the model is
-/// held to the line's indentation; the answer starts with it and goes on with code.
-#[test]
-fn a_start_is_written_by_the_model_then_it_goes_on() {
-    let (_guard, _backend) = common::mlx();
-    let model = LocalModel::load(
-        &model_path(),
-        &LoadOptions {
-            precision: Precision::Q8,
-            group_size: 64,
-            progress: false,
-            ..Default::default()
-        },
-    )
-    .expect("load 0.5B");
-    let req = laya::engine::CompletionRequest {
-        model: None,
-        prompt: "<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>".into(),
-        max_tokens: 6,
-        n: 1,
-        sampling: SamplingParams::default(),
-        stop: vec!["\n".into()],
-        branch_first: false,
-        start: "    ".into(),
-    };
-    let out = model.complete(&req, &AtomicBool::new(false)).expect("complete");
-    let text = &out.choices[0].text;
-    assert!(text.starts_with("    return"), "{text:?}");
 }

@@ -71,7 +71,6 @@ fn request(max_tokens: usize) -> CompletionRequest {
         sampling: SamplingParams::default(),
         stop: vec![],
         branch_first: false,
-        start: String::new(),
     }
 }
 

@@ -330,7 +330,6 @@ pub fn cancel_to_free(model: &Model) -> anyhow::Result<CancelFree> {
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
         branch_first: false,
-        start: None,
     };
     let long = random_ids(8 * crate::engine::generate::PREFILL_CHUNK, 11);
     let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
@@ -460,7 +459,6 @@ fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
         branch_first: false,
-        start: None,
     };
     let out = generate(
         model,

@@ -514,7 +514,6 @@ impl Pipeline {
                 // A blank line after code ends a block in every supported language's style.
                 stop: vec![if mid_line { "\n" } else { "\n\n\n" }.into()],
                 branch_first: n > 1,
-                start: String::new(),
             },
             route,
             cursor_kind: context.cursor_kind,

@@ -420,7 +420,6 @@ async fn complete(
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
         branch_first: false,
-        start: String::new(),
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
     };
     let cancel = Arc::new(AtomicBool::new(false));
@@ -491,7 +490,6 @@ async fn v1_completions(
         sampling: sampling(&d, b.temperature, b.top_p, b.top_k, b.seed),
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
         branch_first: false,
-        start: String::new(),
     };
     d.validate(&req)?;
     let client = client_of(&headers, peer);

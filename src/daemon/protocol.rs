@@ -68,8 +68,6 @@ pub struct WireRequest {
     pub stop: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub branch_first: bool,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub start: String,
 }
 
 fn one() -> usize {
@@ -93,7 +91,6 @@ impl From<&CompletionRequest> for WireRequest {
             seed: r.sampling.seed,
             stop: r.stop.clone(),
             branch_first: r.branch_first,
-            start: r.start.clone(),
         }
     }
 }
@@ -113,7 +110,6 @@ impl From<WireRequest> for CompletionRequest {
             },
             stop: w.stop,
             branch_first: w.branch_first,
-            start: w.start,
         }
     }
 }
@@ -346,7 +342,6 @@ mod tests {
                 seed: None,
                 stop: vec!["\n".into()],
                 branch_first: true,
-                start: "    ".into(),
             },
         };
         let line = serde_json::to_string(&msg).unwrap();
@@ -368,7 +363,6 @@ mod tests {
         };
         let request = CompletionRequest::from(request);
         assert!(request.branch_first);
-        assert_eq!(request.start, "    ");
         // Defaults for what a hand-written client leaves out.
         let min: ClientMessage =
             serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();
@@ -376,7 +370,16 @@ mod tests {
             panic!()
         };
         assert_eq!((request.n, request.top_p, stream), (1, 1.0, false));
-        assert!(!request.branch_first && request.start.is_empty());
+        assert!(!request.branch_first);
+        // A field this daemon no longer reads (an older client's `start`) is ignored.
+        let old: ClientMessage = serde_json::from_str(
+            r#"{"op":"complete","request":{"prompt":"x","max_tokens":2,"start":"    "}}"#,
+        )
+        .unwrap();
+        let ClientMessage::Complete { request, .. } = old else {
+            panic!()
+        };
+        assert_eq!((request.prompt.as_str(), request.max_tokens), ("x", 2));
     }
 
     #[test]

@@ -15,12 +15,6 @@
 //! - With `branch_first` the `n` candidates start from the `n` most likely first tokens (in
 //!   that order, so candidate 0 is the greedy one when the sampler is greedy) and each
 //!   candidate's summed log-probability comes back, so that a caller can rank them.
-//! - With a [`Start`] every candidate begins with its text, which the model writes itself
-//!   under a constraint (token healing): while the best token that agrees with the text
-//!   leaves part of it to write, that token is taken (batch 1, before the candidates fork);
-//!   the step after picks, samples or branches only among tokens that finish the text. The
-//!   tokens taken so are fed to the caller's caches whatever `n`, so for `n > 1` those hold
-//!   the prompt and them (still a prefix of prompt ++ candidates[0]).
 //!
 //! Decoding overlaps work as mlx-lm's `generate_step` does: with a greedy sampler the next
 //! token stays on the device, so step `i + 1` is built and queued (`async_eval`) before
@@ -126,7 +120,7 @@ impl Pacing {
 pub struct Meter {
     pub prefill_chunks: AtomicU64,
     pub prefill_tokens: AtomicU64,
-    /// Forwards of one token per candidate after the prompt (decode and constrained start).
+    /// Forwards of one token per candidate after the prompt (decode steps).
     pub decode_steps: AtomicU64,
 }
 
@@ -166,51 +160,6 @@ pub struct GenerateRequest {
     /// Candidate `i` starts from the `i`-th most likely first token instead of a sampled one,
     /// and [`GenerateOutput::logprobs`] is filled in.
     pub branch_first: bool,
-    /// Text every candidate begins with, written by the model under a constraint.
-    pub start: Option<Start>,
-}
-
-/// Text the model is to write first, and what each token id writes. Tokens agree with the
-/// text still to write when one of the two starts with the other; tokens with no bytes
-/// (control tokens, unused ids, ids past the table) never agree.
-#[derive(Clone)]
-pub struct Start {
-    pub text: Vec<u8>,
-    pub vocab: Arc<[Box<[u8]>]>,
-}
-
-impl Start {
-    /// The tokens of a `vocab`-sized logits row that agree with `rest`: those that leave part
-    /// of it to write, and those that finish it.
-    fn agreeing(&self, rest: &[u8], vocab: usize) -> (Vec<u32>, Vec<u32>) {
-        let (mut partial, mut finishing) = (vec![], vec![]);
-        for (id, b) in self.vocab.iter().enumerate().take(vocab) {
-            if b.is_empty() {
-                continue;
-            }
-            if b.starts_with(rest) {
-                finishing.push(id as u32);
-            } else if rest.starts_with(b) {
-                partial.push(id as u32);
-            }
-        }
-        (partial, finishing)
-    }
-}
-
-impl std::fmt::Debug for Start {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Start")
-            .field("text", &String::from_utf8_lossy(&self.text))
-            .field("vocab", &self.vocab.len())
-            .finish()
-    }
-}
-
-impl PartialEq for Start {
-    fn eq(&self, other: &Self) -> bool {
-        self.text == other.text && Arc::ptr_eq(&self.vocab, &other.vocab)
-    }
 }
 
 /// What the token callback wants next for its candidate.
@@ -263,8 +212,6 @@ pub enum GenerateError {
     Branches(usize, usize),
     #[error("caches must have batch 1, one has {0}")]
     CacheBatch(i32),
-    #[error("no token of the vocabulary writes the start {0:?}")]
-    Start(String),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error("mlx: {0}")]
@@ -348,58 +295,9 @@ pub fn generate_paced(
         return Ok(out);
     }
 
-    // Write the start's text while the best agreeing token leaves some of it (batch 1).
-    let mut logits = logits;
     let mut finished = vec![false; n];
-    let mut only = None;
-    if let Some(s) = req.start.as_ref().filter(|s| !s.text.is_empty()) {
-        let mut rest: &[u8] = &s.text;
-        loop {
-            let lp = host_log_probs(&logits)?;
-            let (partial, finishing) = s.agreeing(rest, lp.len());
-            // The most likely agreeing token (the lowest id among equals); one that finishes
-            // the text ends this phase, and the next step chooses among those only.
-            let Some(t) = partial
-                .iter()
-                .chain(&finishing)
-                .copied()
-                .max_by(|&a, &b| lp[a as usize].total_cmp(&lp[b as usize]).then(b.cmp(&a)))
-            else {
-                return Err(GenerateError::Start(
-                    String::from_utf8_lossy(&s.text).into_owned(),
-                ));
-            };
-            if s.vocab[t as usize].len() >= rest.len() {
-                only = Some(finishing);
-                break;
-            }
-            rest = &rest[s.vocab[t as usize].len()..];
-            for (i, done) in finished.iter_mut().enumerate() {
-                out.candidates[i].push(t);
-                if req.branch_first {
-                    out.logprobs[i] += lp[t as usize];
-                }
-                if on_token(i, t) == Control::Stop {
-                    out.finish_reasons[i] = FinishReason::Stop;
-                    *done = true;
-                }
-            }
-            if out.candidates[0].len() >= req.max_tokens || finished.iter().all(|&d| d) {
-                return Ok(out);
-            }
-            if cancel.load(Ordering::Relaxed) {
-                cancel_unfinished(&mut out.finish_reasons, &finished);
-                return Ok(out);
-            }
-            metered(|m| {
-                m.decode_steps.fetch_add(1, Ordering::Relaxed);
-            });
-            logits = model.forward(&Array::from_slice(&[t], &[1, 1]), caches)?;
-            eval([&logits])?;
-        }
-    }
     // Generated tokens whose keys and values are in the caches.
-    let mut fed = out.candidates[0].len();
+    let mut fed = 0;
 
     let mut sampler = Sampler::new(req.sampling.clone());
     let overlap = pacing.overlap && sampler.params().is_greedy();
@@ -415,17 +313,10 @@ pub fn generate_paced(
     };
     // With `branch_first`, the first tokens come from the prompt's one row of logits.
     let branched = if req.branch_first {
-        Some(most_likely(&logits, n, only.as_deref())?)
+        Some(most_likely(&logits, n)?)
     } else {
         None
     };
-    // Only the tokens that finish the start's text.
-    if let Some(ids) = &only {
-        let vocab = logits.dim(-1);
-        let mut mask = vec![f32::NEG_INFINITY; vocab as usize];
-        ids.iter().for_each(|&t| mask[t as usize] = 0.0);
-        logits = logits.add(Array::from_slice(&mask, &[1, vocab]))?;
-    }
     let logits = if n > 1 {
         mlx_rs::ops::broadcast_to(&logits, &[n as i32, logits.dim(1)])?
     } else {
@@ -443,7 +334,7 @@ pub fn generate_paced(
     };
     let mut decode_start = None;
     // Tokens read back so far (per row).
-    let mut step = fed;
+    let mut step = 0;
     loop {
         let steps_left = step + 1 < req.max_tokens;
         // Queue the next step on the still-lazy token before reading it back.
@@ -627,20 +518,12 @@ fn host_log_probs(logits: &Array) -> Result<Vec<f32>, GenerateError> {
     Ok(host_slice::<f32>(&lp)?.to_vec())
 }
 
-/// The `n` most likely next tokens of a `[1, vocab]` logits row (of `only` when given), best
-/// first (the lowest id among equals, as greedy picks), with their log-probabilities; `n` is
-/// at most the vocabulary (checked by [`generate`] before any work), fewer tokens in `only`
-/// is an error.
-fn most_likely(
-    logits: &Array,
-    n: usize,
-    only: Option<&[u32]>,
-) -> Result<(Vec<u32>, Vec<f32>), GenerateError> {
+/// The `n` most likely next tokens of a `[1, vocab]` logits row, best first (the lowest id
+/// among equals, as greedy picks), with their log-probabilities; `n` is at most the
+/// vocabulary (checked by [`generate`] before any work).
+fn most_likely(logits: &Array, n: usize) -> Result<(Vec<u32>, Vec<f32>), GenerateError> {
     let row = host_log_probs(logits)?;
-    let mut order: Vec<u32> = match only {
-        Some(ids) => ids.to_vec(),
-        None => (0..row.len() as u32).collect(),
-    };
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
     if order.len() < n {
         return Err(GenerateError::Branches(n, order.len()));
     }
@@ -669,7 +552,6 @@ mod tests {
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
-            start: None,
         }
     }
 
@@ -750,196 +632,6 @@ mod tests {
             }
             assert_eq!(caches[0].offset(), PROMPT.len(), "n > 1 leaves the prompt only");
         }
-    }
-
-    /// A made-up vocabulary for the tiny model: runs of 1-6 spaces, words after a space,
-    /// words after three spaces, bare words, and empty (control) ids.
-    fn start_vocab() -> Arc<[Box<[u8]>]> {
-        (0..97u32)
-            .map(|id| {
-                let text = match id {
-                    0 | 96 => String::new(),
-                    1..=6 => " ".repeat(id as usize),
-                    7..=30 => format!(" w{id}"),
-                    31..=50 => format!("   x{id}"),
-                    _ => format!("t{id}"),
-                };
-                text.into_bytes().into_boxed_slice()
-            })
-            .collect()
-    }
-
-    /// The bytes `ids` write.
-    fn written(vocab: &[Box<[u8]>], ids: &[u32]) -> Vec<u8> {
-        ids.iter().flat_map(|&t| vocab[t as usize].to_vec()).collect()
-    }
-
-    /// Greedy under the start's constraint, by hand: at each step the most likely token that
-    /// agrees with the text left (lowest id among equals), then plain greedy.
-    fn constrained_reference(model: &Model, vocab: &[Box<[u8]>], text: &[u8], steps: usize) -> Vec<u32> {
-        let mut seq = PROMPT.to_vec();
-        let mut rest = text.to_vec();
-        for _ in 0..steps {
-            let lps = reference_log_probs(model, &seq);
-            let t = if rest.is_empty() {
-                crate::engine::sample::argmax_row(&lps)
-            } else {
-                let agrees = |id: &u32| {
-                    let b = &vocab[*id as usize];
-                    !b.is_empty() && (b.starts_with(&rest) || rest.starts_with(b))
-                };
-                (0..lps.len() as u32)
-                    .filter(agrees)
-                    .max_by(|&a, &b| lps[a as usize].total_cmp(&lps[b as usize]).then(b.cmp(&a)))
-                    .unwrap()
-            };
-            let b = &vocab[t as usize];
-            rest = if b.len() >= rest.len() {
-                vec![]
-            } else {
-                rest[b.len()..].to_vec()
-            };
-            seq.push(t);
-        }
-        seq.split_off(PROMPT.len())
-    }
-
-    #[test]
-    fn a_start_is_written_first_under_the_constraint_then_greedy_goes_on() {
-        let vocab = start_vocab();
-        let mut partial_steps = 0;
-        for (seed, text) in [
-            (41, "  "),
-            (42, "   "),
-            (43, "    "),
-            (44, "     "),
-            (45, "   x3"),
-        ] {
-            let model = tiny_model(Arch::Qwen2, seed);
-            let mut r = req(6, 1);
-            r.start = Some(Start {
-                text: text.as_bytes().to_vec(),
-                vocab: vocab.clone(),
-            });
-            let (out, caches) = run(&model, &r, |_, _| Control::Continue);
-            let want = constrained_reference(&model, &vocab, text.as_bytes(), 6);
-            assert_eq!(out.candidates[0], want, "start {text:?}");
-            let written = written(&vocab, &want);
-            assert!(written.starts_with(text.as_bytes()), "{text:?}");
-            partial_steps += usize::from(vocab[want[0] as usize].len() < text.len());
-            assert_eq!(
-                caches[0].offset(),
-                PROMPT.len() + 5,
-                "a prefix of prompt ++ output"
-            );
-        }
-        assert!(partial_steps > 0, "some start took more than one token");
-    }
-
-    #[test]
-    fn cancelled_while_writing_a_start_a_stopped_candidate_stays_stopped() {
-        let vocab = start_vocab();
-        let text = b"     ";
-        let start = Start {
-            text: text.to_vec(),
-            vocab: vocab.clone(),
-        };
-        // A model whose first token writes only part of the start.
-        let model = (60..120)
-            .map(|seed| tiny_model(Arch::Qwen2, seed))
-            .find(|m| vocab[constrained_reference(m, &vocab, text, 1)[0] as usize].len() < text.len())
-            .expect("some seed starts with part of the text");
-        let mut r = req(6, 2);
-        r.start = Some(start);
-        let cancel = AtomicBool::new(false);
-        let mut caches = model.new_caches();
-        let out = generate(&model, &mut caches, &PROMPT, &r, &cancel, |i, _| {
-            cancel.store(true, Ordering::Relaxed);
-            if i == 1 {
-                Control::Stop
-            } else {
-                Control::Continue
-            }
-        })
-        .unwrap();
-        assert_eq!(out.candidates, vec![out.candidates[0].clone(); 2]);
-        assert_eq!(out.candidates[0].len(), 1);
-        assert_eq!(out.finish_reasons, [FinishReason::Cancelled, FinishReason::Stop]);
-    }
-
-    #[test]
-    fn branches_and_samples_after_a_start_all_begin_with_it() {
-        let vocab = start_vocab();
-        let text = b"    ";
-        for seed in [51, 52, 53] {
-            let model = tiny_model(Arch::Qwen3, seed);
-            let start = Some(Start {
-                text: text.to_vec(),
-                vocab: vocab.clone(),
-            });
-            let mut r = req(4, 3);
-            r.branch_first = true;
-            r.start = start.clone();
-            let (out, caches) = run(&model, &r, |_, _| Control::Continue);
-            let greedy = constrained_reference(&model, &vocab, text, 4);
-            assert_eq!(
-                out.candidates[0], greedy,
-                "branch 0 is the constrained greedy answer"
-            );
-            // The tokens before the branch point are shared; the next ones differ.
-            let shared = (0..4)
-                .take_while(|&k| out.candidates.iter().all(|c| c[k] == greedy[k]))
-                .count();
-            let firsts: Vec<u32> = out.candidates.iter().map(|c| c[shared]).collect();
-            assert_eq!(
-                firsts.iter().collect::<HashSet<_>>().len(),
-                3,
-                "{:?}",
-                out.candidates
-            );
-            for c in &out.candidates {
-                let written = written(&vocab, c);
-                assert!(written.starts_with(text), "{c:?}");
-            }
-            for (c, &got) in out.candidates.iter().zip(&out.logprobs) {
-                // Each token's log-probability under the model, constrained or not.
-                let mut seq = PROMPT.to_vec();
-                let mut want = 0.0f32;
-                for &t in c {
-                    want += reference_log_probs(&model, &seq)[t as usize];
-                    seq.push(t);
-                }
-                assert!((got - want).abs() <= 1e-3 * want.abs(), "{got} against {want}");
-            }
-            assert_eq!(
-                caches[0].offset(),
-                PROMPT.len() + shared,
-                "prompt and the shared start"
-            );
-            r.branch_first = false;
-            r.sampling = SamplingParams {
-                temperature: 2.0,
-                seed: Some(seed),
-                ..SamplingParams::default()
-            };
-            let (sampled, _) = run(&model, &r, |_, _| Control::Continue);
-            for c in &sampled.candidates {
-                let written = written(&vocab, c);
-                assert!(written.starts_with(text), "sampled {c:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_start_no_token_writes_is_an_error() {
-        let model = tiny_model(Arch::Qwen2, 46);
-        let mut r = req(3, 1);
-        r.start = Some(Start {
-            text: b"\t".to_vec(),
-            vocab: start_vocab(),
-        });
-        let (err, _) = refused(&model, &PROMPT, &r);
-        assert!(matches!(err, GenerateError::Start(ref t) if t == "\t"), "{err}");
     }
 
     #[test]

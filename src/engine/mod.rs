@@ -26,7 +26,7 @@ pub use load::{LoadOptions, Precision};
 pub use sample::SamplingParams;
 
 use self::{
-    generate::{Control, GenerateError, GenerateRequest, Start},
+    generate::{Control, GenerateError, GenerateRequest},
     load::{EngineLoadError, Loaded},
     tokenizer::{SpecialTokens, TokenizerError},
 };
@@ -203,12 +203,6 @@ pub struct CompletionRequest {
     /// the greedy one when sampling is greedy), and each choice carries its log-probability,
     /// so that the caller can rank them. Engines that cannot do this ignore it.
     pub branch_first: bool,
-    /// Text every choice begins with (token healing: the prompt stops before text that would
-    /// end it inside a token, e.g. a line's indentation, and the model writes that text
-    /// itself, under a constraint, so it chooses the tokens it would have). Each choice's
-    /// `text` starts with it. Engines that cannot constrain decoding put it at the prompt's
-    /// end instead and prepend it to their answers.
-    pub start: String,
 }
 
 #[derive(Clone, Debug)]
@@ -249,8 +243,6 @@ pub struct LocalModel {
     pub specials: SpecialTokens,
     /// Prompts (and continuations) already run, with their KV caches.
     prefix: std::sync::Mutex<prefix::PrefixStore>,
-    /// What each token writes, for constrained starts (built at first use).
-    start_vocab: std::sync::OnceLock<std::sync::Arc<[Box<[u8]>]>>,
 }
 
 impl LocalModel {
@@ -261,14 +253,7 @@ impl LocalModel {
             loaded,
             specials,
             prefix: std::sync::Mutex::new(prefix::PrefixStore::new(opts.prefix)),
-            start_vocab: std::sync::OnceLock::new(),
         })
-    }
-
-    fn start_vocab(&self) -> std::sync::Arc<[Box<[u8]>]> {
-        self.start_vocab
-            .get_or_init(|| self.loaded.tokenizer.text_pieces().into())
-            .clone()
     }
 
     /// Run a short request once, so the first real one does not pay for kernel compilation
@@ -285,7 +270,6 @@ impl LocalModel {
             sampling: SamplingParams::default(),
             stop: vec![],
             branch_first: false,
-            start: String::new(),
         };
         self.complete(&req, &AtomicBool::new(false))?;
         Ok(start.elapsed())
@@ -325,10 +309,6 @@ impl LocalModel {
             sampling: req.sampling.clone(),
             stop_token_ids: self.specials.eog.clone(),
             branch_first: req.branch_first,
-            start: (!req.start.is_empty()).then(|| Start {
-                text: req.start.clone().into_bytes(),
-                vocab: self.start_vocab(),
-            }),
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
         let (out, reused) = prefix::generate_with_store(

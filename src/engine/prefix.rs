@@ -136,8 +136,8 @@ impl PrefixStore {
 }
 
 /// Generate for the whole prompt `ids`, reusing the store's longest shared prefix and putting
-/// the result back (prompt and, for one candidate or a forced start, the generated tokens, so
-/// that a request continuing this one reuses them too). Returns the output and how many ids
+/// the result back (prompt and, for one candidate, the generated tokens, so that a request
+/// continuing this one reuses them too). Returns the output and how many ids
 /// were reused.
 pub fn generate_with_store(
     model: &Model,
@@ -241,7 +241,6 @@ mod tests {
             sampling: crate::engine::SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
-            start: None,
         };
         let no = AtomicBool::new(false);
         let mut rng = StdRng::seed_from_u64(7);

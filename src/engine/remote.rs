@@ -240,8 +240,7 @@ impl RemoteEngine {
         let mut body = serde_json::Value::Object(self.config.extra_body.clone());
         for (k, v) in [
             ("model", json!(model)),
-            // A server cannot constrain its answer: the start ends the prompt instead.
-            ("prompt", json!(format!("{}{}", req.prompt, req.start))),
+            ("prompt", json!(req.prompt)),
             ("max_tokens", json!(req.max_tokens)),
             ("temperature", json!(req.sampling.temperature.max(0.0))),
             ("top_p", json!(req.sampling.top_p)),
@@ -277,7 +276,7 @@ impl RemoteEngine {
                 (
                     c.index,
                     Choice {
-                        text: format!("{}{}", req.start, c.text),
+                        text: c.text,
                         finish_reason,
                         tokens: 0,
                         logprob: None,
@@ -598,7 +597,6 @@ mod tests {
             sampling: SamplingParams::default(),
             stop: vec!["\n\n".into()],
             branch_first: false,
-            start: String::new(),
         }
     }
 
@@ -637,26 +635,6 @@ mod tests {
         assert_eq!(body["prompt"], request().prompt);
         // Extra fields travel; laya's own fields win over them.
         assert_eq!(body["repeat_penalty"], 1.0);
-    }
-
-    #[test]
-    fn a_start_ends_the_prompt_and_begins_the_answer() {
-        let (url, server) = serve(vec![
-            (200, r#"{"object":"list","data":[{"id":"coder"}]}"#.into()),
-            (
-                200,
-                r#"{"choices":[{"index":0,"text":"return a","finish_reason":"stop"}]}"#.into(),
-            ),
-        ]);
-        let engine = RemoteEngine::new(RemoteConfig::new(url));
-        let mut req = request();
-        req.start = "    ".into();
-        let out = engine.complete_blocking(&req, &AtomicBool::new(false)).unwrap();
-        assert_eq!(out.choices[0].text, "    return a");
-        let seen = server.join().unwrap();
-        let body: serde_json::Value =
-            serde_json::from_str(seen[1].split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        assert_eq!(body["prompt"], format!("{}    ", request().prompt));
     }
 
     #[test]

@@ -283,18 +283,6 @@ impl Tokenizer {
         &self.piece_bytes[start..self.piece_ends[id]]
     }
 
-    /// What each id writes as plain text: its bytes, none for added (control) tokens, so that
-    /// a constraint on text never picks one.
-    pub fn text_pieces(&self) -> Vec<Box<[u8]>> {
-        let added = self.inner.get_added_vocabulary().get_added_tokens_decoder();
-        (0..self.vocab_size() as u32)
-            .map(|id| match added.contains_key(&id) {
-                true => Box::default(),
-                false => self.token_bytes(id).into(),
-            })
-            .collect()
-    }
-
     /// The id of the token whose vocabulary string is exactly `token`.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
