@@ -1,7 +1,7 @@
 //! `laya complete FILE:LINE:COL`: one fill-in-the-middle completion with a local model, and
 //! where its time went (load, prefill, decode).
 
-use std::{fmt, path::PathBuf, sync::atomic::AtomicBool, time::Duration};
+use std::{fmt, path::PathBuf, time::Duration};
 
 use crate::{
     bench::error_chain,
@@ -9,7 +9,7 @@ use crate::{
     config::resolve_model,
     engine::{
         runtime::{use_device, DevicePref},
-        CompletionRequest, FinishReason, LoadOptions, LocalModel, Precision, SamplingParams,
+        Cancel, CompletionRequest, FinishReason, LoadOptions, LocalModel, Precision, SamplingParams,
     },
     prompt::{self, LineCol},
 };
@@ -112,7 +112,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         branch_first: false,
     };
     let out = model
-        .complete(&req, &AtomicBool::new(false))
+        .complete(&req, &Cancel::new())
         .map_err(|e| error_chain(&e))?;
     let choice = &out.choices[0];
     let completion =

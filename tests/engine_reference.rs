@@ -14,13 +14,11 @@
 
 mod common;
 
-use std::sync::atomic::AtomicBool;
-
 use laya::engine::{
     generate::{generate, GenerateRequest},
     load::{LoadOptions, Precision},
     sample::{host_slice, SamplingParams},
-    LocalModel,
+    Cancel, LocalModel,
 };
 use mlx_rs::{transforms::eval, Array};
 
@@ -118,7 +116,7 @@ fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
             &mut caches,
             &ids[ids.len() - 1..],
             &req,
-            &AtomicBool::new(false),
+            &Cancel::new(),
             |_, _| laya::engine::generate::Control::Continue,
         )
         .unwrap();

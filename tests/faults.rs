@@ -13,7 +13,7 @@ use std::{
     net::{SocketAddr, TcpStream},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
@@ -22,7 +22,7 @@ use laya::{
     daemon::paths::{read_http_addr, read_pid},
     engine::{
         load::{LoadOptions, Precision},
-        CompletionRequest, LocalModel, SamplingParams,
+        Cancel, CompletionRequest, LocalModel, SamplingParams,
     },
 };
 use serde_json::{json, Value};
@@ -83,7 +83,7 @@ fn truncated_and_corrupt_model_files_are_errors_naming_the_file_never_panics() {
     // its fault.
     let good = write(tmp.path(), "tiny.gguf", &tiny.bytes);
     let model = LocalModel::load(&good, &load_options()).unwrap();
-    let out = model.complete(&request(4), &AtomicBool::new(false)).unwrap();
+    let out = model.complete(&request(4), &Cancel::new()).unwrap();
     assert_eq!(out.choices[0].text, gguf::TOKEN_TEXT.repeat(4));
     drop(model);
 
@@ -149,7 +149,7 @@ fn truncated_and_corrupt_model_files_are_errors_naming_the_file_never_panics() {
         std::fs::write(&path, &b).unwrap();
         let result = std::panic::catch_unwind(|| match LocalModel::load(&path, &load_options()) {
             Ok(m) => m
-                .complete(&request(2), &AtomicBool::new(false))
+                .complete(&request(2), &Cancel::new())
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),

@@ -20,7 +20,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
         Arc, Once,
     },
     time::{Duration, Instant},
@@ -29,8 +29,8 @@ use std::{
 use futures::StreamExt;
 use laya::{
     engine::{
-        worker::{Engine, ModelState},
-        Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
+        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
+        Timing,
     },
     lsp::{
         build_service,
@@ -75,11 +75,7 @@ struct Constant;
 
 #[async_trait::async_trait]
 impl Engine for Constant {
-    async fn complete(
-        &self,
-        _: CompletionRequest,
-        _: Arc<AtomicBool>,
-    ) -> Result<CompletionOutput, EngineError> {
+    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
         let choice = Choice {
             text: "value".into(),
             finish_reason: FinishReason::StopToken,

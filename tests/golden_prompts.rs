@@ -5,7 +5,7 @@
 //! a diff (`UPDATE_EXPECT=1 cargo test --test golden_prompts` rewrites the expectations).
 
 use std::{
-    sync::{atomic::AtomicBool, Arc, Mutex},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -13,10 +13,7 @@ use expect_test::{expect, Expect};
 use laya::{
     completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
     document::Document,
-    engine::{
-        worker::{Engine, ModelState},
-        CompletionOutput, CompletionRequest, EngineError, Timing,
-    },
+    engine::{Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelState, Timing},
     prompt::Budget,
 };
 
@@ -26,11 +23,7 @@ struct Capture(Mutex<Vec<String>>, Option<u64>);
 
 #[async_trait::async_trait]
 impl Engine for Capture {
-    async fn complete(
-        &self,
-        req: CompletionRequest,
-        _: Arc<AtomicBool>,
-    ) -> Result<CompletionOutput, EngineError> {
+    async fn complete(&self, req: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
         self.0.lock().unwrap().push(req.prompt);
         Ok(CompletionOutput {
             served_by: None,
@@ -92,7 +85,7 @@ fn prompt_with(
             settings,
             workspace_root: Some("file:///repo"),
         },
-        Arc::new(AtomicBool::new(false)),
+        Cancel::new(),
     ))
     .unwrap();
     let prompt = engine.0.lock().unwrap().pop().expect("one prompt");

@@ -3,18 +3,15 @@
 //! (these tests are about the LSP layer and the pipeline around the engine).
 
 use std::{
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
 use futures::StreamExt;
 use laya::{
     engine::{
-        worker::{Engine, ModelState},
-        Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
+        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
+        Timing,
     },
     lsp::{build_service, EngineSource, LayaServer},
 };
@@ -36,16 +33,13 @@ impl Engine for FakeEngine {
     async fn complete(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         self.prompts.lock().unwrap().push(req.prompt.clone());
-        let mut waited = Duration::ZERO;
-        while waited < self.delay {
-            if cancel.load(Ordering::Relaxed) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            waited += Duration::from_millis(5);
+        // The delay ends early when the request is cancelled.
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep(self.delay) => {}
         }
         let choices = (self.answer)(&req.prompt)
             .into_iter()

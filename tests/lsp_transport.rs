@@ -25,8 +25,8 @@ use std::{
 
 use laya::{
     engine::{
-        worker::{Engine, ModelState},
-        Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
+        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
+        Timing,
     },
     lsp::{
         transport::{serve_lsp, EndReason, Ending, MAX_BODY, MAX_REQUESTS},
@@ -47,11 +47,7 @@ struct Constant;
 
 #[async_trait::async_trait]
 impl Engine for Constant {
-    async fn complete(
-        &self,
-        _: CompletionRequest,
-        _: Arc<AtomicBool>,
-    ) -> Result<CompletionOutput, EngineError> {
+    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
         Ok(CompletionOutput {
             served_by: None,
             choices: vec![Choice {
@@ -77,11 +73,7 @@ struct Stuck;
 
 #[async_trait::async_trait]
 impl Engine for Stuck {
-    async fn complete(
-        &self,
-        _: CompletionRequest,
-        _: Arc<AtomicBool>,
-    ) -> Result<CompletionOutput, EngineError> {
+    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
         futures::future::pending().await
     }
 

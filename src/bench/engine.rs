@@ -26,7 +26,7 @@ use crate::{
         load::{self, LoadOptions, Precision},
         models::Model,
         runtime::{use_device, DevicePref},
-        synthetic, SamplingParams,
+        synthetic, Cancel, SamplingParams,
     },
 };
 
@@ -261,7 +261,7 @@ fn cancel_at(
     count: fn(&Meter) -> u64,
     at: u64,
     share: f64,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     done: &AtomicBool,
 ) -> Option<(Instant, Duration, u64)> {
     let wait_for = |n: u64| {
@@ -278,7 +278,7 @@ fn cancel_at(
     let b = wait_for(at)?;
     let piece = b - a;
     std::thread::sleep(piece.mul_f64(share));
-    cancel.store(true, Ordering::SeqCst);
+    cancel.cancel();
     let chunk = meter.prefill_tokens.load(Ordering::SeqCst) - tokens_before;
     Some((Instant::now(), piece, chunk))
 }
@@ -290,11 +290,11 @@ fn cancel_sample(
     at: u64,
     share: f64,
     count: fn(&Meter) -> u64,
-    work: impl FnOnce(&AtomicBool) -> anyhow::Result<()>,
+    work: impl FnOnce(&Cancel) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, f64, u64)> {
     let meter = Arc::new(Meter::default());
     meter.install();
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = Cancel::new();
     let done = Arc::new(AtomicBool::new(false));
     let setter = {
         let (meter, cancel, done) = (meter.clone(), cancel.clone(), done.clone());
@@ -350,7 +350,7 @@ pub fn cancel_to_free(model: &Model) -> anyhow::Result<CancelFree> {
     // Decode after a short prompt, prefilled once and reused but for its last id.
     let prompt = random_ids(16, 12);
     let mut cached = model.new_caches();
-    let no = AtomicBool::new(false);
+    let no = Cancel::new();
     prefill(model, &mut cached, &prompt[..prompt.len() - 1], &no)?;
     let held = cached[0].offset();
     for i in 0..CANCEL_SAMPLES {
@@ -465,7 +465,7 @@ fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
         &mut caches,
         &random_ids(128, 7),
         &req,
-        &AtomicBool::new(false),
+        &Cancel::new(),
         |_, _| Control::Continue,
     )?;
     let n = out.candidates[0].len();

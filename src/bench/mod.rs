@@ -14,8 +14,8 @@ use crate::{
     engine::{
         remote::{RemoteConfig, RemoteEngine},
         runtime::DevicePref,
-        worker::{Engine, ModelState, ModelWorker},
-        LoadOptions,
+        worker::ModelWorker,
+        Engine, LoadOptions, ModelState,
     },
 };
 

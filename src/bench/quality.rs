@@ -10,7 +10,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     path::{Path, PathBuf},
-    sync::{atomic::AtomicBool, Arc},
+    sync::Arc,
     time::Instant,
 };
 
@@ -20,10 +20,7 @@ use crate::{
     bench::{completion_settings, error_chain, Target},
     completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
     document::Document,
-    engine::{
-        runtime::DevicePref,
-        worker::{Engine, ModelState},
-    },
+    engine::{runtime::DevicePref, Cancel, Engine, ModelState},
 };
 
 pub struct Config {
@@ -279,7 +276,7 @@ pub async fn run_cases(
                     settings,
                     workspace_root: None,
                 },
-                Arc::new(AtomicBool::new(false)),
+                Cancel::new(),
             )
             .await;
         let (output, error, alternatives) = match completion {
@@ -491,13 +488,13 @@ mod tests {
         async fn complete(
             &self,
             _: crate::engine::CompletionRequest,
-            _: Arc<AtomicBool>,
+            _: Cancel,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
             Err(crate::engine::EngineError::Request("the model is gone".into()))
         }
 
-        fn state(&self) -> crate::engine::worker::ModelState {
-            crate::engine::worker::ModelState::Ready {
+        fn state(&self) -> crate::engine::ModelState {
+            crate::engine::ModelState::Ready {
                 load_time: std::time::Duration::ZERO,
                 device: "test".into(),
             }
@@ -531,7 +528,7 @@ mod tests {
         async fn complete(
             &self,
             req: crate::engine::CompletionRequest,
-            _: Arc<AtomicBool>,
+            _: Cancel,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
             assert!(req.branch_first && req.n == 3, "{req:?}");
             let choice = |text: &str, tokens, logprob| crate::engine::Choice {
@@ -551,7 +548,7 @@ mod tests {
             })
         }
 
-        fn state(&self) -> crate::engine::worker::ModelState {
+        fn state(&self) -> crate::engine::ModelState {
             Failing.state()
         }
     }

@@ -17,11 +17,7 @@ use crate::{
         quality::{self, Case},
         Target,
     },
-    engine::{
-        prefix::PrefixLimits,
-        runtime::DevicePref,
-        worker::{Engine, ModelState},
-    },
+    engine::{prefix::PrefixLimits, runtime::DevicePref, Engine, ModelState},
     lsp::{build_service, EngineSource},
 };
 
@@ -596,7 +592,7 @@ mod tests {
         async fn complete(
             &self,
             req: crate::engine::CompletionRequest,
-            _cancel: Arc<std::sync::atomic::AtomicBool>,
+            _cancel: crate::engine::Cancel,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
             // An anchored prompt continues an earlier one: what was typed since then follows
             // `<|fim_middle|>`.
@@ -625,8 +621,8 @@ mod tests {
             })
         }
 
-        fn state(&self) -> crate::engine::worker::ModelState {
-            crate::engine::worker::ModelState::Ready {
+        fn state(&self) -> crate::engine::ModelState {
+            crate::engine::ModelState::Ready {
                 load_time: std::time::Duration::ZERO,
                 device: "fake".into(),
             }

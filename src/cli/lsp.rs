@@ -2,7 +2,7 @@
 //! the same settings when none runs), the models in this process (`--in-process`), or a
 //! remote server (`--remote-url`).
 
-use std::sync::{atomic::AtomicBool, Arc};
+use std::sync::Arc;
 
 use anyhow::Result;
 use laya::{
@@ -11,8 +11,7 @@ use laya::{
     engine::{
         pool::ModelPool,
         remote::{RemoteConfig, RemoteEngine},
-        worker::{Engine, ModelState},
-        CompletionOutput, CompletionRequest, EngineError, ModelKey,
+        Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, ModelState,
     },
     lsp::{serve_stdio, EngineSource},
 };
@@ -85,11 +84,7 @@ struct Unavailable(String);
 
 #[async_trait::async_trait]
 impl Engine for Unavailable {
-    async fn complete(
-        &self,
-        _: CompletionRequest,
-        _: Arc<AtomicBool>,
-    ) -> Result<CompletionOutput, EngineError> {
+    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
         Err(EngineError::Request(self.0.clone()))
     }
 

@@ -17,7 +17,7 @@
 //! likely first tokens, made in one batch after one prefill: deterministic alternatives to
 //! cycle through, the greedy answer first (docs/decisions.md).
 
-use std::sync::{atomic::AtomicBool, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 
@@ -29,7 +29,7 @@ use super::{
 use crate::{
     document::DocumentSnapshot,
     engine::{
-        worker::Engine, Choice, CompletionOutput, CompletionRequest, EngineError, ModelKey, SamplingParams,
+        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, SamplingParams,
         Timing,
     },
     prompt::{self, Budget, LocalPart, PromptInput, Snippet},
@@ -427,8 +427,8 @@ impl Pipeline {
         Some(c)
     }
 
-    /// Complete at the request's cursor; setting `cancel` stops the engine.
-    pub async fn complete(&self, r: Request<'_>, cancel: Arc<AtomicBool>) -> Result<Completion, EngineError> {
+    /// Complete at the request's cursor; cancelling `cancel` stops the engine.
+    pub async fn complete(&self, r: Request<'_>, cancel: Cancel) -> Result<Completion, EngineError> {
         let text: &str = &r.doc.text;
         if r.cursor > text.len() || !text.is_char_boundary(r.cursor) {
             return Err(EngineError::Request(format!(
@@ -617,7 +617,7 @@ mod tests {
     use super::*;
     use crate::{
         document::Document,
-        engine::{worker::ModelState, CompletionOutput, FinishReason, ModelFacts, RunsOn, Tier},
+        engine::{CompletionOutput, FinishReason, ModelFacts, ModelState, RunsOn, Tier},
     };
 
     /// Two tiers of known sizes (a 0.5B and a 1.5B on a remote server, whose speed is not
@@ -632,7 +632,7 @@ mod tests {
         async fn complete(
             &self,
             req: CompletionRequest,
-            _cancel: Arc<AtomicBool>,
+            _cancel: Cancel,
         ) -> Result<CompletionOutput, EngineError> {
             self.seen.lock().unwrap().push((req.model, req.prompt));
             Ok(CompletionOutput {
@@ -690,7 +690,7 @@ mod tests {
         // The cursor on a line of only indentation: a block, which the policy gives the large
         // tier; typed mid-line text stays small.
         pipeline
-            .complete(request(Trigger::Automatic), Arc::new(AtomicBool::new(false)))
+            .complete(request(Trigger::Automatic), Cancel::new())
             .await
             .unwrap();
         let mid_line =
@@ -702,7 +702,7 @@ mod tests {
                     cursor: cursor + "x = ".len(),
                     ..request(Trigger::Automatic)
                 },
-                Arc::new(AtomicBool::new(false)),
+                Cancel::new(),
             )
             .await
             .unwrap();

@@ -30,8 +30,8 @@ use super::{
     server::read_line_limited,
 };
 use crate::engine::{
-    worker::{Engine, ModelState, PieceSender},
-    CompletionOutput, CompletionRequest, EngineError, ModelFacts, ModelKey,
+    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelFacts, ModelKey, ModelState,
+    PieceSender,
 };
 
 /// How to start the daemon: the program (this binary) and its arguments (`serve …`).
@@ -262,7 +262,7 @@ impl DaemonEngine {
     async fn run(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
         pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
         let stream = self.connect_or_start().await?;
@@ -272,15 +272,10 @@ impl DaemonEngine {
             request: WireRequest::from(&req),
         };
         let talk = exchange(stream, &msg, pieces.as_ref());
-        let watch = async {
-            while !cancel.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
         // Returning early drops the connection, which cancels the request in the daemon.
         let answer = tokio::select! {
             a = talk => a,
-            _ = watch => return Err(err("cancelled")),
+            _ = cancel.cancelled() => return Err(err("cancelled")),
         };
         match answer {
             Ok(ServerMessage::Done { output }) => {
@@ -383,7 +378,7 @@ impl Engine for DaemonEngine {
     async fn complete(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         self.run(req, cancel, None).await
     }
@@ -391,7 +386,7 @@ impl Engine for DaemonEngine {
     async fn complete_stream(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
         on_piece: PieceSender,
     ) -> Result<CompletionOutput, EngineError> {
         self.run(req, cancel, Some(on_piece)).await

@@ -7,10 +7,7 @@ use std::{
     collections::VecDeque,
     convert::Infallible,
     net::SocketAddr,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::Arc,
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -35,7 +32,9 @@ use super::{
     server::{Daemon, DaemonError, Served},
 };
 use crate::{
-    engine::{CompletionRequest, FinishReason, ModelKey, Precision, SamplingParams, Tier},
+    engine::{
+        Cancel, CancelOnDrop, CompletionRequest, FinishReason, ModelKey, Precision, SamplingParams, Tier,
+    },
     prompt::{self, Budget, PromptInput},
 };
 
@@ -422,8 +421,9 @@ async fn complete(
         branch_first: false,
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
     };
-    let cancel = Arc::new(AtomicBool::new(false));
-    let served = d.complete(&client_of(&headers, peer), req, cancel, None).await?;
+    let served = d
+        .complete(&client_of(&headers, peer), req, Cancel::new(), None)
+        .await?;
     let (timing, load_time_ms) = timing_json(&served);
     let out = &served.output;
     let key = out.served_by.unwrap_or(d.config().pool.default);
@@ -498,9 +498,7 @@ async fn v1_completions(
     if b.stream {
         return Ok(stream(d, client, req, id, created).into_response());
     }
-    let served = d
-        .complete(&client, req, Arc::new(AtomicBool::new(false)), None)
-        .await?;
+    let served = d.complete(&client, req, Cancel::new(), None).await?;
     let out = &served.output;
     let model = d.model_name(out.served_by.unwrap_or(key).tier);
     let (timing, load_time_ms) = timing_json(&served);
@@ -528,15 +526,15 @@ async fn v1_completions(
     .into_response())
 }
 
-/// Stops the request when the stream is dropped (the client went away).
+/// Stops the request when the stream is dropped (the client went away): cancels it (the
+/// guard) and aborts its task.
 struct StopOnDrop {
-    cancel: Arc<AtomicBool>,
+    _cancel: CancelOnDrop,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
         self.task.abort();
     }
 }
@@ -569,7 +567,7 @@ fn stream(
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (done_tx, done_rx) = oneshot::channel();
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = Cancel::new();
     let model = d.model_name(req.model.map(|k| k.tier).unwrap_or(d.config().pool.default.tier));
     let task = {
         let (d, cancel) = (d.clone(), cancel.clone());
@@ -584,7 +582,10 @@ fn stream(
         pending: VecDeque::new(),
         chunk: json!({ "id": id, "object": "text_completion", "created": created, "model": model }),
         daemon: d,
-        _stop: StopOnDrop { cancel, task },
+        _stop: StopOnDrop {
+            _cancel: cancel.guard(),
+            task,
+        },
     };
     let events = futures_util::stream::unfold(state, |mut st| async move {
         loop {

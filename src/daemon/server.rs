@@ -7,7 +7,7 @@ use std::{
     os::unix::fs::PermissionsExt,
     path::PathBuf,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc, Mutex, OnceLock,
     },
     time::{Duration, Instant},
@@ -29,8 +29,8 @@ use super::{
 };
 use crate::engine::{
     pool::{ModelPool, PoolConfig, TierSource},
-    worker::{ModelState, PieceSender},
-    CompletionOutput, CompletionRequest, EngineError, ModelKey, Precision, Tier,
+    Cancel, CompletionOutput, CompletionRequest, EngineError, ModelKey, ModelState, PieceSender, Precision,
+    Tier,
 };
 
 /// Bounds on what one request may ask.
@@ -170,28 +170,28 @@ pub struct Daemon {
     http_addr: Option<SocketAddr>,
 }
 
-/// Sets `cancel` and counts the request abandoned when dropped before
-/// [`disarm`](CancelOnDrop::disarm): the future of a request whose client went away is
+/// Cancels the request and counts it abandoned when dropped before
+/// [`disarm`](Abandoned::disarm): the future of a request whose client went away is
 /// dropped (the socket handler returns, the HTTP server drops the handler, a stream's task
 /// is aborted), which stops it wherever it is: in the queue, waiting for its model to load,
 /// prefilling or decoding.
-struct CancelOnDrop<'a> {
-    cancel: Arc<AtomicBool>,
+struct Abandoned<'a> {
+    cancel: Cancel,
     abandoned: &'a AtomicU64,
     armed: bool,
 }
 
-impl CancelOnDrop<'_> {
+impl Abandoned<'_> {
     fn disarm(&mut self) {
         self.armed = false;
     }
 }
 
-impl Drop for CancelOnDrop<'_> {
+impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
             // The flag first: whoever sees the count sees the flag set.
-            self.cancel.store(true, Ordering::SeqCst);
+            self.cancel.cancel();
             self.abandoned.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -339,7 +339,7 @@ impl Daemon {
         &self,
         client: &str,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
         pieces: Option<PieceSender>,
     ) -> Result<Served, DaemonError> {
         self.validate(&req)?;
@@ -363,7 +363,7 @@ impl Daemon {
         } else {
             key
         };
-        let mut guard = CancelOnDrop {
+        let mut guard = Abandoned {
             cancel: cancel.clone(),
             abandoned: &self.abandoned,
             armed: true,
@@ -379,7 +379,7 @@ impl Daemon {
             }
         };
         let queued = enqueued.elapsed();
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             guard.disarm();
             return Err(DaemonError::Cancelled);
         }
@@ -389,7 +389,7 @@ impl Daemon {
         };
         guard.disarm();
         let mut output = result.map_err(DaemonError::Engine)?;
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             return Err(DaemonError::Cancelled);
         }
         output.served_by = Some(key);
@@ -590,7 +590,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         "unix {}",
         client.unwrap_or_else(|| pid.map(|p| format!("pid {p}")).unwrap_or_else(|| "?".into()))
     );
-    let cancel = Arc::new(AtomicBool::new(false));
+    let cancel = Cancel::new();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let work = daemon.complete(
         &client,
@@ -604,7 +604,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
         tokio::select! {
             Some((index, text)) = rx.recv() => {
                 if write_message(&mut wr, &ServerMessage::Piece { index, text }).await.is_err() {
-                    cancel.store(true, Ordering::Relaxed);
+                    cancel.cancel();
                     return;
                 }
             }
@@ -613,7 +613,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
                 if matches!(n, Ok(0) | Err(_)) {
                     // The client closed the connection: drop the request (cancels it).
                     tracing::debug!(client, "client went away; cancelling");
-                    cancel.store(true, Ordering::Relaxed);
+                    cancel.cancel();
                     return;
                 }
             }

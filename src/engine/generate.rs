@@ -31,7 +31,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,7 @@ use mlx_rs::{Array, Dtype};
 use super::cache::KvCache;
 use super::models::{Model, ModelError};
 use super::sample::{host_slice, Sampler, SamplingParams};
+use super::Cancel;
 
 /// Longest piece of prompt run in one forward, bounding activation memory; the chunk on a
 /// GPU, where it takes a few milliseconds to a few tens of them for the models in use.
@@ -227,7 +228,7 @@ pub fn generate(
     caches: &mut [KvCache],
     prompt_ids: &[u32],
     req: &GenerateRequest,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<GenerateOutput, GenerateError> {
     generate_paced(
@@ -247,7 +248,7 @@ pub fn generate_paced(
     caches: &mut [KvCache],
     prompt_ids: &[u32],
     req: &GenerateRequest,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     pacing: Pacing,
     mut on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<GenerateOutput, GenerateError> {
@@ -290,7 +291,7 @@ pub fn generate_paced(
     if req.max_tokens == 0 {
         return Ok(out);
     }
-    if cancel.load(Ordering::Relaxed) {
+    if cancel.is_cancelled() {
         out.finish_reasons = vec![FinishReason::Cancelled; n];
         return Ok(out);
     }
@@ -339,7 +340,7 @@ pub fn generate_paced(
         let steps_left = step + 1 < req.max_tokens;
         // Queue the next step on the still-lazy token before reading it back.
         let mut next = None;
-        if overlap && steps_left && !cancel.load(Ordering::Relaxed) {
+        if overlap && steps_left && !cancel.is_cancelled() {
             next = Some(decode_step(model, dc, &y, &mut sampler, score)?);
             fed += 1;
         }
@@ -383,7 +384,7 @@ pub fn generate_paced(
         if finished.iter().all(|&f| f) {
             break;
         }
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             cancel_unfinished(&mut out.finish_reasons, &finished);
             break;
         }
@@ -419,7 +420,7 @@ pub fn prefill(
     model: &Model,
     caches: &mut [KvCache],
     ids: &[u32],
-    cancel: &AtomicBool,
+    cancel: &Cancel,
 ) -> Result<Option<Array>, GenerateError> {
     Ok(prefill_paced(model, caches, ids, cancel, Pacing::for_device().chunking)?.logits)
 }
@@ -439,7 +440,7 @@ pub fn prefill_paced(
     model: &Model,
     caches: &mut [KvCache],
     ids: &[u32],
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     chunking: Chunking,
 ) -> Result<Prefilled, GenerateError> {
     if ids.is_empty() {
@@ -448,7 +449,7 @@ pub fn prefill_paced(
     let (mut done, mut chunks) = (0, 0);
     let mut size = chunking.first();
     loop {
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             return Ok(Prefilled {
                 logits: None,
                 tokens: done,
@@ -542,6 +543,7 @@ mod tests {
     use super::*;
     use crate::engine::models::test_util::tiny_model;
     use crate::engine::models::Arch;
+    use std::sync::atomic::AtomicBool;
 
     const PROMPT: [u32; 9] = [5, 9, 13, 2, 88, 41, 7, 60, 33];
 
@@ -561,18 +563,25 @@ mod tests {
         on_token: impl FnMut(usize, u32) -> Control,
     ) -> (GenerateOutput, Vec<KvCache>) {
         let mut caches = model.new_caches();
-        let out = generate(model, &mut caches, &PROMPT, r, &AtomicBool::new(false), on_token).unwrap();
+        let out = generate(model, &mut caches, &PROMPT, r, &Cancel::new(), on_token).unwrap();
         (out, caches)
     }
 
     /// The error `generate` answers `r` with, and the caches it leaves.
     fn refused(model: &Model, ids: &[u32], r: &GenerateRequest) -> (GenerateError, Vec<KvCache>) {
         let mut caches = model.new_caches();
-        let err = generate(model, &mut caches, ids, r, &AtomicBool::new(false), |_, _| {
+        let err = generate(model, &mut caches, ids, r, &Cancel::new(), |_, _| {
             Control::Continue
         })
         .unwrap_err();
         (err, caches)
+    }
+
+    /// A flag set before anything runs.
+    fn cancelled() -> Cancel {
+        let c = Cancel::new();
+        c.cancel();
+        c
     }
 
     /// Greedy decode by hand: forward the whole sequence each step, no cache reuse.
@@ -705,7 +714,7 @@ mod tests {
                 ..SamplingParams::default()
             },
         ] {
-            let cancel = AtomicBool::new(false);
+            let cancel = Cancel::new();
             let mut caches = model.new_caches();
             let mut r = req(20, 1);
             r.sampling = sampling;
@@ -713,7 +722,7 @@ mod tests {
             let out = generate(&model, &mut caches, &PROMPT, &r, &cancel, |_, _| {
                 count += 1;
                 if count == 3 {
-                    cancel.store(true, Ordering::Relaxed);
+                    cancel.cancel();
                 }
                 Control::Continue
             })
@@ -724,14 +733,9 @@ mod tests {
         }
         // Cancelled before anything ran: no tokens, caches untouched.
         let mut caches = model.new_caches();
-        let out = generate(
-            &model,
-            &mut caches,
-            &PROMPT,
-            &req(5, 2),
-            &AtomicBool::new(true),
-            |_, _| Control::Continue,
-        )
+        let out = generate(&model, &mut caches, &PROMPT, &req(5, 2), &cancelled(), |_, _| {
+            Control::Continue
+        })
         .unwrap();
         assert_eq!(out.candidates, vec![Vec::<u32>::new(); 2]);
         assert_eq!(out.finish_reasons, vec![FinishReason::Cancelled; 2]);
@@ -778,7 +782,7 @@ mod tests {
         let (whole, _) = run(&model, &req(5, 1), |_, _| Control::Continue);
         // Prefix of 4 already cached: prefill only the rest.
         let mut caches = model.new_caches();
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         prefill(&model, &mut caches, &PROMPT[..4], &cancel).unwrap();
         let out = generate(&model, &mut caches, &PROMPT[4..], &req(5, 1), &cancel, |_, _| {
             Control::Continue
@@ -838,18 +842,18 @@ mod tests {
     fn cancel_when<T>(
         at: u64,
         count: fn(&Meter) -> u64,
-        work: impl FnOnce(&AtomicBool) -> T,
+        work: impl FnOnce(&Cancel) -> T,
     ) -> (T, Option<u64>, u64) {
         let meter = Arc::new(Meter::default());
         meter.install();
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = Cancel::new();
         let finished = Arc::new(AtomicBool::new(false));
         let setter = {
             let (meter, cancel, finished) = (meter.clone(), cancel.clone(), finished.clone());
             std::thread::spawn(move || {
                 while !finished.load(Ordering::SeqCst) {
                     if count(&meter) >= at {
-                        cancel.store(true, Ordering::SeqCst);
+                        cancel.cancel();
                         return Some(count(&meter));
                     }
                     std::hint::spin_loop();
@@ -939,7 +943,7 @@ mod tests {
                 overlap,
             };
             let mut caches = model.new_caches();
-            let no = AtomicBool::new(false);
+            let no = Cancel::new();
             let out = generate_paced(&model, &mut caches, &PROMPT, r, &no, pacing, |_, _| {
                 Control::Continue
             })
@@ -956,7 +960,7 @@ mod tests {
     fn bad_requests_are_errors() {
         let model = tiny_model(Arch::Qwen2, 28);
         let mut caches = model.new_caches();
-        let cancel = AtomicBool::new(false);
+        let cancel = Cancel::new();
         let go = |caches: &mut [KvCache], ids: &[u32], r: &GenerateRequest| {
             generate(&model, caches, ids, r, &cancel, |_, _| Control::Continue)
         };

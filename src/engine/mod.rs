@@ -3,6 +3,7 @@
 //! parameters; answers are texts with timing.
 
 pub mod cache;
+pub mod cancel;
 pub mod generate;
 pub mod load;
 pub mod models;
@@ -17,10 +18,10 @@ pub mod worker;
 
 use std::{
     path::Path,
-    sync::atomic::AtomicBool,
     time::{Duration, Instant},
 };
 
+pub use cancel::{Cancel, CancelOnDrop};
 pub use generate::FinishReason;
 pub use load::{LoadOptions, Precision};
 pub use sample::SamplingParams;
@@ -237,6 +238,65 @@ pub struct CompletionOutput {
     pub timing: Timing,
 }
 
+/// Where an engine's model is in its life.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelState {
+    Loading,
+    Ready { load_time: Duration, device: String },
+    Failed(String),
+}
+
+/// What the completion pipeline needs from an engine: the in-process worker, the daemon
+/// client and a remote OpenAI-compatible server all provide it.
+#[async_trait::async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Run one request; cancelling `cancel` stops it: waiting for the model, between prompt
+    /// chunks and between decode steps. Dropping the future cancels it too.
+    async fn complete(&self, req: CompletionRequest, cancel: Cancel)
+        -> Result<CompletionOutput, EngineError>;
+    fn state(&self) -> ModelState;
+
+    /// Parameter count of the model that answers requests naming none, once it is known
+    /// (loaded); `None` where the engine cannot tell (a remote server that does not state it).
+    fn parameters(&self) -> Option<u64> {
+        None
+    }
+
+    /// What is known of the model that answers requests for `model` (its size, its bit width,
+    /// where it runs), before any request goes to it; `None` where the engine cannot tell
+    /// (then [`parameters`](Self::parameters) is all there is).
+    fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
+        let _ = model;
+        None
+    }
+
+    /// What a local model's worker has run; `None` for engines that run nothing here.
+    fn work(&self) -> Option<worker::WorkStats> {
+        None
+    }
+
+    /// [`complete`](Self::complete), also sending `(candidate, piece)` to `on_piece` as text
+    /// is decoded; a candidate's pieces concatenate to its final text. Engines that cannot
+    /// stream send each candidate's whole text once it is done (this default).
+    async fn complete_stream(
+        &self,
+        req: CompletionRequest,
+        cancel: Cancel,
+        on_piece: PieceSender,
+    ) -> Result<CompletionOutput, EngineError> {
+        let out = self.complete(req, cancel).await?;
+        for (i, c) in out.choices.iter().enumerate() {
+            if !c.text.is_empty() {
+                let _ = on_piece.send((i, c.text.clone()));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Where streamed text goes: `(candidate index, piece)`.
+pub type PieceSender = tokio::sync::mpsc::UnboundedSender<(usize, String)>;
+
 /// A loaded model with its tokenizer: what a model worker thread owns.
 pub struct LocalModel {
     pub loaded: Loaded,
@@ -271,7 +331,7 @@ impl LocalModel {
             stop: vec![],
             branch_first: false,
         };
-        self.complete(&req, &AtomicBool::new(false))?;
+        self.complete(&req, &Cancel::new())?;
         Ok(start.elapsed())
     }
 
@@ -280,7 +340,7 @@ impl LocalModel {
     pub fn complete(
         &self,
         req: &CompletionRequest,
-        cancel: &AtomicBool,
+        cancel: &Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         self.complete_streaming(req, cancel, |_, _| {})
     }
@@ -291,7 +351,7 @@ impl LocalModel {
     pub fn complete_streaming(
         &self,
         req: &CompletionRequest,
-        cancel: &AtomicBool,
+        cancel: &Cancel,
         mut on_piece: impl FnMut(usize, &str),
     ) -> Result<CompletionOutput, EngineError> {
         let start = Instant::now();

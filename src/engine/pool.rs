@@ -6,16 +6,16 @@
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{atomic::AtomicBool, Arc, Mutex},
+    sync::{Arc, Mutex},
 };
 
 use super::{
     prefix::PrefixLimits,
     remote::{RemoteConfig, RemoteEngine},
     runtime::DevicePref,
-    worker::{Engine, ModelState, ModelWorker, WorkStats},
-    CompletionOutput, CompletionRequest, EngineError, LoadOptions, ModelFacts, ModelKey, Precision, RunsOn,
-    Tier,
+    worker::{ModelWorker, WorkStats},
+    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
+    ModelState, Precision, RunsOn, Tier,
 };
 
 /// Where a tier's model comes from.
@@ -268,7 +268,7 @@ impl Engine for ModelPool {
     async fn complete(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         let (key, engine) = self.resolve(req.model.unwrap_or(self.config.default))?;
         let mut out = engine.complete(req, cancel).await?;

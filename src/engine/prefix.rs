@@ -7,12 +7,11 @@
 //! extended sequence back when it is done. Bounded by entry count and by bytes, least
 //! recently used first out.
 
-use std::sync::atomic::AtomicBool;
-
 use super::{
     cache::KvCache,
     generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
     models::Model,
+    Cancel,
 };
 
 /// Limits of a store.
@@ -144,7 +143,7 @@ pub fn generate_with_store(
     store: Option<&std::sync::Mutex<PrefixStore>>,
     ids: &[u32],
     req: &GenerateRequest,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
     on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<(GenerateOutput, usize), GenerateError> {
     let hit = store.and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take(ids));
@@ -242,7 +241,7 @@ mod tests {
             stop_token_ids: vec![],
             branch_first: false,
         };
-        let no = AtomicBool::new(false);
+        let no = crate::engine::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);
         // Ids stay below the tiny model's vocabulary (97).
         let mut ids: Vec<u32> = (0..40).map(|_| rng.gen_range(1..97)).collect();

@@ -13,10 +13,7 @@
 use std::{
     io::{Read, Write},
     net::{Shutdown, TcpStream, ToSocketAddrs},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, OnceLock,
-    },
+    sync::{Arc, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -24,8 +21,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    worker::{Engine, ModelState},
-    Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, Timing,
+    Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
+    Timing,
 };
 
 /// Where the remote server is and how to talk to it.
@@ -187,7 +184,7 @@ impl RemoteEngine {
     fn post_completions(
         &self,
         body: &serde_json::Value,
-        cancel: &AtomicBool,
+        cancel: &Cancel,
     ) -> Result<(u16, String), EngineError> {
         let what = "POST /completions";
         if let Some(target) = PlainUrl::parse(&self.config.url) {
@@ -224,14 +221,14 @@ impl RemoteEngine {
     pub fn complete_blocking(
         &self,
         req: &CompletionRequest,
-        cancel: &AtomicBool,
+        cancel: &Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         let start = Instant::now();
         if req.n == 0 {
             return Err(EngineError::Request("n must be at least 1".into()));
         }
         let model = self.model_name()?;
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             return Err(EngineError::Request("cancelled".into()));
         }
         // A server cannot start candidates from chosen tokens; greedy ones from the same
@@ -310,24 +307,16 @@ impl Engine for RemoteEngine {
     async fn complete(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         // Dropped (the client gave up, a newer request won): the blocking call sees the flag
         // and closes its connection.
-        struct CancelOnDrop(Arc<AtomicBool>, bool);
-        impl Drop for CancelOnDrop {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        let mut guard = CancelOnDrop(cancel.clone(), false);
+        let mut guard = cancel.guard();
         let this = self.clone();
         let out = tokio::task::spawn_blocking(move || this.complete_blocking(&req, &cancel))
             .await
             .map_err(|e| EngineError::Request(format!("remote request task failed: {e}")))?;
-        guard.1 = true;
+        guard.disarm();
         out
     }
 
@@ -403,7 +392,7 @@ fn post_plain(
     headers: &[(&str, String)],
     body: &[u8],
     timeout: Duration,
-    cancel: &AtomicBool,
+    cancel: &Cancel,
 ) -> Result<(u16, Vec<u8>), PlainError> {
     let other = |e: std::io::Error| PlainError::Other(e.to_string());
     let deadline = Instant::now() + timeout;
@@ -447,7 +436,7 @@ fn post_plain(
     let mut buf = vec![];
     let mut chunk = [0u8; 16 << 10];
     loop {
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             let _ = stream.shutdown(Shutdown::Both);
             return Err(PlainError::Cancelled);
         }
@@ -613,9 +602,7 @@ mod tests {
         cfg.api_key = Some("sekret".into());
         cfg.extra_body = RemoteConfig::parse_extra_body(r#"{"repeat_penalty": 1.0, "n": 9}"#).unwrap();
         let engine = RemoteEngine::new(cfg);
-        let out = engine
-            .complete_blocking(&request(), &AtomicBool::new(false))
-            .unwrap();
+        let out = engine.complete_blocking(&request(), &Cancel::new()).unwrap();
         let texts: Vec<_> = out.choices.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(texts, [" a", " b"]);
         assert_eq!(out.choices[1].finish_reason, FinishReason::Length);
@@ -650,7 +637,7 @@ mod tests {
         let mut req = request();
         req.n = 3;
         req.branch_first = true;
-        let out = engine.complete_blocking(&req, &AtomicBool::new(false)).unwrap();
+        let out = engine.complete_blocking(&req, &Cancel::new()).unwrap();
         assert_eq!(out.choices.len(), 1);
         assert_eq!(out.choices[0].logprob, None);
         let seen = server.join().unwrap();
@@ -673,9 +660,7 @@ mod tests {
         ]);
         let engine = RemoteEngine::new(RemoteConfig::new(url));
         assert_eq!(engine.parameters(), None, "unknown before the list is read");
-        engine
-            .complete_blocking(&request(), &AtomicBool::new(false))
-            .unwrap();
+        engine.complete_blocking(&request(), &Cancel::new()).unwrap();
         assert_eq!(engine.parameters(), Some(494_032_768));
         server.join().unwrap();
 
@@ -684,9 +669,7 @@ mod tests {
             (200, answer.into()),
         ]);
         let engine = RemoteEngine::new(RemoteConfig::new(url));
-        engine
-            .complete_blocking(&request(), &AtomicBool::new(false))
-            .unwrap();
+        engine.complete_blocking(&request(), &Cancel::new()).unwrap();
         assert_eq!(engine.parameters(), None);
         server.join().unwrap();
     }
@@ -768,7 +751,7 @@ mod tests {
         let mut cfg = RemoteConfig::new(url);
         cfg.model = Some("m".into());
         let out = RemoteEngine::new(cfg)
-            .complete_blocking(&request(), &AtomicBool::new(false))
+            .complete_blocking(&request(), &Cancel::new())
             .unwrap();
         assert_eq!(out.choices[0].text, " ok");
         server.join().unwrap();
@@ -827,12 +810,12 @@ mod tests {
     fn a_cancelled_request_closes_its_connection_so_the_server_can_stop() {
         let (url, server) = silent_server();
         let engine = silent_engine(url);
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = Cancel::new();
         let setter = {
             let cancel = cancel.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(100));
-                cancel.store(true, Ordering::Relaxed);
+                cancel.cancel();
             })
         };
         let err = engine.complete_blocking(&request(), &cancel).unwrap_err();
@@ -848,14 +831,14 @@ mod tests {
     async fn a_dropped_request_closes_its_connection() {
         let (url, server) = silent_server();
         let engine = silent_engine(url);
-        let never = Arc::new(AtomicBool::new(false));
+        let never = Cancel::new();
         let gave_up = tokio::time::timeout(
             Duration::from_millis(200),
             engine.complete(request(), never.clone()),
         )
         .await;
         assert!(gave_up.is_err(), "the silent server never answers");
-        assert!(never.load(Ordering::Relaxed), "dropping the future set the flag");
+        assert!(never.is_cancelled(), "dropping the future set the flag");
         let seen = tokio::task::spawn_blocking(move || server.join().unwrap())
             .await
             .unwrap();
@@ -880,7 +863,7 @@ mod tests {
         cfg.model = Some("m".into());
         let engine = RemoteEngine::new(cfg);
         let err = engine
-            .complete_blocking(&request(), &AtomicBool::new(false))
+            .complete_blocking(&request(), &Cancel::new())
             .unwrap_err()
             .to_string();
         assert!(
@@ -894,7 +877,7 @@ mod tests {
             ..RemoteConfig::new(url.clone())
         });
         let err = engine
-            .complete_blocking(&request(), &AtomicBool::new(false))
+            .complete_blocking(&request(), &Cancel::new())
             .unwrap_err()
             .to_string();
         assert!(err.contains(&url), "{err}");

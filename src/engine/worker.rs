@@ -9,7 +9,6 @@ use std::{
         mpsc::{self, Receiver, Sender},
         Arc, Mutex,
     },
-    time::Duration,
 };
 
 use tokio::sync::oneshot;
@@ -17,17 +16,9 @@ use tokio::sync::oneshot;
 use super::{
     generate::Meter,
     runtime::{use_device, DevicePref},
-    CompletionOutput, CompletionRequest, EngineError, FinishReason, LoadOptions, LocalModel, ModelFacts,
-    ModelKey,
+    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, LoadOptions, LocalModel,
+    ModelState, PieceSender,
 };
-
-/// Where a worker's model is in its life.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ModelState {
-    Loading,
-    Ready { load_time: Duration, device: String },
-    Failed(String),
-}
 
 /// What a model worker has run over its life (the daemon's status shows it): whether a
 /// request runs now, how many ended and how many of those were stopped by their cancel flag,
@@ -75,63 +66,9 @@ impl Work {
     }
 }
 
-/// What the completion pipeline needs from an engine: the in-process worker, the daemon
-/// client and a remote OpenAI-compatible server all provide it.
-#[async_trait::async_trait]
-pub trait Engine: Send + Sync + 'static {
-    /// Run one request; setting `cancel` stops it: waiting for the model, between prompt
-    /// chunks and between decode steps.
-    async fn complete(
-        &self,
-        req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<CompletionOutput, EngineError>;
-    fn state(&self) -> ModelState;
-
-    /// Parameter count of the model that answers requests naming none, once it is known
-    /// (loaded); `None` where the engine cannot tell (a remote server that does not state it).
-    fn parameters(&self) -> Option<u64> {
-        None
-    }
-
-    /// What is known of the model that answers requests for `model` (its size, its bit width,
-    /// where it runs), before any request goes to it; `None` where the engine cannot tell
-    /// (then [`parameters`](Self::parameters) is all there is).
-    fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
-        let _ = model;
-        None
-    }
-
-    /// What a local model's worker has run; `None` for engines that run nothing here.
-    fn work(&self) -> Option<WorkStats> {
-        None
-    }
-
-    /// [`complete`](Self::complete), also sending `(candidate, piece)` to `on_piece` as text
-    /// is decoded; a candidate's pieces concatenate to its final text. Engines that cannot
-    /// stream send each candidate's whole text once it is done (this default).
-    async fn complete_stream(
-        &self,
-        req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
-        on_piece: PieceSender,
-    ) -> Result<CompletionOutput, EngineError> {
-        let out = self.complete(req, cancel).await?;
-        for (i, c) in out.choices.iter().enumerate() {
-            if !c.text.is_empty() {
-                let _ = on_piece.send((i, c.text.clone()));
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Where streamed text goes: `(candidate index, piece)`.
-pub type PieceSender = tokio::sync::mpsc::UnboundedSender<(usize, String)>;
-
 struct Job {
     req: CompletionRequest,
-    cancel: Arc<AtomicBool>,
+    cancel: Cancel,
     pieces: Option<PieceSender>,
     reply: oneshot::Sender<Result<CompletionOutput, EngineError>>,
 }
@@ -209,7 +146,7 @@ impl ModelWorker {
 fn serve(model: LocalModel, rx: Receiver<Job>, work: &Work) {
     work.meter.install();
     for job in rx {
-        if job.reply.is_closed() || job.cancel.load(Ordering::Relaxed) {
+        if job.reply.is_closed() || job.cancel.is_cancelled() {
             // The caller stopped waiting while the job was queued (or the model loaded).
             tracing::debug!("generation skipped: cancelled before it started");
             work.ended(true);
@@ -251,20 +188,12 @@ impl ModelWorker {
     async fn submit(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
         pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
         let (reply, answer) = oneshot::channel();
         // Cancel the job if this future is dropped (the client gave up or a newer request won).
-        struct CancelOnDrop(Arc<AtomicBool>, bool);
-        impl Drop for CancelOnDrop {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        let mut guard = CancelOnDrop(cancel.clone(), false);
+        let mut guard = cancel.guard();
         self.jobs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -278,7 +207,7 @@ impl ModelWorker {
         let out = answer
             .await
             .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
-        guard.1 = true;
+        guard.disarm();
         out
     }
 }
@@ -288,7 +217,7 @@ impl Engine for ModelWorker {
     async fn complete(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
     ) -> Result<CompletionOutput, EngineError> {
         self.submit(req, cancel, None).await
     }
@@ -296,7 +225,7 @@ impl Engine for ModelWorker {
     async fn complete_stream(
         &self,
         req: CompletionRequest,
-        cancel: Arc<AtomicBool>,
+        cancel: Cancel,
         on_piece: PieceSender,
     ) -> Result<CompletionOutput, EngineError> {
         self.submit(req, cancel, Some(on_piece)).await

@@ -13,10 +13,7 @@ pub mod panic_guard;
 pub mod transport;
 pub mod workspace;
 
-use std::sync::{
-    atomic::{AtomicBool, Ordering},
-    Arc, Mutex, RwLock,
-};
+use std::sync::{Arc, Mutex, RwLock};
 
 use dashmap::DashMap;
 use serde::Deserialize;
@@ -33,7 +30,7 @@ use crate::{
         postprocess::Edit,
     },
     document::{DocumentSnapshot, DocumentStore, PositionEncoding, TextChange},
-    engine::worker::{Engine, ModelState},
+    engine::{Cancel, Engine, ModelState},
 };
 
 /// The command attached to every item; clients call it when the user accepts (all of it,
@@ -47,8 +44,6 @@ const CONFIGURATION_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// The longest debounce wait, whatever `debounceMs` says.
 const MAX_DEBOUNCE: std::time::Duration = std::time::Duration::from_secs(1);
-/// How often a debouncing request looks whether a newer one cancelled it.
-const DEBOUNCE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Settings a client may send in `initializationOptions` or as the `laya` section of
 /// `workspace/configuration`.
@@ -89,7 +84,7 @@ pub struct LayaServer {
     source: Mutex<Option<EngineSource>>,
     pipeline: RwLock<Option<Arc<Pipeline>>>,
     /// The cancel flag of the request in flight per document.
-    inflight: DashMap<String, Arc<AtomicBool>>,
+    inflight: DashMap<String, Cancel>,
     accepted: acceptance::Acceptance,
 }
 
@@ -262,25 +257,27 @@ impl LayaServer {
         let Some(pipeline) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).clone() else {
             return Ok(None); // no engine yet
         };
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = Cancel::new();
         if let Some(older) = self.inflight.insert(uri.as_str().to_owned(), cancel.clone()) {
-            older.store(true, Ordering::Relaxed);
+            older.cancel();
         }
         // Typing the shown suggestion: answer at once, no debounce, no model.
         if let Some(c) = pipeline.typed_through(&doc, cursor, &settings) {
-            self.inflight
-                .remove_if(uri.as_str(), |_, v| Arc::ptr_eq(v, &cancel));
+            self.inflight.remove_if(uri.as_str(), |_, v| v.same(&cancel));
             tracing::info!(uri = uri.as_str(), "completion typed through");
             return Ok(Some((doc, cursor, c)));
         }
         // The wait ends early when a newer request cancels this one, and never lasts
         // longer than MAX_DEBOUNCE (a huge setting would otherwise hold requests forever).
         let debounce = std::time::Duration::from_millis(settings.debounce_ms).min(MAX_DEBOUNCE);
-        let until = tokio::time::Instant::now() + debounce;
-        while !cancel.load(Ordering::Relaxed) && tokio::time::Instant::now() < until {
-            tokio::time::sleep_until(until.min(tokio::time::Instant::now() + DEBOUNCE_STEP)).await;
+        if !debounce.is_zero() {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(debounce) => {}
+            }
         }
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             return Err(convert::cancelled());
         }
         let (root, others) = {
@@ -298,9 +295,8 @@ impl LayaServer {
             workspace_root: root.as_deref(),
         };
         let result = pipeline.complete(request, cancel.clone()).await;
-        self.inflight
-            .remove_if(uri.as_str(), |_, v| Arc::ptr_eq(v, &cancel));
-        if cancel.load(Ordering::Relaxed) {
+        self.inflight.remove_if(uri.as_str(), |_, v| v.same(&cancel));
+        if cancel.is_cancelled() {
             return Err(convert::cancelled());
         }
         match result {
@@ -487,7 +483,7 @@ impl LanguageServer for LayaServer {
 
     async fn shutdown(&self) -> RpcResult<()> {
         for flag in self.inflight.iter() {
-            flag.store(true, Ordering::Relaxed);
+            flag.cancel();
         }
         Ok(())
     }
@@ -545,7 +541,7 @@ impl LanguageServer for LayaServer {
     async fn did_close(&self, p: DidCloseTextDocumentParams) {
         let uri = p.text_document.uri.as_str().to_owned();
         if let Some((_, flag)) = self.inflight.remove(&uri) {
-            flag.store(true, Ordering::Relaxed);
+            flag.cancel();
         }
         let _ = self.docs.close(&uri);
         self.accepted.forget(&uri);
