@@ -153,6 +153,19 @@ impl Client {
         (line, col)
     }
 
+    /// `didChange`: `text` inserted at `(line, character)`.
+    async fn insert(&mut self, uri: &str, version: i32, (line, character): (u32, u32), text: &str) {
+        let at = json!({ "line": line, "character": character });
+        self.notify(
+            "textDocument/didChange",
+            json!({
+                "textDocument": { "uri": uri, "version": version },
+                "contentChanges": [{ "range": { "start": at, "end": at }, "text": text }],
+            }),
+        )
+        .await;
+    }
+
     async fn inline(&mut self, uri: &str, (line, character): (u32, u32)) -> Value {
         self.request(
             "textDocument/inlineCompletion",
@@ -716,14 +729,7 @@ async fn an_acceptance_is_seen_in_the_document_without_the_command() {
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return w * h", "{r}");
     // The editor inserts the item's text as an edit, and runs no command.
-    c.notify(
-        "textDocument/didChange",
-        json!({
-            "textDocument": { "uri": uri, "version": 2 },
-            "contentChanges": [{ "range": { "start": { "line": 1, "character": 4 }, "end": { "line": 1, "character": 4 } }, "text": "return w * h" }],
-        }),
-    )
-    .await;
+    c.insert(uri, 2, (1, 4), "return w * h").await;
     let r = c.request("laya/acceptance", json!(null)).await;
     assert_eq!(
         r["result"],
@@ -743,26 +749,12 @@ async fn an_acceptance_is_seen_in_the_document_without_the_command() {
         "{r}"
     );
 
-    // Typing one character of the next suggestion is no acceptance; a word of it is.
-    let pos = (1, "    return w * h".len() as u32);
-    c.notify(
-        "textDocument/didChange",
-        json!({
-            "textDocument": { "uri": uri, "version": 3 },
-            "contentChanges": [{ "range": { "start": { "line": 1, "character": pos.1 }, "end": { "line": 1, "character": pos.1 } }, "text": "\n    " }],
-        }),
-    )
-    .await;
+    // Typing one character of the next suggestion is no acceptance.
+    c.insert(uri, 3, (1, "    return w * h".len() as u32), "\n    ")
+        .await;
     let r = c.inline(uri, (2, 4)).await;
     assert!(r["result"].is_array(), "{r}");
-    c.notify(
-        "textDocument/didChange",
-        json!({
-            "textDocument": { "uri": uri, "version": 4 },
-            "contentChanges": [{ "range": { "start": { "line": 2, "character": 4 }, "end": { "line": 2, "character": 4 } }, "text": "r" }],
-        }),
-    )
-    .await;
+    c.insert(uri, 4, (2, 4), "r").await;
     let r = c.request("laya/acceptance", json!(null)).await;
     assert_eq!(
         (r["result"]["shown"].as_u64(), r["result"]["byEdit"].as_u64()),

@@ -27,6 +27,7 @@ use std::{
 };
 
 use common::{daemon::*, gguf};
+use laya::bench::lsp_client::read_message;
 use serde_json::{json, Value};
 
 /// Prompt tokens of a request that is to be left while it prefills (the tiny model's
@@ -337,26 +338,6 @@ struct Editor {
     stdin: Option<ChildStdin>,
     messages: Receiver<Value>,
     next_id: u64,
-}
-
-fn read_message(r: &mut impl BufRead) -> Option<Value> {
-    let mut len = None;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse::<usize>().ok();
-        }
-    }
-    let mut body = vec![0; len?];
-    r.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
 }
 
 impl Editor {

@@ -25,7 +25,9 @@ pub struct LspProcess {
     pub stray_answers: usize,
 }
 
-fn read_message(r: &mut impl BufRead) -> Option<Value> {
+/// One framed message (`Content-Length` header, any case) from `r`; `None` at the end of the
+/// input or on a frame that is not JSON.
+pub fn read_message(r: &mut impl BufRead) -> Option<Value> {
     let mut len = None;
     loop {
         let mut line = String::new();
