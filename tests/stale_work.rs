@@ -17,7 +17,7 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{BufReader, Write},
     net::{SocketAddr, TcpStream},
     os::unix::net::UnixStream,
     path::Path,
