@@ -549,22 +549,7 @@ mod tests {
             for (status, body) in answers {
                 let (mut stream, _) = listener.accept().unwrap();
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut head = String::new();
-                let mut len = 0;
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                    head.push_str(&line);
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut buf = vec![0; len];
-                reader.read_exact(&mut buf).unwrap();
-                seen.push(format!("{head}{}", String::from_utf8(buf).unwrap()));
+                seen.push(read_request(&mut reader));
                 write!(
                     stream,
                     "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
