@@ -180,16 +180,14 @@ pub fn route(
             Trigger::Invoked => policy.invoked_latency_budget_ms,
         };
         let expect = |key| {
-            speed(key).map(|s| match s {
-                KnownSpeed::Measured(s) => (
-                    s.request_ms(input.new_tokens, expected_tokens(input.max_tokens)),
-                    "measured",
-                ),
-                KnownSpeed::Estimated(s) => (
-                    s.request_ms(input.new_tokens, expected_tokens(input.max_tokens)),
-                    "estimated",
-                ),
-            })
+            let (s, how) = match speed(key)? {
+                KnownSpeed::Measured(s) => (s, "measured"),
+                KnownSpeed::Estimated(s) => (s, "estimated"),
+            };
+            Some((
+                s.request_ms(input.new_tokens, expected_tokens(input.max_tokens)),
+                how,
+            ))
         };
         if input.trigger == Trigger::Automatic && input.prompt_tokens > policy.large_max_prompt_tokens {
             reason.push_str(&format!(

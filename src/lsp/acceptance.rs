@@ -96,19 +96,19 @@ impl Acceptance {
     /// A new answer for `uri` (replacing the last one's items): returns an id for each item,
     /// given as `(text inserted, bytes after the cursor replaced)`, shown for document text
     /// `text` at byte `cursor`.
-    pub fn show(&self, uri: &str, text: &Arc<str>, cursor: usize, items: &[(String, usize)]) -> Vec<u64> {
+    pub fn show(&self, uri: &str, text: &Arc<str>, cursor: usize, items: Vec<(String, usize)>) -> Vec<u64> {
         let mut inner = self.lock();
         let ids: Vec<u64> = (0..items.len() as u64).map(|i| inner.next_id + i).collect();
         inner.next_id += items.len() as u64;
         let shown = items
-            .iter()
+            .into_iter()
             .zip(&ids)
             .map(|((insert, replace_len), &id)| Shown {
                 id,
                 text: text.clone(),
                 cursor,
-                insert: insert.clone(),
-                replace_len: *replace_len,
+                insert,
+                replace_len,
             })
             .collect();
         inner.shown.insert(uri.to_owned(), shown);
@@ -235,7 +235,7 @@ mod tests {
         let cursor = doc.find("$0").unwrap();
         let text: Arc<str> = doc.replace("$0", "").into();
         let a = Acceptance::default();
-        a.show("u", &text, cursor, &[(insert.to_owned(), replace_len)]);
+        a.show("u", &text, cursor, vec![(insert.to_owned(), replace_len)]);
         (a, text)
     }
 
@@ -304,7 +304,7 @@ mod tests {
     #[test]
     fn a_new_answer_replaces_the_last_ones_items() {
         let (a, text) = shown("x = $0\n", "compute(1)", 0);
-        let ids = a.show("u", &text, 4, &[("other()".into(), 0)]);
+        let ids = a.show("u", &text, 4, vec![("other()".into(), 0)]);
         assert_eq!(ids, [1]);
         assert_eq!(a.changed("u", &text, "x = compute(1)\n"), None);
         assert_eq!(a.changed("u", &text, "x = other()\n"), Some(Kind::Full));

@@ -327,7 +327,7 @@ impl LayaServer {
     /// Watch the items of an answer for acceptance; their ids.
     fn show(&self, doc: &DocumentSnapshot, cursor: usize, edits: &[Edit]) -> Vec<u64> {
         let items: Vec<(String, usize)> = edits.iter().map(|e| (e.text.clone(), e.replace_len)).collect();
-        self.accepted.show(&doc.uri, &doc.text, cursor, &items)
+        self.accepted.show(&doc.uri, &doc.text, cursor, items)
     }
 
     fn accept_command(&self, id: u64) -> Command {
