@@ -4,7 +4,8 @@ server on the same GGUF, greedy, and the raw completions as JSON.
 
     $(scripts/peer-setup.sh | tail -1) scripts/bench_infill.py --model MODEL.gguf \
         [--cases bench/quality/cases.jsonl] [--out FILE] [--limit N] [--language L] \
-        [--threads 2] [--n-ctx 4096] [--max-tokens 48] [--server-log FILE]
+        [--threads 2] [--n-ctx 4096] [--max-tokens 48] [--server-log FILE] \
+        [--budget TOKENS] [--workspace-dir DIR]
     $(scripts/peer-setup.sh | tail -1) scripts/bench_infill.py --model MODEL.gguf --check-prompt
     python3 scripts/bench_infill.py --server-bin build/bin/llama-server --model MODEL.gguf [...]
 
@@ -44,6 +45,18 @@ llama.cpp's threading defaults are kept. On a CPU shared with other work its Ope
 at every barrier (see scripts/bench_llama_cpp.py): there OMP_WAIT_POLICY=PASSIVE in the
 environment (passed on to the server, recorded as omp_wait_policy) makes a run several times
 faster and leaves the greedy outputs unchanged; only `ms` depends on it.
+
+--budget N cuts each case to llama.cpp /infill's shares of an N-token batch before it builds the
+prompt: the prefix keeps its last whole lines that fit in 3*(N/4) tokens, the suffix its first
+whole lines that fit in N/4 - 2 tokens (a line longer than its share goes whole or not at
+all; the masked line's indentation at the end of the prefix always stays). Without it the
+whole prefix and suffix go (the 1200/400-byte sets fit any context; with --server-bin llama-server
+cuts by its own --batch-size); the file-window sets
+(12000/3000 bytes) need it, e.g. --budget 2048, or they overflow --n-ctx.
+
+--workspace-dir is accepted and ignored: plain FIM sees only the file, so a cross-file case set
+(cases-repo*.jsonl, whose workspaces laya reads) runs as it is, and the option only records, in
+the output, that the workspace was not used.
 
 With --out the file is rewritten after every case ("complete": false until the end), so a long
 run can be watched and a killed one keeps what it had.
@@ -141,6 +154,39 @@ def check_prompt(model, case):
     return 0 if ok else 1
 
 
+def count_tokens(base, text):
+    if not text:
+        return 0
+    return len(post(base, "/extras/tokenize", {"input": text})["tokens"])
+
+
+def cut_to_budget(base, prefix, suffix, budget):
+    """The prefix's last whole lines within 3*(budget/4) tokens (plus the masked line's
+    indentation, which follows the last newline) and the suffix's first whole lines within
+    budget/4 - 2 tokens: llama.cpp /infill's shares of its batch, cut at line boundaries."""
+    head, sep, indent = prefix.rpartition("\n")
+    plines = (head + sep).splitlines(keepends=True)
+    keep_p = 3 * (budget // 4)
+    lo, hi = 0, len(plines)  # smallest start index whose tail fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if count_tokens(base, "".join(plines[mid:]) + indent) <= keep_p:
+            hi = mid
+        else:
+            lo = mid + 1
+    prefix = "".join(plines[lo:]) + indent
+    slines = suffix.splitlines(keepends=True)
+    keep_s = max(0, budget // 4 - 2)
+    lo, hi = 0, len(slines)  # largest count of leading lines that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(base, "".join(slines[:mid])) <= keep_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return prefix, "".join(slines[:lo])
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -182,6 +228,11 @@ def main():
                     help="llama-server's batch: /infill keeps the prefix's last 3/4 of it and fills the rest with suffix")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--server-log", help="the server's stdout/stderr (default: discarded)")
+    ap.add_argument("--budget", type=int,
+                    help="cut prefix and suffix to /infill's shares of this many tokens "
+                         "(whole lines; default: no cut)")
+    ap.add_argument("--workspace-dir",
+                    help="ignored (plain FIM reads no workspace); recorded in the output")
     ap.add_argument("--ready-timeout", type=float, default=600)
     ap.add_argument("--server-bin", help="llama.cpp's llama-server binary: use its /infill")
     ap.add_argument("--server-arg", action="append", default=[], help="an option for llama-server (repeatable)")
@@ -231,7 +282,10 @@ def main():
         pre, suf, mid = fim_ids[FIM_PREFIX], fim_ids[FIM_SUFFIX], fim_ids[FIM_MIDDLE]
         t_all = time.monotonic()
         for n, case in enumerate(cases, 1):
-            prompt = fim_prompt(case["prefix"], case["suffix"])
+            prefix, suffix = case["prefix"], case["suffix"]
+            if args.budget:
+                prefix, suffix = cut_to_budget(base, prefix, suffix, args.budget)
+            prompt = fim_prompt(prefix, suffix)
             toks = post(base, "/extras/tokenize", {"input": prompt})["tokens"]
             if toks[0] != pre or toks[-1] != mid or toks.count(suf) != 1:
                 sys.exit(f"bench_infill: {case['id']}: unexpected FIM layout {toks[:2]}..{toks[-2:]}")
@@ -313,6 +367,7 @@ def document(args, model, fim_ids, results, done, version=None, endpoint=ENDPOIN
            "threads": args.threads, "n_ctx": args.n_ctx,
            "n_batch": args.batch_size if args.server_bin else None,
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+           "budget": args.budget, "workspace_dir": args.workspace_dir,
            "cases": os.path.relpath(args.cases, ROOT), "complete": done, "results": results}
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
