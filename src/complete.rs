@@ -60,6 +60,9 @@ pub struct Report {
     pub prefilled_tokens: usize,
     pub prefill: Duration,
     pub generated_tokens: usize,
+    /// Forwards that gave the generated tokens, the prompt's last (which gives the first
+    /// token) included: as many as the tokens without drafts, fewer with accepted drafts.
+    pub forwards: usize,
     pub decode: Duration,
     pub finish: FinishReason,
 }
@@ -75,7 +78,7 @@ impl fmt::Display for Report {
         };
         write!(
             f,
-            "[{} {} on {}] load {:.2} s{} | prefill {} tokens {:.0} ms | decode {} tokens {:.0} ms ({per_token:.1} ms/token) | finish {:?}",
+            "[{} {} on {}] load {:.2} s{} | prefill {} tokens {:.0} ms | decode {} tokens in {} forwards {:.0} ms ({per_token:.1} ms/token) | finish {:?}",
             self.model,
             self.precision,
             self.device,
@@ -84,6 +87,7 @@ impl fmt::Display for Report {
             self.prefilled_tokens,
             ms(self.prefill),
             self.generated_tokens,
+            self.forwards,
             ms(self.decode),
             self.finish,
         )
@@ -132,6 +136,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         prefilled_tokens: t.prefilled_tokens,
         prefill: t.prefill,
         generated_tokens: t.generated_tokens,
+        forwards: t.forwards(),
         decode: t.decode,
         finish: choice.finish_reason,
     })

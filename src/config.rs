@@ -12,6 +12,7 @@ use crate::{
     catalog,
     daemon::{paths, DaemonConfig, Defaults, Limits},
     engine::{
+        draft::SpeculationChoice,
         pool::{PoolConfig, TierSource},
         prefix::PrefixLimits,
         remote::RemoteConfig,
@@ -75,6 +76,8 @@ pub struct ServeConfig {
     pub prefill_cache_bytes: usize,
     /// Load and warm the default model at start (false: on the first request).
     pub warmup: bool,
+    /// Decode with n-gram drafts checked several tokens a forward: `auto` on a GPU only.
+    pub speculation: SpeculationChoice,
 }
 
 /// The HTTP address `laya serve` listens on unless told otherwise.
@@ -106,6 +109,7 @@ impl Default for ServeConfig {
             prefill_cache_size: 8,
             prefill_cache_bytes: 1 << 30,
             warmup: true,
+            speculation: SpeculationChoice::Auto,
         }
     }
 }
@@ -197,6 +201,8 @@ impl ServeConfig {
             self.max_body_bytes.to_string(),
             "--warmup".into(),
             self.warmup.to_string(),
+            "--speculation".into(),
+            self.speculation.to_string(),
             "--remote-parallel".into(),
             self.remote_parallel.to_string(),
         ]);
@@ -274,6 +280,7 @@ impl ServeConfig {
                     max_entries: self.prefill_cache_size,
                     max_bytes: self.prefill_cache_bytes,
                 },
+                speculation: self.speculation,
             },
             names,
         ))
@@ -413,6 +420,7 @@ mod tests {
             prefill_cache_size: 3,
             prefill_cache_bytes: 99,
             warmup: false,
+            speculation: SpeculationChoice::Off,
         };
         let a = c.to_args();
         let canonical = std::fs::canonicalize(&file).unwrap();
@@ -435,6 +443,7 @@ mod tests {
             ("--prefill-cache-size", "3"),
             ("--prefill-cache-bytes", "99"),
             ("--warmup", "false"),
+            ("--speculation", "off"),
         ] {
             assert_eq!(value(&a, flag), Some(want), "{flag} in {a:?}");
         }

@@ -22,6 +22,7 @@ use crate::{
     config::resolve_model,
     engine::{
         cache::KvCache,
+        draft::{Speculation, DRAFT_MAX},
         generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
         load::{self, LoadOptions, Precision},
         models::Model,
@@ -234,6 +235,11 @@ pub struct Row {
     /// Cancel → free while prefilling and while decoding (absent for llama.cpp's rows).
     #[serde(default)]
     pub cancel: Option<CancelFree>,
+    /// A decode forward that checks a full draft: positions fed (the last token and
+    /// [`DRAFT_MAX`] drafted ones) and its time in ms (absent for llama.cpp's rows). Drafts pay
+    /// where this is close to one decode step.
+    #[serde(default)]
+    pub draft_check: Option<(usize, f64)>,
 }
 
 /// How long a cancelled generation keeps the model: from its flag being set to the model
@@ -330,6 +336,8 @@ pub fn cancel_to_free(model: &Model) -> anyhow::Result<CancelFree> {
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
         branch_first: false,
+        speculation: Speculation::Off,
+        history: vec![],
     };
     let long = random_ids(8 * crate::engine::generate::PREFILL_CHUNK, 11);
     let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
@@ -451,6 +459,29 @@ fn prefill_time(model: &Model, n: usize) -> anyhow::Result<Duration> {
     Ok(t.elapsed())
 }
 
+/// Mean time of a decode forward of `positions` tokens after a 128-token prompt (what checking
+/// a draft costs), over a few runs after one untimed.
+fn check_ms(model: &Model, positions: usize) -> anyhow::Result<f64> {
+    let mut caches = model.new_caches();
+    let prompt = random_ids(128, 5);
+    let p = prefill(model, &mut caches, &prompt, &Cancel::new())?;
+    anyhow::ensure!(p.is_some(), "the prompt did not run");
+    let step = Array::from_slice(&random_ids(positions, 6), &[1, positions as i32]);
+    let runs = 5;
+    let mut total = Duration::ZERO;
+    for run in 0..=runs {
+        let t = Instant::now();
+        let logits = model.forward_all(&step, &mut caches)?;
+        let chosen = mlx_rs::ops::indexing::argmax_axis(&logits, -1, false)?;
+        eval([&chosen])?;
+        if run > 0 {
+            total += t.elapsed();
+        }
+        caches.iter_mut().for_each(|c| c.truncate_to(prompt.len()));
+    }
+    Ok(total.as_secs_f64() * 1e3 / runs as f64)
+}
+
 fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
     let mut caches = model.new_caches();
     let req = GenerateRequest {
@@ -459,6 +490,8 @@ fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
         branch_first: false,
+        speculation: Speculation::Off,
+        history: vec![],
     };
     let out = generate(
         model,
@@ -512,6 +545,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
             let cancel = cancel_to_free(&model)?;
+            let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
             let bytes = model.weight_bytes_per_token() as u64;
             let floor = bytes as f64 / (bandwidth * 1e9) * 1e3;
             let row = Row {
@@ -527,6 +561,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 floor_ms_per_token: floor,
                 share_of_floor: floor / decode,
                 cancel: Some(cancel),
+                draft_check,
             };
             on_row(&row);
             rows.push(row);
@@ -553,6 +588,15 @@ pub fn format_row(r: &Row) -> String {
         .as_ref()
         .map(|c| format!("\n  {}", format_cancel(c)))
         .unwrap_or_default();
+    let check = r
+        .draft_check
+        .map(|(positions, ms)| {
+            format!(
+                "\n  a forward of {positions} positions (a full draft checked): {ms:.2} ms, {:.2}× a decode step",
+                ms / r.decode_ms_per_token
+            )
+        })
+        .unwrap_or_default();
     format!(
         "{:<34} {:<9} {:<6} {:>7.2}  {:<28} {:>6.2} ms {:>9.1} {:>9.3} {:>6.1}%",
         if r.synthetic {
@@ -569,6 +613,7 @@ pub fn format_row(r: &Row) -> String {
         r.floor_ms_per_token,
         r.share_of_floor * 100.0
     ) + &cancel
+        + &check
 }
 
 /// Run llama.cpp (through `scripts/bench_llama_cpp.py` and the Python that has

@@ -134,8 +134,34 @@ impl fmt::Display for Report {
         if let Some(p) = &self.peer {
             writeln!(f, "laya: {} · {}: {}", self.ours.model, p.engine, p.model)?;
         }
-        f.write_str(&table(&self.cases, &self.ours, self.peer.as_ref()))
+        f.write_str(&table(&self.cases, &self.ours, self.peer.as_ref()))?;
+        for r in std::iter::once(&self.ours).chain(&self.peer) {
+            writeln!(f, "{}", speed(r))?;
+        }
+        Ok(())
     }
+}
+
+/// One engine's request latency (p50/p99 over the cases, failures included) and, where it
+/// told, the tokens its model produced per forward.
+pub fn speed(r: &Results) -> String {
+    let ms: Vec<f64> = r.results.iter().map(|c| c.ms).collect();
+    let mut s = format!(
+        "{}: request latency p50 {:.0} ms, p99 {:.0} ms over {} cases",
+        r.engine,
+        super::percentile(&ms, 50.0),
+        super::percentile(&ms, 99.0),
+        ms.len()
+    );
+    let tokens: usize = r.results.iter().map(|c| c.tokens).sum();
+    let forwards: usize = r.results.iter().map(|c| c.forwards).sum();
+    if forwards > 0 {
+        s += &format!(
+            "; {tokens} tokens in {forwards} forwards ({:.2} tokens per forward)",
+            tokens as f64 / forwards as f64
+        );
+    }
+    s
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -168,6 +194,13 @@ pub struct CaseResult {
     /// that other rankings can be scored from one run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alternatives: Vec<Alternative>,
+    /// Tokens the model generated for this case, and the forwards that gave them (the
+    /// prompt's last included; fewer than the tokens when drafts were accepted). Zero for
+    /// answers made elsewhere.
+    #[serde(default)]
+    pub tokens: usize,
+    #[serde(default)]
+    pub forwards: usize,
 }
 
 /// One of the pipeline's edits for a case.
@@ -279,8 +312,10 @@ pub async fn run_cases(
                 Cancel::new(),
             )
             .await;
+        let (mut tokens, mut forwards) = (0, 0);
         let (output, error, alternatives) = match completion {
             Ok(c) => {
+                (tokens, forwards) = (c.timing.generated_tokens, c.timing.forwards());
                 let output = c.edits.first().map(|e| e.text.clone()).unwrap_or_default();
                 let alternatives = if c.edits.len() > 1 || c.origins.iter().any(|o| o.logprob.is_some()) {
                     c.edits
@@ -309,6 +344,8 @@ pub async fn run_cases(
             ms: start.elapsed().as_secs_f64() * 1e3,
             error,
             alternatives,
+            tokens,
+            forwards,
         };
         progress(i, case, &r);
         out.push(r);
@@ -432,6 +469,8 @@ mod tests {
             ms: 0.0,
             error: None,
             alternatives: vec![],
+            tokens: 0,
+            forwards: 0,
         }
     }
 

@@ -221,6 +221,13 @@ impl fmt::Display for Report {
             s.keystrokes,
             s.exact,
             100.0 * s.exact as f64 / s.keystrokes.max(1) as f64
+        )?;
+        writeln!(
+            f,
+            "decode: {} tokens in {} forwards ({:.2} tokens per forward)",
+            s.generated_tokens,
+            s.forwards,
+            s.generated_tokens as f64 / s.forwards.max(1) as f64
         )
     }
 }
@@ -240,6 +247,11 @@ pub struct Keystroke {
     /// sample); 0 when the model did not run.
     #[serde(default)]
     pub first_token_ms: f64,
+    /// Tokens the model generated, and the forwards that gave them (0 when it did not run).
+    #[serde(default)]
+    pub generated_tokens: usize,
+    #[serde(default)]
+    pub forwards: usize,
     /// Whether a suggestion was shown, and whether the line it makes (what is typed, the
     /// suggestion's first line, the rest of the line after its range) is the expected line.
     pub shown: bool,
@@ -421,6 +433,8 @@ pub async fn replay(
             reused_tokens: n("reusedTokens"),
             prefilled_tokens: n("prefilledTokens"),
             first_token_ms: e["firstTokenMs"].as_f64().unwrap_or(0.0),
+            generated_tokens: n("generatedTokens"),
+            forwards: n("forwards"),
             shown: made.is_some(),
             exact: made.is_some_and(|l| l.trim_end() == case.expected.trim_end()),
         });
@@ -480,6 +494,9 @@ pub struct Summary {
     /// Keystrokes with a suggestion shown, and those whose suggestion makes the expected line.
     pub shown: usize,
     pub exact: usize,
+    /// Tokens generated over the model calls, and the forwards that gave them.
+    pub generated_tokens: usize,
+    pub forwards: usize,
 }
 
 pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
@@ -533,6 +550,8 @@ pub fn summarize(traces: &[Vec<Keystroke>]) -> Summary {
         warm_first_token_ms: mean(&warm_ft),
         shown: all.iter().filter(|k| k.shown).count(),
         exact: all.iter().filter(|k| k.exact).count(),
+        generated_tokens: calls.iter().map(|k| k.generated_tokens).sum(),
+        forwards: calls.iter().map(|k| k.forwards).sum(),
     }
 }
 
@@ -567,6 +586,8 @@ mod tests {
             reused_tokens: reused,
             prefilled_tokens: prefilled,
             first_token_ms: prompt as f64 / 10.0,
+            generated_tokens: 0,
+            forwards: 0,
             shown: source == "model",
             exact: false,
         };

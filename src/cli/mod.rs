@@ -15,7 +15,9 @@ use clap::{
 use laya::{
     catalog, complete,
     config::{ServeConfig, DEFAULT_HTTP_ADDR},
-    engine::{remote::RemoteConfig, runtime::DevicePref, LoadOptions, ModelKey, Precision},
+    engine::{
+        draft::SpeculationChoice, remote::RemoteConfig, runtime::DevicePref, LoadOptions, ModelKey, Precision,
+    },
     fetch::Source,
     service::Platform,
 };
@@ -186,6 +188,10 @@ pub struct ModelArgs {
     /// Do not read or write the converted-weights cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Decode with drafts looked up in the prompt, several tokens checked in one forward (the
+    /// same text either way): `auto` uses them on a GPU, not on the CPU.
+    #[arg(long, value_name = "auto|on|off", default_value_t = SpeculationChoice::Auto)]
+    pub speculation: SpeculationChoice,
 }
 
 impl ModelArgs {
@@ -195,6 +201,7 @@ impl ModelArgs {
             group_size: self.group_size,
             use_cache: !self.no_cache,
             progress: std::io::stderr().is_terminal(),
+            speculation: self.speculation,
             ..Default::default()
         }
     }
@@ -310,6 +317,11 @@ pub struct ServeArgs {
     /// Load and warm the default model at start (false: on the first request).
     #[arg(long, default_value_t = ServeConfig::default().warmup, action = clap::ArgAction::Set)]
     warmup: bool,
+    /// Decode with drafts looked up in the prompt, several tokens checked in one forward (the
+    /// same text either way): `auto` uses them on a GPU, not on the CPU (where each extra
+    /// position costs a whole token's time).
+    #[arg(long, value_name = "auto|on|off", default_value_t = ServeConfig::default().speculation)]
+    speculation: SpeculationChoice,
     /// Requests sent at once to a remote tier's server (a local model runs one at a time).
     #[arg(long, default_value_t = ServeConfig::default().remote_parallel)]
     remote_parallel: usize,
@@ -352,6 +364,7 @@ impl ServeArgs {
             prefill_cache_size: self.prefill_cache_size,
             prefill_cache_bytes: self.prefill_cache_bytes,
             warmup: self.warmup,
+            speculation: self.speculation,
         })
     }
 }

@@ -145,6 +145,8 @@ pub struct Explanation {
     pub reused_tokens: usize,
     pub prefilled_tokens: usize,
     pub generated_tokens: usize,
+    /// Forwards that gave the generated tokens (fewer than them when drafts were accepted).
+    pub forwards: usize,
     pub first_token_ms: f64,
     pub total_ms: f64,
     pub suggestion: Option<String>,
@@ -171,6 +173,7 @@ impl Explanation {
             reused_tokens: t.reused_tokens,
             prefilled_tokens: t.prefilled_tokens,
             generated_tokens: t.generated_tokens,
+            forwards: t.forwards(),
             first_token_ms: t.first_token.as_secs_f64() * 1e3,
             total_ms: t.total.as_secs_f64() * 1e3,
             suggestion: c.edits.first().map(|e| e.text.clone()),
@@ -196,12 +199,13 @@ impl Explanation {
                     }
                 }
                 s.push_str(&format!(
-                    "prompt {} tokens ({} reused, {} prefilled{}), {} generated; first token {:.0} ms, total {:.0} ms\n\n",
+                    "prompt {} tokens ({} reused, {} prefilled{}), {} generated in {} forwards; first token {:.0} ms, total {:.0} ms\n\n",
                     self.prompt_tokens,
                     self.reused_tokens,
                     self.prefilled_tokens,
                     if self.anchored { ", continuing the last prompt" } else { "" },
                     self.generated_tokens,
+                    self.forwards,
                     self.first_token_ms,
                     self.total_ms
                 ));

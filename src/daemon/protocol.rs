@@ -158,6 +158,9 @@ pub struct WireTiming {
     pub reused_tokens: usize,
     pub prefilled_tokens: usize,
     pub generated_tokens: usize,
+    /// Forwards after the prompt's (fewer than the tokens when drafts are accepted).
+    #[serde(default)]
+    pub decode_forwards: usize,
     pub queue_ms: f64,
     pub prefill_ms: f64,
     pub decode_ms: f64,
@@ -198,6 +201,7 @@ impl WireTiming {
             reused_tokens: t.reused_tokens,
             prefilled_tokens: t.prefilled_tokens,
             generated_tokens: t.generated_tokens,
+            decode_forwards: t.decode_forwards,
             queue_ms: ms(queued),
             prefill_ms: ms(t.prefill),
             decode_ms: ms(t.decode),
@@ -247,6 +251,7 @@ impl WireOutput {
                 reused_tokens: t.reused_tokens,
                 prefilled_tokens: t.prefilled_tokens,
                 generated_tokens: t.generated_tokens,
+                decode_forwards: t.decode_forwards,
                 prefill: from_ms(t.prefill_ms),
                 decode: from_ms(t.decode_ms),
                 first_token: from_ms(t.queue_ms + t.first_token_ms),

@@ -36,10 +36,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx_rs::error::Exception;
+use mlx_rs::ops::indexing::argmax_axis;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::{Array, Dtype};
 
 use super::cache::KvCache;
+use super::draft::{ngram_draft, Speculation};
 use super::models::{Model, ModelError};
 use super::sample::{host_slice, Sampler, SamplingParams};
 use super::Cancel;
@@ -161,6 +163,12 @@ pub struct GenerateRequest {
     /// Candidate `i` starts from the `i`-th most likely first token instead of a sampled one,
     /// and [`GenerateOutput::logprobs`] is filled in.
     pub branch_first: bool,
+    /// Draft tokens for the model to check several at a time; used for one greedy candidate
+    /// without `branch_first`, ignored otherwise. The output is the same either way.
+    pub speculation: Speculation,
+    /// The ids before `prompt_ids` (those the caches hold): drafts are looked up in them, in
+    /// `prompt_ids` and in the output. May be empty.
+    pub history: Vec<u32>,
 }
 
 /// What the token callback wants next for its candidate.
@@ -199,6 +207,9 @@ pub struct GenerateOutput {
     pub decode_time: Duration,
     /// From the call to the first token on the host.
     pub first_token_time: Duration,
+    /// Forwards run after the prompt's (whose logits give the first token): one per token
+    /// without drafts, fewer when drafts are accepted.
+    pub decode_forwards: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -280,6 +291,7 @@ pub fn generate_paced(
         prefill_time: Duration::ZERO,
         decode_time: Duration::ZERO,
         first_token_time: Duration::ZERO,
+        decode_forwards: 0,
     };
     let p = prefill_paced(model, caches, prompt_ids, cancel, pacing.chunking)?;
     out.prefill_tokens = p.tokens;
@@ -296,11 +308,20 @@ pub fn generate_paced(
         return Ok(out);
     }
 
+    let mut sampler = Sampler::new(req.sampling.clone());
+    if n == 1 && !req.branch_first && req.speculation.is_on() && sampler.params().is_greedy() {
+        let mut history = req.history.clone();
+        history.extend_from_slice(prompt_ids);
+        decode_drafted(
+            model, caches, &logits, history, req, cancel, &mut out, start, on_token,
+        )?;
+        return Ok(out);
+    }
+
     let mut finished = vec![false; n];
     // Generated tokens whose keys and values are in the caches.
     let mut fed = 0;
 
-    let mut sampler = Sampler::new(req.sampling.clone());
     let overlap = pacing.overlap && sampler.params().is_greedy();
     let mut forked;
     let dc: &mut [KvCache] = if n > 1 {
@@ -361,22 +382,8 @@ pub fn generate_paced(
             if finished[i] {
                 continue;
             }
-            let reason = if stop.contains(&t) {
-                Some(FinishReason::StopToken)
-            } else {
-                out.candidates[i].push(t);
-                if let Some(lps) = &lps {
-                    out.logprobs[i] += lps[i];
-                }
-                match on_token(i, t) {
-                    Control::Stop => Some(FinishReason::Stop),
-                    Control::Continue if out.candidates[i].len() >= req.max_tokens => {
-                        Some(FinishReason::Length)
-                    }
-                    Control::Continue => None,
-                }
-            };
-            if let Some(r) = reason {
+            let lp = lps.as_ref().map_or(0.0, |l| l[i]);
+            if let Some(r) = take_token(&mut out, i, t, lp, &stop, req.max_tokens, &mut on_token) {
                 out.finish_reasons[i] = r;
                 finished[i] = true;
             }
@@ -396,6 +403,7 @@ pub fn generate_paced(
             }
         };
     }
+    out.decode_forwards = fed;
     out.decode_time = decode_start.map_or(Duration::ZERO, |t| t.elapsed());
     if n == 1 {
         // Keep only a prefix of prompt ++ candidate: drop a fed stop token or a step
@@ -404,6 +412,100 @@ pub fn generate_paced(
         caches.iter_mut().for_each(|c| c.truncate_to(keep));
     }
     Ok(out)
+}
+
+/// Adds token `t` to candidate `i` unless it is a stop token, and says whether the candidate
+/// is finished and why.
+fn take_token(
+    out: &mut GenerateOutput,
+    i: usize,
+    t: u32,
+    logprob: f32,
+    stop: &HashSet<u32>,
+    max_tokens: usize,
+    on_token: &mut impl FnMut(usize, u32) -> Control,
+) -> Option<FinishReason> {
+    if stop.contains(&t) {
+        return Some(FinishReason::StopToken);
+    }
+    out.candidates[i].push(t);
+    out.logprobs[i] += logprob;
+    match on_token(i, t) {
+        Control::Stop => Some(FinishReason::Stop),
+        Control::Continue if out.candidates[i].len() >= max_tokens => Some(FinishReason::Length),
+        Control::Continue => None,
+    }
+}
+
+/// Greedy decoding of one candidate with drafts: each forward feeds the last token and the
+/// draft [`ngram_draft`] finds in `history` (the whole prompt, then the output), keeps the
+/// longest prefix of the draft that the model's own greedy choices agree with, and adds the
+/// model's choice after it, so every token is the one plain greedy decoding gives. The caches
+/// are cut back to the tokens kept after each forward. No step is queued ahead: the next
+/// draft needs the token on the host.
+#[allow(clippy::too_many_arguments)]
+fn decode_drafted(
+    model: &Model,
+    caches: &mut [KvCache],
+    prompt_logits: &Array,
+    mut history: Vec<u32>,
+    req: &GenerateRequest,
+    cancel: &Cancel,
+    out: &mut GenerateOutput,
+    start: Instant,
+    mut on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<(), GenerateError> {
+    let Speculation::Ngram { max_draft } = req.speculation else {
+        unreachable!("decode_drafted runs only with drafts on")
+    };
+    let stop: HashSet<u32> = req.stop_token_ids.iter().copied().collect();
+    let base = caches.first().map_or(0, KvCache::offset);
+    let first = argmax_axis(prompt_logits, -1, false)?.as_dtype(Dtype::Uint32)?;
+    eval([&first])?;
+    // Tokens to hand out, oldest first: the model's choice, after the accepted draft.
+    let mut pending = vec![host_slice::<u32>(&first)?[0]];
+    out.first_token_time = start.elapsed();
+    let decode_start = Instant::now();
+    // Generated tokens whose keys and values are in the caches.
+    let mut fed = 0;
+    'decode: loop {
+        for &t in &pending {
+            if let Some(r) = take_token(out, 0, t, 0.0, &stop, req.max_tokens, &mut on_token) {
+                out.finish_reasons[0] = r;
+                break 'decode;
+            }
+        }
+        if cancel.is_cancelled() {
+            out.finish_reasons[0] = FinishReason::Cancelled;
+            break;
+        }
+        history.extend_from_slice(&pending);
+        let last = *pending.last().expect("one token at least");
+        // Tokens after this forward's last: a draft longer than that is never used.
+        let room = req.max_tokens - out.candidates[0].len() - 1;
+        let draft = ngram_draft(&history, max_draft.min(room));
+        let mut input = Vec::with_capacity(draft.len() + 1);
+        input.push(last);
+        input.extend_from_slice(draft);
+        metered(|m| {
+            m.decode_steps.fetch_add(1, Ordering::Relaxed);
+        });
+        out.decode_forwards += 1;
+        let logits = model.forward_all(&Array::from_slice(&input, &[1, input.len() as i32]), caches)?;
+        let chosen = argmax_axis(&logits, -1, false)?.as_dtype(Dtype::Uint32)?;
+        eval([&chosen])?;
+        let chosen = host_slice::<u32>(&chosen)?;
+        let accepted = input[1..].iter().zip(chosen).take_while(|(d, c)| d == c).count();
+        // The fed token and the accepted draft have their keys and values in the caches.
+        fed += 1 + accepted;
+        caches.iter_mut().for_each(|c| c.truncate_to(base + fed));
+        pending = chosen[..=accepted].to_vec();
+    }
+    out.decode_time = decode_start.elapsed();
+    // Keep only a prefix of prompt ++ candidate: drop a fed stop token.
+    let keep = base + fed.min(out.candidates[0].len());
+    caches.iter_mut().for_each(|c| c.truncate_to(keep));
+    Ok(())
 }
 
 /// Marks the candidates not finished yet as cancelled.
@@ -554,6 +656,8 @@ mod tests {
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
+            speculation: Speculation::Off,
+            history: vec![],
         }
     }
 
@@ -996,5 +1100,154 @@ mod tests {
             per_token
         );
         assert_eq!(out.candidates[0].len(), 64);
+    }
+
+    /// Greedy decoding of `prompt` with `speculation`, from empty caches (or from caches
+    /// holding `cached` ids first, passed as the request's history).
+    fn decode(
+        model: &Model,
+        cached: &[u32],
+        prompt: &[u32],
+        max_tokens: usize,
+        stop: &[u32],
+        speculation: Speculation,
+        stop_after: Option<usize>,
+    ) -> (GenerateOutput, usize) {
+        let mut caches = model.new_caches();
+        if !cached.is_empty() {
+            let p = prefill(model, &mut caches, cached, &Cancel::new()).unwrap();
+            assert!(p.is_some());
+        }
+        let mut r = req(max_tokens, 1);
+        r.stop_token_ids = stop.to_vec();
+        r.speculation = speculation;
+        r.history = cached.to_vec();
+        let mut seen = 0;
+        let out = generate(model, &mut caches, prompt, &r, &Cancel::new(), |_, _| {
+            seen += 1;
+            if Some(seen) == stop_after {
+                Control::Stop
+            } else {
+                Control::Continue
+            }
+        })
+        .unwrap();
+        (out, caches[0].offset())
+    }
+
+    /// A prompt that repeats itself (so n-gram drafts exist), from a seeded generator.
+    fn repetitive_prompt(rng: &mut rand::rngs::StdRng, vocab: u32) -> Vec<u32> {
+        use rand::Rng;
+        let motif: Vec<u32> = (0..rng.gen_range(3..9))
+            .map(|_| rng.gen_range(0..vocab))
+            .collect();
+        let mut p = vec![];
+        for _ in 0..rng.gen_range(1..4) {
+            p.extend((0..rng.gen_range(0..5)).map(|_| rng.gen_range(0..vocab)));
+            p.extend_from_slice(&motif[..rng.gen_range(2..=motif.len())]);
+        }
+        p
+    }
+
+    #[test]
+    fn drafted_decoding_gives_the_greedy_tokens_in_fewer_forwards() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(2024);
+        let (mut plain_forwards, mut drafted_forwards, mut tokens) = (0, 0, 0);
+        for case in 0..40 {
+            let arch = if case % 2 == 0 { Arch::Qwen2 } else { Arch::Qwen3 };
+            let model = tiny_model(arch, 100 + case);
+            let vocab = model.config().vocab_size as u32;
+            let prompt = repetitive_prompt(&mut rng, vocab);
+            // Half the cases start from caches holding part of the prompt.
+            let split = if case % 4 < 2 {
+                0
+            } else {
+                rng.gen_range(0..prompt.len() - 1)
+            };
+            let (cached, tail) = prompt.split_at(split);
+            let max = rng.gen_range(1..24);
+            let stop: Vec<u32> = (0..rng.gen_range(0..3))
+                .map(|_| rng.gen_range(0..vocab))
+                .collect();
+            let stop_after = (case % 5 == 0).then(|| rng.gen_range(1..6));
+            let max_draft = rng.gen_range(1..10);
+            let (want, want_kept) = decode(&model, cached, tail, max, &stop, Speculation::Off, stop_after);
+            let (got, got_kept) = decode(
+                &model,
+                cached,
+                tail,
+                max,
+                &stop,
+                Speculation::Ngram { max_draft },
+                stop_after,
+            );
+            let what = format!("case {case}: prompt {prompt:?} split {split} max {max} stop {stop:?}");
+            assert_eq!(got.candidates, want.candidates, "{what}");
+            assert_eq!(got.finish_reasons, want.finish_reasons, "{what}");
+            // The caches hold the prompt and the output tokens fed so far (the plain decode
+            // never feeds its last token; drafts may have).
+            let fed_all = prompt.len() + got.candidates[0].len();
+            assert!(
+                (want_kept..=fed_all).contains(&got_kept),
+                "{what}: kept {got_kept}, plain {want_kept}"
+            );
+            assert!(got.decode_forwards <= want.decode_forwards.max(1), "{what}");
+            plain_forwards += want.decode_forwards;
+            drafted_forwards += got.decode_forwards;
+            tokens += got.candidates[0].len();
+        }
+        eprintln!("{tokens} tokens: {plain_forwards} forwards plain, {drafted_forwards} drafted");
+        assert!(
+            drafted_forwards < plain_forwards,
+            "some drafts were accepted ({drafted_forwards} vs {plain_forwards} forwards)"
+        );
+    }
+
+    #[test]
+    fn drafted_decoding_leaves_caches_that_continue_like_fresh_ones() {
+        let model = tiny_model(Arch::Qwen3, 7);
+        let prompt = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5];
+        let mut caches = model.new_caches();
+        let mut r = req(12, 1);
+        r.speculation = Speculation::NGRAM;
+        let out = generate(&model, &mut caches, &prompt, &r, &Cancel::new(), |_, _| {
+            Control::Continue
+        })
+        .unwrap();
+        let kept = caches[0].offset();
+        let mut seq = prompt.to_vec();
+        seq.extend_from_slice(&out.candidates[0]);
+        assert!(kept <= seq.len() && kept >= prompt.len());
+        // Continue from the caches: the same tokens as a fresh prefill of everything kept.
+        let mut fresh = model.new_caches();
+        let want = prefill(&model, &mut fresh, &seq[..kept + 1], &Cancel::new())
+            .unwrap()
+            .unwrap();
+        let got = prefill(&model, &mut caches, &seq[kept..kept + 1], &Cancel::new())
+            .unwrap()
+            .unwrap();
+        let tol = crate::engine::models::test_util::tol(1e-4);
+        assert!(crate::engine::models::test_util::max_abs_diff(&got, &want) <= tol);
+    }
+
+    #[test]
+    fn a_cancelled_drafted_decode_stops_between_forwards() {
+        let model = tiny_model(Arch::Qwen2, 9);
+        let mut caches = model.new_caches();
+        let mut r = req(30, 1);
+        r.speculation = Speculation::NGRAM;
+        let cancel = Cancel::new();
+        let mut seen = 0;
+        let out = generate(&model, &mut caches, &PROMPT, &r, &cancel, |_, _| {
+            seen += 1;
+            if seen == 2 {
+                cancel.cancel();
+            }
+            Control::Continue
+        })
+        .unwrap();
+        assert_eq!(out.finish_reasons, [FinishReason::Cancelled]);
+        assert!(out.decode_forwards <= 2, "{} forwards", out.decode_forwards);
     }
 }

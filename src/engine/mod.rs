@@ -4,6 +4,7 @@
 
 pub mod cache;
 pub mod cancel;
+pub mod draft;
 pub mod generate;
 pub mod load;
 pub mod models;
@@ -227,7 +228,23 @@ pub struct Timing {
     pub prefill: Duration,
     pub decode: Duration,
     pub first_token: Duration,
+    /// Forwards run after the prompt's: one per token after the first without drafts,
+    /// fewer when the model accepts drafted tokens.
+    pub decode_forwards: usize,
     pub total: Duration,
+}
+
+impl Timing {
+    /// Forwards that gave the generated tokens: the prompt's last one (which gives the first
+    /// token) and the decode forwards after it. Without drafts as many as the tokens (one
+    /// more where a stop token ended the answer).
+    pub fn forwards(&self) -> usize {
+        if self.generated_tokens == 0 && self.decode_forwards == 0 {
+            0
+        } else {
+            self.decode_forwards + 1
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -303,6 +320,8 @@ pub struct LocalModel {
     pub specials: SpecialTokens,
     /// Prompts (and continuations) already run, with their KV caches.
     prefix: std::sync::Mutex<prefix::PrefixStore>,
+    /// Drafts for decoding, resolved for the device the model runs on.
+    speculation: draft::Speculation,
 }
 
 impl LocalModel {
@@ -313,6 +332,7 @@ impl LocalModel {
             loaded,
             specials,
             prefix: std::sync::Mutex::new(prefix::PrefixStore::new(opts.prefix)),
+            speculation: opts.speculation.resolve(models::on_gpu()),
         })
     }
 
@@ -369,6 +389,8 @@ impl LocalModel {
             sampling: req.sampling.clone(),
             stop_token_ids: self.specials.eog.clone(),
             branch_first: req.branch_first,
+            speculation: self.speculation,
+            history: vec![],
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
         let (out, reused) = prefix::generate_with_store(
@@ -413,6 +435,7 @@ impl LocalModel {
                 prefill: out.prefill_time,
                 decode: out.decode_time,
                 first_token: out.first_token_time,
+                decode_forwards: out.decode_forwards,
                 total: start.elapsed(),
             },
         })

@@ -36,6 +36,8 @@ pub struct PoolConfig {
     pub preload: Vec<ModelKey>,
     pub device: DevicePref,
     pub prefix: PrefixLimits,
+    /// Drafts for decoding on local models.
+    pub speculation: crate::engine::draft::SpeculationChoice,
 }
 
 /// Hears (model, state) on every change of any model of the pool.
@@ -153,6 +155,7 @@ impl ModelPool {
                     use_cache: true,
                     progress: false,
                     prefix: self.config.prefix,
+                    speculation: self.config.speculation,
                 };
                 let report = self.report.clone();
                 Arc::new(ModelWorker::spawn(
@@ -314,6 +317,7 @@ mod tests {
                 preload: vec![],
                 device: DevicePref::Auto,
                 prefix: PrefixLimits::default(),
+                speculation: Default::default(),
             },
             Arc::new(move |k, s| log.lock().unwrap().push((k, s.clone()))),
         )
@@ -353,6 +357,7 @@ mod tests {
                 preload: vec![],
                 device: DevicePref::Auto,
                 prefix: PrefixLimits::default(),
+                speculation: Default::default(),
             },
             Arc::new(|_, _| {}),
         )

@@ -151,7 +151,11 @@ pub fn generate_with_store(
         Some(h) => (h.reused, h.caches),
         None => (0, model.new_caches()),
     };
-    let out = generate(model, &mut caches, &ids[reused..], req, cancel, on_token)?;
+    let req = GenerateRequest {
+        history: ids[..reused].to_vec(),
+        ..req.clone()
+    };
+    let out = generate(model, &mut caches, &ids[reused..], &req, cancel, on_token)?;
     if let Some(s) = store {
         // The caches hold a prefix of this (`insert` cuts it to what they hold).
         let mut seq = ids.to_vec();
@@ -240,6 +244,8 @@ mod tests {
             sampling: crate::engine::SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
+            speculation: crate::engine::draft::Speculation::Off,
+            history: vec![],
         };
         let no = crate::engine::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);

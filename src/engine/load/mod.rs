@@ -95,6 +95,8 @@ pub struct LoadOptions {
     pub progress: bool,
     /// Bounds of the model's prefix KV store.
     pub prefix: crate::engine::prefix::PrefixLimits,
+    /// Whether decoding checks drafted tokens several at a time.
+    pub speculation: crate::engine::draft::SpeculationChoice,
 }
 
 impl Default for LoadOptions {
@@ -105,6 +107,7 @@ impl Default for LoadOptions {
             use_cache: true,
             progress: false,
             prefix: crate::engine::prefix::PrefixLimits::default(),
+            speculation: Default::default(),
         }
     }
 }
