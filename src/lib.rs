@@ -15,3 +15,4 @@ pub mod paths;
 pub mod prompt;
 pub mod service;
 pub mod syntax;
+pub mod workspace;

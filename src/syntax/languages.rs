@@ -38,6 +38,8 @@ pub struct LanguageConfig {
     pub repair_fillers: &'static [&'static str],
     /// The text of `queries/<name>/context.scm`.
     pub context_query: &'static str,
+    /// The text of `queries/<name>/definitions.scm`: what the workspace index records.
+    pub definitions_query: &'static str,
 }
 
 /// The table. Order only matters for lookups: the first row that claims an id or an
@@ -56,6 +58,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: true,
         repair_fillers: &["pass", ")", "]", "}"],
         context_query: include_str!("../../queries/python/context.scm"),
+        definitions_query: include_str!("../../queries/python/definitions.scm"),
     },
     LanguageConfig {
         name: "rust",
@@ -70,6 +73,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/rust/context.scm"),
+        definitions_query: include_str!("../../queries/rust/definitions.scm"),
     },
     LanguageConfig {
         name: "typescript",
@@ -84,6 +88,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/typescript/context.scm"),
+        definitions_query: include_str!("../../queries/typescript/definitions.scm"),
     },
     LanguageConfig {
         name: "tsx",
@@ -98,6 +103,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/tsx/context.scm"),
+        definitions_query: include_str!("../../queries/tsx/definitions.scm"),
     },
     LanguageConfig {
         name: "javascript",
@@ -112,6 +118,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/javascript/context.scm"),
+        definitions_query: include_str!("../../queries/javascript/definitions.scm"),
     },
     LanguageConfig {
         name: "go",
@@ -126,6 +133,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/go/context.scm"),
+        definitions_query: include_str!("../../queries/go/definitions.scm"),
     },
     LanguageConfig {
         name: "c",
@@ -140,6 +148,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/c/context.scm"),
+        definitions_query: include_str!("../../queries/c/definitions.scm"),
     },
     LanguageConfig {
         name: "cpp",
@@ -154,6 +163,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/cpp/context.scm"),
+        definitions_query: include_str!("../../queries/cpp/definitions.scm"),
     },
     LanguageConfig {
         name: "java",
@@ -168,6 +178,7 @@ pub static LANGUAGES: &[LanguageConfig] = &[
         offside_rule: false,
         repair_fillers: &[";", "{}", "}", ")", ");", ")}"],
         context_query: include_str!("../../queries/java/context.scm"),
+        definitions_query: include_str!("../../queries/java/definitions.scm"),
     },
 ];
 
@@ -202,6 +213,11 @@ impl Language {
         })
     }
 
+    /// The row's position in [`LANGUAGES`], for per-language caches (below `MAX_LANGUAGES`).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
     pub fn config(self) -> &'static LanguageConfig {
         &LANGUAGES[self.0 as usize]
     }
@@ -230,7 +246,16 @@ impl Language {
     /// `context.scm` with the files it inherits (a `; inherits: a, b` comment line, as in
     /// helix) put before it.
     pub fn context_query_source(self) -> String {
-        let own = self.config().context_query;
+        self.query_source(|c| c.context_query)
+    }
+
+    /// `definitions.scm` with the files it inherits put before it.
+    pub fn definitions_query_source(self) -> String {
+        self.query_source(|c| c.definitions_query)
+    }
+
+    fn query_source(self, file: fn(&LanguageConfig) -> &'static str) -> String {
+        let own = file(self.config());
         let mut source = String::new();
         for line in own.lines().take_while(|l| l.starts_with(';')) {
             let Some(parents) = line.trim_start_matches(';').trim().strip_prefix("inherits:") else {
@@ -238,7 +263,7 @@ impl Language {
             };
             for parent in parents.split(',').filter_map(|p| Language::from_name(p.trim())) {
                 if parent != self {
-                    source.push_str(&parent.context_query_source());
+                    source.push_str(&parent.query_source(file));
                     source.push('\n');
                 }
             }
@@ -250,7 +275,7 @@ impl Language {
 
 /// Upper bound on the table's length, for the per-language caches above
 /// (`languages_table_is_consistent` checks it).
-pub(crate) const MAX_LANGUAGES: usize = 32;
+pub const MAX_LANGUAGES: usize = 32;
 
 impl fmt::Debug for Language {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -22,7 +22,7 @@ pub use context::{
     extract, extract_with_limits, indent_before, Context, CursorKind, Limits, OpenDocument, Scope, ScopeKind,
     TypeDef,
 };
-pub use languages::{Language, LanguageConfig, LANGUAGES};
+pub use languages::{Language, LanguageConfig, LANGUAGES, MAX_LANGUAGES};
 
 /// Parses `text`. With `old_tree` (already `edit`ed to match `text`) tree-sitter reuses
 /// the unchanged parts. `None` only if tree-sitter refuses the grammar (an ABI mismatch).

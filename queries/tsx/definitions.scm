@@ -1,0 +1,2 @@
+; Definitions for the workspace index. Capture names: queries/README.md.
+; inherits: typescript

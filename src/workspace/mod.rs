@@ -1,0 +1,384 @@
+//! The workspace index: the definitions of every source file under the workspace folders the
+//! client declared, so that a prompt can show code from files that are not open.
+//!
+//! Boundary: paths and text in, definitions out; it knows nothing of LSP or engines. The LSP
+//! layer builds it in the background and feeds it file events; the completion pipeline asks
+//! [`retrieve`] what to show.
+//!
+//! Invariants: nothing outside the roots is ever read (walks start at the roots, updates for
+//! paths outside them are ignored); files that `.gitignore`/`.ignore` exclude, hidden files
+//! and folders, and files over [`Limits::max_file_bytes`] are skipped; the index never holds
+//! more than [`Limits::max_files`] files.
+
+pub mod defs;
+pub mod resolve;
+pub mod retrieve;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+pub use defs::{DefKind, Definition};
+pub use retrieve::{retrieve, Retrieved};
+
+use crate::syntax::Language;
+
+/// Bounds on what the index reads and holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Most files indexed; files past it are left out (in walk order).
+    pub max_files: usize,
+    /// Files larger than this are skipped (generated or vendored code, data).
+    pub max_file_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_files: 20_000,
+            max_file_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// One indexed file.
+#[derive(Clone, Debug)]
+pub struct FileEntry {
+    pub language: Language,
+    pub definitions: Vec<Definition>,
+}
+
+#[derive(Default)]
+struct Data {
+    files: HashMap<PathBuf, FileEntry>,
+    /// Definition name → the files defining it.
+    by_name: HashMap<String, Vec<PathBuf>>,
+}
+
+impl Data {
+    fn remove(&mut self, path: &Path) {
+        if let Some(old) = self.files.remove(path) {
+            for d in &old.definitions {
+                if let Some(paths) = self.by_name.get_mut(&d.name) {
+                    paths.retain(|p| p != path);
+                    if paths.is_empty() {
+                        self.by_name.remove(&d.name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, path: PathBuf, entry: FileEntry) {
+        self.remove(&path);
+        for d in &entry.definitions {
+            let paths = self.by_name.entry(d.name.clone()).or_default();
+            if paths.last() != Some(&path) {
+                paths.push(path.clone());
+            }
+        }
+        self.files.insert(path, entry);
+    }
+}
+
+/// What a build did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BuildStats {
+    pub files: usize,
+    pub definitions: usize,
+    /// Files skipped for their size or for the file limit.
+    pub skipped: usize,
+    pub elapsed: Duration,
+}
+
+/// The definitions of a workspace's files, by file and by name.
+pub struct WorkspaceIndex {
+    roots: Vec<PathBuf>,
+    limits: Limits,
+    data: RwLock<Data>,
+}
+
+impl WorkspaceIndex {
+    /// An empty index over `roots` (made absolute and canonical where they exist).
+    pub fn new(roots: Vec<PathBuf>, limits: Limits) -> Self {
+        let roots = roots
+            .into_iter()
+            .map(|r| std::fs::canonicalize(&r).unwrap_or(r))
+            .collect();
+        WorkspaceIndex {
+            roots,
+            limits,
+            data: RwLock::new(Data::default()),
+        }
+    }
+
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// The root holding `path`, if any.
+    pub fn root_of(&self, path: &Path) -> Option<&Path> {
+        self.roots
+            .iter()
+            .find(|r| path.starts_with(r))
+            .map(PathBuf::as_path)
+    }
+
+    /// `path` relative to its root (as shown to the model), else as given.
+    pub fn relative<'a>(&self, path: &'a Path) -> &'a Path {
+        self.root_of(path)
+            .and_then(|r| path.strip_prefix(r).ok())
+            .unwrap_or(path)
+    }
+
+    /// The source files under the roots that the index would read, in walk order: known
+    /// languages only, ignore files honoured, hidden entries and large files skipped.
+    pub fn files_to_index(&self) -> (Vec<PathBuf>, usize) {
+        let mut files = vec![];
+        let mut skipped = 0;
+        for root in &self.roots {
+            let walk = ignore::WalkBuilder::new(root)
+                .hidden(true)
+                .git_ignore(true)
+                .git_exclude(true)
+                .ignore(true)
+                .require_git(false)
+                .follow_links(false)
+                .build();
+            for entry in walk.flatten() {
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                let path = entry.into_path();
+                if Language::from_path(&path.to_string_lossy()).is_none() {
+                    continue;
+                }
+                let too_big = std::fs::metadata(&path).map_or(true, |m| m.len() > self.limits.max_file_bytes);
+                if too_big || files.len() >= self.limits.max_files {
+                    skipped += 1;
+                    continue;
+                }
+                files.push(path);
+            }
+        }
+        (files, skipped)
+    }
+
+    /// Read and index every file under the roots, on `threads` threads; `progress(done,
+    /// total)` hears how far it is (from those threads). Files already indexed from an
+    /// editor's text ([`update`](Self::update)) while the build ran keep that text.
+    pub fn build(&self, threads: usize, progress: impl Fn(usize, usize) + Sync) -> BuildStats {
+        let start = Instant::now();
+        let (files, skipped) = self.files_to_index();
+        let total = files.len();
+        let next = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let results = Mutex::new(Vec::with_capacity(total));
+        std::thread::scope(|s| {
+            for _ in 0..threads.max(1) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = files.get(i) else { break };
+                    if let Some(entry) = read_entry(path, self.limits.max_file_bytes) {
+                        results
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((path.clone(), entry));
+                    }
+                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if d % 64 == 0 || d == total {
+                        progress(d, total);
+                    }
+                });
+            }
+        });
+        let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let mut definitions = 0;
+        for (path, entry) in results {
+            if data.files.contains_key(&path) {
+                continue;
+            }
+            definitions += entry.definitions.len();
+            data.insert(path, entry);
+        }
+        BuildStats {
+            files: data.files.len(),
+            definitions,
+            skipped,
+            elapsed: start.elapsed(),
+        }
+    }
+
+    /// Index `path` from `text` (an open document's, or the file as saved); ignored for
+    /// paths outside the roots and for languages laya does not know.
+    pub fn update(&self, path: &Path, text: &str) {
+        if self.root_of(path).is_none() {
+            return;
+        }
+        let Some(language) = Language::from_path(&path.to_string_lossy()) else {
+            return;
+        };
+        if text.len() as u64 > self.limits.max_file_bytes {
+            return self.remove(path);
+        }
+        let entry = FileEntry {
+            language,
+            definitions: defs::extract(language, text),
+        };
+        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        if !data.files.contains_key(path) && data.files.len() >= self.limits.max_files {
+            return;
+        }
+        data.insert(path.to_owned(), entry);
+    }
+
+    /// Read `path` from disk again (created or changed on disk); removed when it is gone.
+    pub fn reload(&self, path: &Path) {
+        if self.root_of(path).is_none() {
+            return;
+        }
+        match std::fs::read_to_string(path) {
+            Ok(text) => self.update(path, &text),
+            Err(_) => self.remove(path),
+        }
+    }
+
+    pub fn remove(&self, path: &Path) {
+        self.data.write().unwrap_or_else(|p| p.into_inner()).remove(path);
+    }
+
+    /// The files defining `name`.
+    pub fn files_defining(&self, name: &str) -> Vec<PathBuf> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        data.by_name.get(name).cloned().unwrap_or_default()
+    }
+
+    /// A copy of one file's entry.
+    pub fn file(&self, path: &Path) -> Option<FileEntry> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        data.files.get(path).cloned()
+    }
+
+    /// Whether `path` is indexed.
+    pub fn contains(&self, path: &Path) -> bool {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        data.files.contains_key(path)
+    }
+
+    /// Files and definitions held.
+    pub fn size(&self) -> (usize, usize) {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        (
+            data.files.len(),
+            data.files.values().map(|f| f.definitions.len()).sum(),
+        )
+    }
+}
+
+fn read_entry(path: &Path, max_bytes: u64) -> Option<FileEntry> {
+    let language = Language::from_path(&path.to_string_lossy())?;
+    let bytes = std::fs::read(path).ok()?;
+    if bytes.len() as u64 > max_bytes {
+        return None;
+    }
+    let text = String::from_utf8(bytes).ok()?;
+    Some(FileEntry {
+        language,
+        definitions: defs::extract(language, &text),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workspace on disk from `(path, text)` pairs.
+    pub(crate) fn workspace(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn builds_from_the_roots_honouring_ignore_files_hidden_entries_and_size() {
+        let big = format!("def big():\n    pass\n{}", "# x\n".repeat(100_000));
+        let dir = workspace(&[
+            (
+                "pkg/models.py",
+                "class User:\n    def save(self):\n        pass\n",
+            ),
+            ("pkg/util.py", "def slugify(s):\n    return s\n"),
+            ("build/gen.py", "def generated():\n    pass\n"),
+            (".gitignore", "build/\n"),
+            (".hidden/secret.py", "def secret():\n    pass\n"),
+            ("vendor/big.py", &big),
+            ("notes.txt", "def not_code(): pass\n"),
+            (
+                "web/app.ts",
+                "export function render(x: number): string { return '' }\n",
+            ),
+        ]);
+        let outside = workspace(&[("other.py", "def outside():\n    pass\n")]);
+        let index = WorkspaceIndex::new(vec![dir.path().to_owned()], Limits::default());
+        let stats = index.build(2, |_, _| {});
+        assert_eq!(stats.files, 3, "{stats:?}");
+        assert_eq!(stats.skipped, 1, "the large file");
+        let root = index.roots()[0].clone();
+        assert_eq!(index.files_defining("User"), [root.join("pkg/models.py")]);
+        assert_eq!(index.files_defining("render"), [root.join("web/app.ts")]);
+        for name in ["generated", "secret", "big", "not_code", "outside"] {
+            assert!(index.files_defining(name).is_empty(), "{name}");
+        }
+        // Updates outside the roots are ignored.
+        index.update(&outside.path().join("other.py"), "def outside():\n    pass\n");
+        assert!(index.files_defining("outside").is_empty());
+    }
+
+    #[test]
+    fn updates_replace_a_files_definitions_and_removals_drop_them() {
+        let dir = workspace(&[("a.py", "def old():\n    pass\n")]);
+        let index = WorkspaceIndex::new(vec![dir.path().to_owned()], Limits::default());
+        index.build(1, |_, _| {});
+        let a = index.roots()[0].join("a.py");
+        assert_eq!(index.files_defining("old"), [a.clone()]);
+        index.update(&a, "def new():\n    pass\n");
+        assert!(index.files_defining("old").is_empty());
+        assert_eq!(index.files_defining("new"), [a.clone()]);
+        // A file created on disk, then deleted.
+        let b = index.roots()[0].join("b.py");
+        std::fs::write(&b, "class B:\n    pass\n").unwrap();
+        index.reload(&b);
+        assert_eq!(index.files_defining("B"), [b.clone()]);
+        std::fs::remove_file(&b).unwrap();
+        index.reload(&b);
+        assert!(index.files_defining("B").is_empty());
+        assert_eq!(index.size().0, 1);
+    }
+
+    #[test]
+    fn the_file_limit_bounds_what_is_held() {
+        let files: Vec<(String, String)> = (0..10)
+            .map(|i| (format!("m{i}.py"), format!("def f{i}():\n    pass\n")))
+            .collect();
+        let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        let dir = workspace(&refs);
+        let index = WorkspaceIndex::new(
+            vec![dir.path().to_owned()],
+            Limits {
+                max_files: 4,
+                ..Limits::default()
+            },
+        );
+        let stats = index.build(2, |_, _| {});
+        assert_eq!((stats.files, stats.skipped), (4, 6));
+        index.update(&index.roots()[0].join("new.py"), "def g():\n    pass\n");
+        assert_eq!(index.size().0, 4, "no file past the limit");
+    }
+}
