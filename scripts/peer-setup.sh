@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up the llama.cpp peer that scripts/bench_llama_cpp.py measures laya against and that
-# tests/remote_llama_cpp.rs serves a tier from: a venv with llama-cpp-python 0.3.36 (built from
+# tests/it/remote_llama_cpp.rs serves a tier from: a venv with llama-cpp-python 0.3.36 (built from
 # its PyPI sdist for this CPU), its [server] extras, and gguf. Prints the venv's python as the
 # last line.
 #

@@ -2,7 +2,7 @@
 # Builds laya's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
 #
 #   scripts/gpu/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
-#                                   # deps: the GPU machine has them), builds tests/mlx_ops.rs and the
+#                                   # deps: the GPU machine has them), builds tests/it/ (whose mlx_ops:: it runs) and the
 #                                   # laya binary into .device/ (debug info stripped) and packs the
 #                                   # 135 MiB libmlx.so and its JIT headers (xz) into 40 MiB parts
 #                                   # (64 MiB a call)
@@ -82,13 +82,13 @@ build)
   export LAYA_MLX_BACKEND=cuda13 CARGO_TARGET_DIR=target/cuda
   export RUSTFLAGS="-C link-arg=-Wl,--allow-shlib-undefined"
   # Diagnostics go to stderr (rendered); only the JSON artifact lines are parsed.
-  json=$(cargo test --release --locked --no-run --test mlx_ops --message-format=json-render-diagnostics) \
+  json=$(cargo test --release --locked --no-run --test it --message-format=json-render-diagnostics) \
     || { echo "cuda-ops: cargo build failed (see the errors above)" >&2; exit 1; }
   bin=$(python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="mlx_ops": print(m["executable"])' <<<"$json" | tail -1)
-  [[ -x "$bin" ]] || { echo "cuda-ops: no mlx_ops test executable in cargo's output" >&2; exit 1; }
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="it": print(m["executable"])' <<<"$json" | tail -1)
+  [[ -x "$bin" ]] || { echo "cuda-ops: no integration-test executable in cargo's output" >&2; exit 1; }
   cargo build --release --locked --bin laya \
     || { echo "cuda-ops: cargo build of laya failed (see the errors above)" >&2; exit 1; }
   rm -rf "$OUTD" && mkdir -p "$OUTD"
@@ -114,12 +114,12 @@ run)
   smi=$!
   rc=0
   echo "== mlx_ops, LAYA_DEVICE=gpu"
-  LAYA_DEVICE=gpu "$OUTD/mlx_ops" --test-threads=1 --nocapture 2>&1 || rc=$?
+  LAYA_DEVICE=gpu "$OUTD/mlx_ops" mlx_ops:: --test-threads=1 --nocapture 2>&1 || rc=$?
   kill "$smi" 2>/dev/null || true
   echo "== GPU compute processes seen during the GPU run:"
   sed 's/^/  /' /tmp/laya-cuda-apps.txt | sort | uniq -c
   echo "== mlx_ops, LAYA_DEVICE=cpu (same binary and libmlx, for reference)"
-  LAYA_DEVICE=cpu "$OUTD/mlx_ops" --test-threads=1 --nocapture 2>&1 || true
+  LAYA_DEVICE=cpu "$OUTD/mlx_ops" mlx_ops:: --test-threads=1 --nocapture 2>&1 || true
   exit "$rc"
   ;;
 bench)

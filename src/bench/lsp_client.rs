@@ -1,6 +1,8 @@
 //! A small blocking LSP client driving `laya lsp` over a child's stdin/stdout, for the
-//! memory benchmark and the daemon's tests: Content-Length framing, requests with a
-//! timeout, and answers to the server's own requests (progress tokens, configuration).
+//! memory benchmark and the integration tests: Content-Length framing ([`frame`],
+//! [`read_frame`], which the tests' byte-level client reads with too), requests with a
+//! timeout (waited for at once, or started and answered later), and answers to the server's
+//! own requests (progress tokens, configuration).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -13,7 +15,8 @@ use serde_json::{json, Value};
 
 pub struct LspProcess {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once closed ([`close_input`](Self::close_input)).
+    stdin: Option<ChildStdin>,
     messages: Receiver<Value>,
     next_id: u64,
     /// `window/logMessage` texts seen so far.
@@ -25,16 +28,37 @@ pub struct LspProcess {
     pub stray_answers: usize,
 }
 
-/// One framed message (`Content-Length` header, any case) from `r`; `None` at the end of the
-/// input or on a frame that is not JSON.
-pub fn read_message(r: &mut impl BufRead) -> Option<Value> {
+/// One frame of the base protocol as it was read: its header block exactly as sent (line ends
+/// and the empty line included) and its body.
+pub struct Frame {
+    pub header: String,
+    pub body: Vec<u8>,
+}
+
+/// `body` framed as the base protocol asks: a `Content-Length` header, then the body.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    [format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes(), body].concat()
+}
+
+/// The next frame from `r`: header lines up to an empty one, the `Content-Length` (any case)
+/// among them, and that many bytes. `Ok(None)` at the end of the input before a frame; an
+/// error for a header block without a length (`InvalidData`) and for input that ends inside
+/// a frame (`UnexpectedEof`).
+pub fn read_frame(r: &mut impl BufRead) -> std::io::Result<Option<Frame>> {
+    let mut header = String::new();
     let mut len = None;
     loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).ok()? == 0 {
-            return None;
+        let start = header.len();
+        if r.read_line(&mut header)? == 0 {
+            if header.is_empty() {
+                return Ok(None);
+            }
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the input ended inside the header {header:?}"),
+            ));
         }
-        let line = line.trim_end();
+        let line = header[start..].trim_end();
         if line.is_empty() {
             break;
         }
@@ -42,9 +66,22 @@ pub fn read_message(r: &mut impl BufRead) -> Option<Value> {
             len = v.trim().parse::<usize>().ok();
         }
     }
-    let mut body = vec![0; len?];
-    r.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
+    let len = len.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("no Content-Length in the header {header:?}"),
+        )
+    })?;
+    let mut body = vec![0; len];
+    r.read_exact(&mut body)?;
+    Ok(Some(Frame { header, body }))
+}
+
+/// One framed message from `r` ([`read_frame`]); `None` at the end of the input, on a bad
+/// frame or on a body that is not JSON.
+pub fn read_message(r: &mut impl BufRead) -> Option<Value> {
+    let frame = read_frame(r).ok()??;
+    serde_json::from_slice(&frame.body).ok()
 }
 
 impl LspProcess {
@@ -70,7 +107,7 @@ impl LspProcess {
         });
         Ok(LspProcess {
             child,
-            stdin,
+            stdin: Some(stdin),
             messages: rx,
             next_id: 1,
             logs: vec![],
@@ -84,9 +121,13 @@ impl LspProcess {
     }
 
     fn send(&mut self, v: &Value) -> Result<(), String> {
-        let body = v.to_string();
-        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len())
-            .and_then(|_| self.stdin.flush())
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or("writing to the language server: its input is closed")?;
+        stdin
+            .write_all(&frame(v.to_string().as_bytes()))
+            .and_then(|_| stdin.flush())
             .map_err(|e| format!("writing to the language server: {e}"))
     }
 
@@ -127,31 +168,51 @@ impl LspProcess {
         }
     }
 
-    /// Send a request and wait for its result (an error answer is `Err` with its message).
-    pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
+    /// Send a request without waiting for its answer ([`answer`](Self::answer) reads it);
+    /// returns its id.
+    pub fn start(&mut self, method: &str, params: Value) -> Result<u64, String> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))?;
+        Ok(id)
+    }
+
+    /// The answer to request `id` as it came (its `result` or its `error`), handling what the
+    /// server sends before it.
+    pub fn answer(&mut self, id: u64, timeout: Duration) -> Result<Value, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let m = match self.messages.recv_timeout(left) {
                 Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(format!("{method}: no answer within {timeout:?}"))
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(format!("{method}: the language server exited"))
-                }
+                Err(RecvTimeoutError::Timeout) => return Err(format!("no answer within {timeout:?}")),
+                Err(RecvTimeoutError::Disconnected) => return Err("the language server exited".into()),
             };
             if m.get("method").is_none() && m.get("id") == Some(&json!(id)) {
-                if let Some(e) = m.get("error") {
-                    return Err(e["message"].as_str().unwrap_or("error").to_owned());
-                }
-                return Ok(m.get("result").cloned().unwrap_or(Value::Null));
+                return Ok(m);
             }
             self.other(m)?;
         }
+    }
+
+    /// Send a request and wait for its result (an error answer is `Err` with its message).
+    pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
+        let id = self.start(method, params)?;
+        let m = self.answer(id, timeout).map_err(|e| format!("{method}: {e}"))?;
+        if let Some(e) = m.get("error") {
+            return Err(e["message"].as_str().unwrap_or("error").to_owned());
+        }
+        Ok(m.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    /// Close the server's input (what an editor that exits does).
+    pub fn close_input(&mut self) {
+        self.stdin = None;
+    }
+
+    /// The process's exit status, once it has ended.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
     }
 
     /// Read what the server sends for `wait`, handling it; returns when `until` matches a

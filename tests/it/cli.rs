@@ -1,19 +1,6 @@
 //! The command line fails with one clear line naming the fix, never a panic.
 
-use std::process::Command;
-
-fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.output().expect("run laya");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use crate::support::{laya, run};
 
 #[test]
 fn doctor_reports_mlx_and_names_the_fix_for_a_missing_model() {

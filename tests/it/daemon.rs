@@ -3,19 +3,18 @@
 //! fair queueing and cancellation. Tiers point at a stub OpenAI-compatible server started
 //! here, so these tests are fast and deterministic; the last one runs the real 0.5B model.
 
-mod common;
-
 use std::{
     io::{BufRead, BufReader, Write},
-    os::unix::fs::{DirBuilderExt, MetadataExt},
+    os::unix::fs::DirBuilderExt,
     path::{Path, PathBuf},
     process::Stdio,
     sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
-use common::daemon::*;
 use serde_json::{json, Value};
+
+use crate::support::{self, daemon::*, laya};
 
 #[test]
 fn http_endpoints_answer_in_openai_shapes_with_timing() {
@@ -305,9 +304,7 @@ fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directo
         &dir,
         &["--small-remote", &stub.url, "--large", "none", "--no-http"],
     );
-    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-    let sock = std::fs::symlink_metadata(dir.join("laya.sock")).unwrap();
-    assert_eq!(sock.mode() & 0o777, 0o600);
+    assert_private(&dir);
     assert_eq!(laya::daemon::paths::read_pid(&dir), Some(d.child.id()));
 
     let answer = socket_request(&dir, r#"{"op":"status"}"#);
@@ -347,6 +344,7 @@ fn the_socket_is_private_a_stale_one_is_replaced_and_one_daemon_serves_a_directo
 
 #[test]
 fn requests_are_taken_round_robin_across_clients_and_a_client_that_leaves_is_dropped() {
+    let _quiet = support::quiet_cpu_blocking();
     let stub = stub();
     let (_tmp, d) = serve_stub(&stub, &["--remote-parallel", "1"]);
     let addr = d.http.unwrap();
@@ -461,6 +459,7 @@ fn lsp_clients_start_and_share_one_daemon_which_is_restarted_after_a_kill() {
 
 #[test]
 fn real_model_end_to_end_over_http() {
+    let _busy = support::busy_cpu();
     let m = laya::catalog::find("qwen2.5-coder-0.5b").unwrap();
     assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
     let tmp = tempfile::tempdir().unwrap();
@@ -570,6 +569,7 @@ fn real_model_end_to_end_over_http() {
 /// and `laya/explain` says which model answered and why.
 #[test]
 fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
+    let _busy = support::busy_cpu();
     for name in ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] {
         let m = laya::catalog::find(name).unwrap();
         assert!(m.is_present(), "run `laya models fetch {name}` first");

@@ -1,8 +1,7 @@
 //! Model files that are missing, truncated, corrupt or of the wrong kind give an error that
 //! names the file (and the tensor, where one is at fault); nothing panics.
 
-mod common;
-
+use crate::support;
 use std::{io::Write, path::PathBuf};
 
 use laya::engine::{
@@ -20,7 +19,7 @@ fn real_model() -> PathBuf {
 }
 
 fn load_err(path: &std::path::Path) -> String {
-    let (_g, _b) = common::mlx();
+    let (_g, _b) = support::mlx();
     let opts = LoadOptions {
         precision: Precision::Q8,
         group_size: 64,

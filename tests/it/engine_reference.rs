@@ -12,8 +12,7 @@
 //! top-2 margin in the reference is smaller than that tolerance: past such a step either
 //! token is a faithful answer, and the sequences may legitimately part.
 
-mod common;
-
+use crate::support;
 use laya::engine::{
     generate::{generate, GenerateRequest},
     load::{LoadOptions, Precision},
@@ -47,7 +46,7 @@ struct PromptResult {
 }
 
 fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
-    let (_guard, _backend) = common::mlx();
+    let (_guard, _backend) = support::mlx();
     let model = LocalModel::load(
         &model_path(),
         &LoadOptions {
@@ -110,6 +109,8 @@ fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
+            speculation: laya::engine::draft::Speculation::Off,
+            history: vec![],
         };
         let out = generate(
             net,
@@ -186,12 +187,14 @@ fn assert_agrees(results: &[PromptResult], logit_tol: f32) {
 
 #[test]
 fn native_precision_matches_llama_cpp() {
+    let _busy = support::busy_cpu();
     let tol = 0.5;
     assert_agrees(&run(Precision::Native, tol), tol);
 }
 
 #[test]
 fn q8_matches_llama_cpp() {
+    let _busy = support::busy_cpu();
     // q8 re-quantizes each weight once more (error ≤ one step of 1/255 of a group's range),
     // which moves logits by a few hundredths on top of the native difference.
     let tol = 0.6;

@@ -1,8 +1,7 @@
 //! Hugging Face safetensors folders (dense bf16) and mlx-community folders (MLX-quantized,
 //! `quantization` in config.json) load into the same model as the weights they hold.
 
-mod common;
-
+use crate::support;
 use std::{collections::HashMap, path::Path};
 
 use laya::engine::{
@@ -56,7 +55,7 @@ fn opts(precision: Precision) -> LoadOptions {
 
 #[test]
 fn hf_bf16_folder_loads_the_weights_it_holds() {
-    let (_g, _b) = common::mlx();
+    let (_g, _b) = support::mlx();
     let cfg = tiny_config();
     let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 3).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -64,7 +63,7 @@ fn hf_bf16_folder_loads_the_weights_it_holds() {
     let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
 
     let native = load::load(dir.path(), &opts(Precision::Native)).unwrap();
-    common::assert_close("hf folder, native", &logits(&native.model), &want, 1e-5);
+    support::assert_close("hf folder, native", &logits(&native.model), &want, 1e-5);
     // tokenizer.json is read: fim_python's first line as llama.cpp tokenizes it (`):\n` is one token).
     assert_eq!(
         native.tokenizer.encode("def fibonacci(n):\n", false).unwrap(),
@@ -73,12 +72,12 @@ fn hf_bf16_folder_loads_the_weights_it_holds() {
 
     // Quantized at load: close to the dense model, within q8's error.
     let q8 = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
-    common::assert_close("hf folder, q8", &logits(&q8.model), &want, 5e-2);
+    support::assert_close("hf folder, q8", &logits(&q8.model), &want, 5e-2);
 }
 
 #[test]
 fn mlx_community_quantized_folder_loads_as_stored() {
-    let (_g, _b) = common::mlx();
+    let (_g, _b) = support::mlx();
     let cfg = tiny_config();
     let weights = synthetic::random_weights(&cfg, Precision::Q4, 64, Dtype::Bfloat16, 4).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -86,12 +85,12 @@ fn mlx_community_quantized_folder_loads_as_stored() {
     let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
     // The requested precision does not re-quantize an already quantized folder.
     let loaded = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
-    common::assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
+    support::assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
 }
 
 #[test]
 fn folder_with_a_missing_tensor_names_it() {
-    let (_g, _b) = common::mlx();
+    let (_g, _b) = support::mlx();
     let cfg = tiny_config();
     let mut weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 5).unwrap();
     weights.remove("model.layers.1.mlp.down_proj.weight");

@@ -3,10 +3,8 @@
 //! leaves behind, a full disk under the converted-weights cache, and clients that vanish
 //! mid-stream. Each gives a clear error and recovers; none hangs a client.
 //!
-//! Models are the tiny GGUF of `common::gguf` (written here; it writes `a` until told to stop)
-//! or the stub OpenAI server of `common::daemon`, so the whole file runs in seconds.
-
-mod common;
+//! Models are the tiny GGUF of `support::gguf` (written here; it writes `a` until told to stop)
+//! or the stub OpenAI server of `support::daemon`, so the whole file runs in seconds.
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -17,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{daemon::*, gguf};
+use crate::support::{self, daemon::*, gguf, laya};
 use laya::{
     daemon::paths::{read_http_addr, read_pid},
     engine::{
@@ -76,7 +74,7 @@ fn request(max_tokens: usize) -> CompletionRequest {
 
 #[test]
 fn truncated_and_corrupt_model_files_are_errors_naming_the_file_never_panics() {
-    let (_g, _b) = common::mlx();
+    let (_g, _b) = support::mlx();
     let tmp = tempfile::tempdir().unwrap();
     let tiny = gguf::tiny_gguf();
     // The intact file loads and writes its token: each case below differs from it only by

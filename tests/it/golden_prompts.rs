@@ -2,47 +2,17 @@
 //! fixture with a `$0` cursor, with a prompt budget small enough that the prefix window cuts
 //! the top of the file, so the imports and definitions that context extraction brings back
 //! show. A change to prompt layout, budget arithmetic or context extraction shows up here as
-//! a diff (`UPDATE_EXPECT=1 cargo test --test golden_prompts` rewrites the expectations).
-
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+//! a diff (`UPDATE_EXPECT=1 cargo test --test it golden_prompts::` rewrites the expectations).
 
 use expect_test::{expect, Expect};
 use laya::{
     completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
     document::Document,
-    engine::{Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelState, Timing},
+    engine::Cancel,
     prompt::Budget,
 };
 
-/// Records the prompt and answers nothing; reports `parameters` as its model's size.
-#[derive(Default)]
-struct Capture(Mutex<Vec<String>>, Option<u64>);
-
-#[async_trait::async_trait]
-impl Engine for Capture {
-    async fn complete(&self, req: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
-        self.0.lock().unwrap().push(req.prompt);
-        Ok(CompletionOutput {
-            served_by: None,
-            choices: vec![],
-            timing: Timing::default(),
-        })
-    }
-
-    fn state(&self) -> ModelState {
-        ModelState::Ready {
-            load_time: Duration::ZERO,
-            device: "capture".into(),
-        }
-    }
-
-    fn parameters(&self) -> Option<u64> {
-        self.1
-    }
-}
+use crate::support::engine::FakeEngine;
 
 fn check(language: &str, file: &str, fixture: &str, expect: Expect) {
     let budget = Budget {
@@ -73,7 +43,10 @@ fn prompt_with(
     let cursor = fixture.find("$0").expect("$0 in the fixture");
     let text = fixture.replace("$0", "");
     let doc = Document::new(&text, 1, language).snapshot(&format!("file:///repo/{file}"));
-    let engine = Arc::new(Capture(Mutex::default(), parameters));
+    // Records the prompt and answers nothing.
+    let engine = FakeEngine::scripted(|_| vec![])
+        .with_parameters(parameters)
+        .shared();
     let pipeline = Pipeline::new(engine.clone());
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     rt.block_on(pipeline.complete(
@@ -88,8 +61,7 @@ fn prompt_with(
         Cancel::new(),
     ))
     .unwrap();
-    let prompt = engine.0.lock().unwrap().pop().expect("one prompt");
-    prompt
+    engine.last_prompt()
 }
 
 /// Unset, the suffix share follows the model's size: a few lines of suffix for a model under

@@ -8,175 +8,22 @@ use std::{
 };
 
 use futures::StreamExt;
-use laya::{
-    engine::{
-        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
-        Timing,
-    },
-    lsp::{build_service, EngineSource, LayaServer},
-};
+use laya::lsp::{build_service, EngineSource};
 use serde_json::{json, Value};
 use tower::{Service, ServiceExt};
-use tower_lsp_server::{jsonrpc::Request, LspService};
+use tower_lsp_server::jsonrpc::Request;
 
-type Answer = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
+use crate::support::{engine::FakeEngine, lsp::InProcess};
 
-/// Answers every request with `answer(prompt)`, after `delay`, and records the prompts.
-struct FakeEngine {
-    answer: Answer,
-    delay: Duration,
-    prompts: Mutex<Vec<String>>,
-}
-
-#[async_trait::async_trait]
-impl Engine for FakeEngine {
-    async fn complete(
-        &self,
-        req: CompletionRequest,
-        cancel: Cancel,
-    ) -> Result<CompletionOutput, EngineError> {
-        self.prompts.lock().unwrap().push(req.prompt.clone());
-        // The delay ends early when the request is cancelled.
-        tokio::select! {
-            _ = cancel.cancelled() => {}
-            _ = tokio::time::sleep(self.delay) => {}
-        }
-        let choices = (self.answer)(&req.prompt)
-            .into_iter()
-            .map(|text| Choice {
-                text,
-                finish_reason: FinishReason::StopToken,
-                tokens: 1,
-                logprob: None,
-            })
-            .collect();
-        Ok(CompletionOutput {
-            served_by: None,
-            choices,
-            timing: Timing::default(),
-        })
-    }
-
-    fn state(&self) -> ModelState {
-        ModelState::Ready {
-            load_time: Duration::ZERO,
-            device: "fake".into(),
-        }
-    }
-}
-
-struct Client {
-    service: LspService<LayaServer>,
-    next_id: i64,
-    engine: Arc<FakeEngine>,
-}
-
-impl Client {
-    async fn start(
-        answer: impl Fn(&str) -> Vec<String> + Send + Sync + 'static,
-        delay: Duration,
-        utf8: bool,
-        init: Value,
-    ) -> Client {
-        let engine = Arc::new(FakeEngine {
-            answer: Box::new(answer),
-            delay,
-            prompts: Mutex::new(vec![]),
-        });
-        let (service, socket) = build_service(EngineSource::Ready(engine.clone()));
-        // Drain server→client messages (logs, progress) as an editor would.
-        tokio::spawn(socket.for_each(|_| async {}));
-        let mut c = Client {
-            service,
-            next_id: 1,
-            engine,
-        };
-        let encodings = if utf8 {
-            json!(["utf-8", "utf-16"])
-        } else {
-            json!(["utf-16"])
-        };
-        let r = c
-            .request(
-                "initialize",
-                json!({
-                    "capabilities": { "general": { "positionEncodings": encodings } },
-                    "initializationOptions": init,
-                    "workspaceFolders": [{ "uri": "file:///work/demo", "name": "demo" }],
-                }),
-            )
-            .await;
-        let caps = &r["result"]["capabilities"];
-        assert_eq!(caps["positionEncoding"], if utf8 { "utf-8" } else { "utf-16" });
-        assert_eq!(caps["inlineCompletionProvider"], true);
-        assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync");
-        c.notify("initialized", json!({})).await;
-        c
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = Request::build(method.to_owned()).id(id).params(params).finish();
-        let resp = self
-            .service
-            .ready()
-            .await
-            .unwrap()
-            .call(req)
-            .await
-            .unwrap()
-            .expect("a response");
-        serde_json::to_value(resp).unwrap()
-    }
-
-    async fn notify(&mut self, method: &str, params: Value) {
-        let req = Request::build(method.to_owned()).params(params).finish();
-        let resp = self.service.ready().await.unwrap().call(req).await.unwrap();
-        assert!(resp.is_none(), "notifications get no response");
-    }
-
-    /// Open `uri` with `fixture` (which holds one `$0`); returns the cursor's (line, utf-16 col).
-    async fn open(&mut self, uri: &str, language: &str, fixture: &str) -> (u32, u32) {
-        let cursor = fixture.find("$0").expect("$0 in fixture");
-        let text = fixture.replace("$0", "");
-        let before = &text[..cursor];
-        let line = before.matches('\n').count() as u32;
-        let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
-            .encode_utf16()
-            .count() as u32;
-        self.notify(
-            "textDocument/didOpen",
-            json!({ "textDocument": { "uri": uri, "languageId": language, "version": 1, "text": text } }),
-        )
-        .await;
-        (line, col)
-    }
-
-    /// `didChange`: `text` inserted at `(line, character)`.
-    async fn insert(&mut self, uri: &str, version: i32, (line, character): (u32, u32), text: &str) {
-        let at = json!({ "line": line, "character": character });
-        self.notify(
-            "textDocument/didChange",
-            json!({
-                "textDocument": { "uri": uri, "version": version },
-                "contentChanges": [{ "range": { "start": at, "end": at }, "text": text }],
-            }),
-        )
-        .await;
-    }
-
-    async fn inline(&mut self, uri: &str, (line, character): (u32, u32)) -> Value {
-        self.request(
-            "textDocument/inlineCompletion",
-            json!({
-                "textDocument": { "uri": uri },
-                "position": { "line": line, "character": character },
-                "context": { "triggerKind": 2 },
-            }),
-        )
-        .await
-    }
+/// A server on `engine`, initialized in the workspace folder `file:///work/demo`, offering
+/// UTF-8 positions or not, with laya's settings `init`.
+async fn start(engine: FakeEngine, utf8: bool, init: Value) -> InProcess {
+    let mut c = InProcess::new(engine.shared());
+    let folders = json!([{ "uri": "file:///work/demo", "name": "demo" }]);
+    let caps = c.initialize(utf8, init, folders).await;
+    assert_eq!(caps["inlineCompletionProvider"], true);
+    assert_eq!(caps["textDocumentSync"]["change"], 2, "incremental sync");
+    c
 }
 
 /// Every method the server handles, plus one it does not: targets for malformed input.
@@ -202,7 +49,7 @@ async fn inline_completion_lifecycle() {
     let answer = |_: &str| vec!["    return a + b\n\n\ndef main():\n    pass".to_owned()];
     // Every request builds its prompt afresh here (typing-through and anchors: next test).
     let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
-    let mut c = Client::start(answer, Duration::ZERO, false, init).await;
+    let mut c = start(FakeEngine::scripted(answer), false, init).await;
     let uri = "file:///work/demo/calc.py";
     let fixture = "import math\n\ndef add(a, b):\n$0\n\ndef main():\n    print(add(1, 2))\n";
     let pos = c.open(uri, "python", fixture).await;
@@ -218,7 +65,7 @@ async fn inline_completion_lifecycle() {
     );
     assert_eq!(items[0]["command"]["command"], "laya.accept");
     // The prompt is Qwen FIM with the path relative to the workspace folder.
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let prompt = c.engine.last_prompt();
     assert!(
         prompt.starts_with("<|fim_prefix|>import math\n\ndef add(a, b):\n<|fim_suffix|>\n\ndef main():"),
         "{prompt}"
@@ -247,7 +94,7 @@ async fn inline_completion_lifecycle() {
     .await;
     let r = c.inline(uri, (3, 7)).await;
     assert!(r["result"].is_array(), "{r}");
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let prompt = c.engine.last_prompt();
     assert!(
         prompt.contains("def add(a, b):\n    ret<|fim_suffix|>"),
         "{prompt}"
@@ -278,18 +125,18 @@ async fn inline_completion_lifecycle() {
 #[tokio::test]
 async fn typing_through_and_anchored_prompts() {
     let answer = |_: &str| vec!["return a + b".to_owned()];
-    let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
+    let mut c = start(FakeEngine::scripted(answer), true, no_debounce()).await;
     let uri = "file:///work/demo/calc.py";
     let pos = c
         .open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n")
         .await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return a + b");
-    fn c_prompts_len(c: &Client) -> usize {
-        c.engine.prompts.lock().unwrap().len()
+    fn c_prompts_len(c: &InProcess) -> usize {
+        c.engine.prompts().len()
     }
     assert_eq!(c_prompts_len(&c), 1);
-    let first = c.engine.prompts.lock().unwrap()[0].clone();
+    let first = c.engine.prompts()[0].clone();
 
     let type_at = |line: u32, ch: u32, text: &str, version: i32| {
         json!({
@@ -315,7 +162,7 @@ async fn typing_through_and_anchored_prompts() {
     c.notify("textDocument/didChange", type_at(1, 7, "x", 3)).await;
     c.inline(uri, (1, 8)).await;
     assert_eq!(c_prompts_len(&c), 2);
-    let second = c.engine.prompts.lock().unwrap()[1].clone();
+    let second = c.engine.prompts()[1].clone();
     assert_eq!(second, format!("{first}retx"));
     let r = c
         .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
@@ -327,7 +174,7 @@ async fn typing_through_and_anchored_prompts() {
     c.notify("textDocument/didChange", type_at(0, 0, "# sum\n", 4))
         .await;
     c.inline(uri, (2, 8)).await;
-    let third = c.engine.prompts.lock().unwrap()[2].clone();
+    let third = c.engine.prompts()[2].clone();
     assert!(
         third.starts_with("<|fim_prefix|># sum\ndef add(a, b):\n    retx<|fim_suffix|>"),
         "{third}"
@@ -340,13 +187,13 @@ async fn typing_through_and_anchored_prompts() {
 async fn an_indented_blank_line_keeps_its_indentation_once() {
     let answer = |_: &str| vec!["    return a + b".to_owned()];
     let uri = "file:///work/demo/calc.py";
-    let mut c = Client::start(answer, Duration::ZERO, true, no_debounce()).await;
+    let mut c = start(FakeEngine::scripted(answer), true, no_debounce()).await;
     let pos = c
         .open(uri, "python", "def add(a, b):\n    $0\n\nprint(add(1, 2))\n")
         .await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "return a + b", "{r}");
-    let prompt = c.engine.prompts.lock().unwrap()[0].clone();
+    let prompt = c.engine.prompts()[0].clone();
     assert!(
         prompt.starts_with("<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>"),
         "{prompt}"
@@ -356,7 +203,7 @@ async fn an_indented_blank_line_keeps_its_indentation_once() {
 /// `laya/explain` says which model the router chose and why.
 #[tokio::test]
 async fn explain_reports_the_route_and_its_reason() {
-    let mut c = Client::start(|_| vec!["x = 1".to_owned()], Duration::ZERO, true, no_debounce()).await;
+    let mut c = start(FakeEngine::answering("x = 1"), true, no_debounce()).await;
     let r = c
         .request(
             "laya/explain",
@@ -409,7 +256,7 @@ async fn explain_reports_the_route_and_its_reason() {
 
 #[tokio::test]
 async fn out_of_range_positions_and_unknown_documents_are_errors() {
-    let mut c = Client::start(|_| vec!["x".into()], Duration::ZERO, true, no_debounce()).await;
+    let mut c = start(FakeEngine::answering("x"), true, no_debounce()).await;
     let uri = "file:///work/demo/a.rs";
     c.open(uri, "rust", "fn main() {\n    $0\n}\n").await;
     for (line, ch) in [(10, 0), (0, 999_999), (u32::MAX, u32::MAX)] {
@@ -427,7 +274,7 @@ async fn out_of_range_positions_and_unknown_documents_are_errors() {
 
 #[tokio::test]
 async fn utf16_positions_count_surrogate_pairs() {
-    let mut c = Client::start(|_| vec!["1".into()], Duration::ZERO, false, no_debounce()).await;
+    let mut c = start(FakeEngine::answering("1"), false, no_debounce()).await;
     let uri = "file:///work/demo/e.ts";
     let pos = c
         .open(uri, "typescript", "const s = \"🙂é\"; const n = $0;\n")
@@ -436,7 +283,7 @@ async fn utf16_positions_count_surrogate_pairs() {
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "1");
     assert_eq!(r["result"][0]["range"]["start"]["character"], 27);
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let prompt = c.engine.last_prompt();
     assert!(prompt.contains("const n = <|fim_suffix|>;"), "{prompt}");
     // Inside the surrogate pair is not a position.
     let r = c.inline(uri, (0, 12)).await;
@@ -445,9 +292,8 @@ async fn utf16_positions_count_surrogate_pairs() {
 
 #[tokio::test]
 async fn a_newer_request_cancels_the_older_one() {
-    let mut c = Client::start(
-        |_| vec!["done".into()],
-        Duration::from_millis(400),
+    let mut c = start(
+        FakeEngine::answering("done").delayed(Duration::from_millis(400)),
         true,
         no_debounce(),
     )
@@ -478,7 +324,7 @@ async fn a_newer_request_cancels_the_older_one() {
 
 #[tokio::test]
 async fn malformed_messages_never_panic() {
-    let mut c = Client::start(|_| vec!["y".into()], Duration::ZERO, true, no_debounce()).await;
+    let mut c = start(FakeEngine::answering("y"), true, no_debounce()).await;
     c.open("file:///work/demo/m.py", "python", "x = $0\n").await;
     let bad_params = [
         json!(null),
@@ -494,14 +340,13 @@ async fn malformed_messages_never_panic() {
     let methods = METHODS;
     for m in methods {
         for p in &bad_params {
-            let req = Request::build(m.to_owned()).id(1).params(p.clone()).finish();
-            let _ = c.service.ready().await.unwrap().call(req).await;
+            c.call(m, Some(1), p.clone()).await;
         }
     }
     // Still serving, and the bad edits changed nothing.
     let r = c.inline("file:///work/demo/m.py", (0, 4)).await;
     assert_eq!(r["result"][0]["insertText"], "y", "{r}");
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let prompt = c.engine.last_prompt();
     assert_eq!(prompt, "<|fim_prefix|>x = <|fim_suffix|>\n<|fim_middle|>");
 }
 
@@ -509,22 +354,16 @@ async fn malformed_messages_never_panic() {
 async fn settings_from_initialization_options_apply() {
     // Only Rust is enabled: a Python document gets no completion and the engine is not called.
     let init = json!({ "completion": { "debounceMs": 0, "languages": ["rust"] } });
-    let mut c = Client::start(|_| vec!["z".into()], Duration::ZERO, true, init).await;
+    let mut c = start(FakeEngine::answering("z"), true, init).await;
     let pos = c.open("file:///work/demo/s.py", "python", "a = $0\n").await;
     let r = c.inline("file:///work/demo/s.py", pos).await;
     assert!(r["result"].is_null(), "{r}");
-    assert!(c.engine.prompts.lock().unwrap().is_empty());
+    assert!(c.engine.prompts().is_empty());
 }
 
 #[tokio::test]
 async fn other_open_files_contribute_types_in_the_repo_level_form() {
-    let mut c = Client::start(
-        |_| vec!["Point { x: 0, y: 0 }".into()],
-        Duration::ZERO,
-        true,
-        no_debounce(),
-    )
-    .await;
+    let mut c = start(FakeEngine::answering("Point { x: 0, y: 0 }"), true, no_debounce()).await;
     c.open(
         "file:///work/demo/src/geom.rs",
         "rust",
@@ -540,7 +379,7 @@ async fn other_open_files_contribute_types_in_the_repo_level_form() {
         .await;
     let r = c.inline("file:///work/demo/src/main.rs", pos).await;
     assert_eq!(r["result"][0]["insertText"], "Point { x: 0, y: 0 }", "{r}");
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let prompt = c.engine.last_prompt();
     assert!(
         prompt.starts_with("<|repo_name|>demo\n<|file_sep|>src/geom.rs\npub struct Point {"),
         "{prompt}"
@@ -596,12 +435,7 @@ fn random_params_never_panic() {
         .enable_all()
         .build()
         .unwrap();
-    let mut c = rt.block_on(Client::start(
-        |_| vec!["ok".into()],
-        Duration::ZERO,
-        true,
-        no_debounce(),
-    ));
+    let mut c = rt.block_on(start(FakeEngine::answering("ok"), true, no_debounce()));
     rt.block_on(c.open("file:///work/demo/f.py", "python", "a = $0\n"));
     let c = std::cell::RefCell::new(c);
     let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
@@ -610,13 +444,7 @@ fn random_params_never_panic() {
     });
     runner
         .run(&(0..methods.len(), value), |(m, params)| {
-            let req = Request::build(methods[m].to_owned())
-                .id(1)
-                .params(params)
-                .finish();
-            let mut c = c.borrow_mut();
-            rt.block_on(async { c.service.ready().await.unwrap().call(req).await })
-                .expect("the service answers");
+            rt.block_on(c.borrow_mut().call(methods[m], Some(1), params));
             Ok(())
         })
         .unwrap();
@@ -634,7 +462,7 @@ fn random_params_never_panic() {
 async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     // Every request builds its prompt afresh (no typing-through, no anchored prompt).
     let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
-    let mut c = Client::start(|_| vec!["x".into()], Duration::ZERO, true, init).await;
+    let mut c = start(FakeEngine::answering("x"), true, init).await;
     let on_disk = tempfile::tempdir().unwrap();
     let disk_file = on_disk.path().join("main.rs");
     std::fs::write(&disk_file, "struct DiskSecret;\n").unwrap();
@@ -673,7 +501,7 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     .await;
     let pos = c.open(&uri, "rust", fixture).await;
     c.inline(&uri, pos).await;
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    let prompt = c.engine.last_prompt();
     assert!(
         prompt.contains("pub struct Point"),
         "a document inside the workspace lends: {prompt}"
@@ -696,8 +524,8 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     )
     .await;
     c.inline(&uri, pos).await;
-    assert_eq!(c.engine.prompts.lock().unwrap().len(), 2);
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(c.engine.prompts().len(), 2);
+    let prompt = c.engine.last_prompt();
     assert!(prompt.contains("pub struct SecretLib"), "{prompt}");
     c.notify(
         "workspace/didChangeWorkspaceFolders",
@@ -705,8 +533,8 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     )
     .await;
     c.inline(&uri, pos).await;
-    assert_eq!(c.engine.prompts.lock().unwrap().len(), 3);
-    let prompt = c.engine.prompts.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(c.engine.prompts().len(), 3);
+    let prompt = c.engine.last_prompt();
     assert!(!prompt.contains("SecretLib {"), "{prompt}");
 }
 
@@ -715,13 +543,7 @@ async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
 /// which way each was seen.
 #[tokio::test]
 async fn an_acceptance_is_seen_in_the_document_without_the_command() {
-    let mut c = Client::start(
-        |_| vec!["return w * h".into()],
-        Duration::ZERO,
-        false,
-        no_debounce(),
-    )
-    .await;
+    let mut c = start(FakeEngine::answering("return w * h"), false, no_debounce()).await;
     let uri = "file:///work/demo/area.py";
     let pos = c
         .open(uri, "python", "def area(w, h):\n    $0\n\nprint(area(2, 3))\n")
@@ -769,11 +591,7 @@ async fn an_acceptance_is_seen_in_the_document_without_the_command() {
 async fn a_null_configuration_answer_keeps_the_settings() {
     use futures::SinkExt;
     use tower_lsp_server::jsonrpc::Response;
-    let engine = Arc::new(FakeEngine {
-        answer: Box::new(|_| vec!["z".into()]),
-        delay: Duration::ZERO,
-        prompts: Mutex::new(vec![]),
-    });
+    let engine = FakeEngine::answering("z").shared();
     let (service, socket) = build_service(EngineSource::Ready(engine.clone()));
     let asked = Arc::new(Mutex::new(0));
     let (mut from_server, mut to_server) = socket.split();
@@ -787,11 +605,7 @@ async fn a_null_configuration_answer_keeps_the_settings() {
             }
         }
     });
-    let mut c = Client {
-        service,
-        next_id: 1,
-        engine,
-    };
+    let mut c = InProcess::of(service, engine);
     c.request(
         "initialize",
         json!({ "capabilities": {}, "initializationOptions": { "completion": { "debounceMs": 0, "languages": ["rust"] } } }),
@@ -822,20 +636,12 @@ async fn a_null_configuration_answer_keeps_the_settings() {
 /// its engine (made once the request times out, 5 s) and its completions.
 #[tokio::test]
 async fn an_unanswered_progress_request_does_not_keep_the_engine_from_starting() {
-    let engine = Arc::new(FakeEngine {
-        answer: Box::new(|_| vec!["z".into()]),
-        delay: Duration::ZERO,
-        prompts: Mutex::new(vec![]),
-    });
+    let engine = FakeEngine::answering("z").shared();
     let made = engine.clone();
     let (service, socket) = build_service(EngineSource::Deferred(Box::new(move |_| made)));
     // Server→client requests are read and never answered.
     tokio::spawn(socket.for_each(|_| async {}));
-    let mut c = Client {
-        service,
-        next_id: 1,
-        engine,
-    };
+    let mut c = InProcess::of(service, engine);
     c.request(
         "initialize",
         json!({ "capabilities": { "window": { "workDoneProgress": true } }, "initializationOptions": no_debounce() }),

@@ -10,10 +10,7 @@
 //! a completion in flight, a model loading on its own thread or in the handler, a daemon
 //! being started.
 
-mod common;
-
 use std::{
-    io::{Read, Write},
     path::Path,
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
@@ -24,272 +21,48 @@ use std::{
 };
 
 use laya::{
-    engine::{
-        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
-        Timing,
-    },
+    bench::lsp_client::frame,
+    engine::{Engine, ModelState},
     lsp::{
-        transport::{serve_lsp, EndReason, Ending, MAX_BODY, MAX_REQUESTS},
+        transport::{EndReason, Ending, MAX_BODY, MAX_REQUESTS},
         EngineSource,
     },
 };
 use serde_json::{json, Value};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    sync::mpsc,
+
+use crate::support::{
+    self,
+    engine::FakeEngine,
+    lsp::{null_answers, Wire},
 };
 
 /// How long `exit` or the end of the input may take to end a connection or a process.
 const END_WITHIN: Duration = Duration::from_secs(1);
 
-/// Answers every request at once with one fixed candidate.
-struct Constant;
+/// How long an answer may take before the test fails (a hang).
+const WAIT: Duration = Duration::from_secs(20);
 
-#[async_trait::async_trait]
-impl Engine for Constant {
-    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
-        Ok(CompletionOutput {
-            served_by: None,
-            choices: vec![Choice {
-                text: "value".into(),
-                finish_reason: FinishReason::StopToken,
-                tokens: 1,
-                logprob: None,
-            }],
-            timing: Timing::default(),
-        })
-    }
-
-    fn state(&self) -> ModelState {
-        ModelState::Ready {
-            load_time: Duration::ZERO,
-            device: "constant".into(),
-        }
-    }
+/// An engine that answers every request at once with one fixed candidate.
+fn constant() -> EngineSource {
+    EngineSource::Ready(FakeEngine::answering("value").shared())
 }
 
-/// Never answers and ignores its cancel flag: a model busy for ever (or still loading).
-struct Stuck;
-
-#[async_trait::async_trait]
-impl Engine for Stuck {
-    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
-        futures::future::pending().await
-    }
-
-    fn state(&self) -> ModelState {
-        ModelState::Loading
-    }
+/// A connection to `serve_lsp(source)` over in-memory pipes, and the server's task.
+fn in_memory(source: EngineSource) -> (Wire, tokio::task::JoinHandle<Ending>) {
+    Wire::in_memory(source, null_answers(), WAIT)
 }
 
-fn frame(body: &[u8]) -> Vec<u8> {
-    [format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes(), body].concat()
-}
-
-/// The server's output, read strictly: every frame must be `Content-Length` and JSON.
-#[derive(Default)]
-struct Frames(Vec<u8>);
-
-impl Frames {
-    fn next(&mut self) -> Option<Value> {
-        let end = self.0.windows(4).position(|w| w == b"\r\n\r\n")?;
-        let header = std::str::from_utf8(&self.0[..end]).expect("server headers are UTF-8");
-        let len: usize = header
-            .strip_prefix("Content-Length: ")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("the server wrote the header {header:?}"));
-        if self.0.len() < end + 4 + len {
-            return None;
-        }
-        let msg = serde_json::from_slice(&self.0[end + 4..end + 4 + len]).expect("server bodies are JSON");
-        self.0.drain(..end + 4 + len);
-        Some(msg)
-    }
-}
-
-/// What the client does with a message of the server: requests get an empty answer (as an
-/// editor that has no settings would give), notifications are dropped, answers are kept
-/// (each element of an array on its own).
-fn route(
-    msg: Value,
-    answers: &mpsc::UnboundedSender<Value>,
-    writes: &mpsc::UnboundedSender<Option<Vec<u8>>>,
-) {
-    match (msg.get("method"), msg.get("id")) {
-        (Some(_), Some(id)) => {
-            let reply = json!({ "jsonrpc": "2.0", "id": id, "result": null });
-            let _ = writes.send(Some(frame(reply.to_string().as_bytes())));
-        }
-        (Some(_), None) => {}
-        _ => match msg {
-            Value::Array(each) => each.into_iter().for_each(|m| {
-                let _ = answers.send(m);
-            }),
-            m => {
-                let _ = answers.send(m);
-            }
-        },
-    }
-}
-
-/// The client end of one connection: raw bytes out, the server's answers in.
-struct Client {
-    writes: mpsc::UnboundedSender<Option<Vec<u8>>>,
-    answers: mpsc::UnboundedReceiver<Value>,
-    next_id: i64,
-}
-
-impl Client {
-    /// A connection to `serve_lsp` over in-memory pipes.
-    fn in_memory(source: EngineSource) -> (Client, tokio::task::JoinHandle<Ending>) {
-        let (client, server) = tokio::io::duplex(1 << 16);
-        let (server_in, server_out) = tokio::io::split(server);
-        let server = tokio::spawn(serve_lsp(source, server_in, server_out));
-        let (mut input, mut output) = tokio::io::split(client);
-        let (writes, mut to_write) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-        tokio::spawn(async move {
-            while let Some(w) = to_write.recv().await {
-                match w {
-                    Some(bytes) if output.write_all(&bytes).await.is_ok() => {}
-                    _ => break,
-                }
-            }
-            let _ = output.shutdown().await;
-        });
-        let (answers_tx, answers) = mpsc::unbounded_channel();
-        let replies = writes.clone();
-        tokio::spawn(async move {
-            let mut frames = Frames::default();
-            let mut chunk = vec![0u8; 1 << 16];
-            loop {
-                while let Some(m) = frames.next() {
-                    route(m, &answers_tx, &replies);
-                }
-                match input.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => frames.0.extend_from_slice(&chunk[..n]),
-                }
-            }
-            assert!(frames.0.is_empty(), "the server's output ended inside a message");
-        });
-        let c = Client {
-            writes,
-            answers,
-            next_id: 1000,
-        };
-        (c, server)
-    }
-
-    /// A connection to `child` (a `laya lsp` started with piped stdin and stdout).
-    fn process(child: &mut Child) -> Client {
-        let mut stdin = child.stdin.take().unwrap();
-        let mut stdout = child.stdout.take().unwrap();
-        let (writes, mut to_write) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-        std::thread::spawn(move || {
-            while let Some(Some(bytes)) = to_write.blocking_recv() {
-                if stdin.write_all(&bytes).and_then(|_| stdin.flush()).is_err() {
-                    break;
-                }
-            }
-            // Dropping stdin closes it: the end of the server's input.
-        });
-        let (answers_tx, answers) = mpsc::unbounded_channel();
-        let replies = writes.clone();
-        std::thread::spawn(move || {
-            let mut frames = Frames::default();
-            let mut chunk = vec![0u8; 1 << 16];
-            loop {
-                while let Some(m) = frames.next() {
-                    route(m, &answers_tx, &replies);
-                }
-                match stdout.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => frames.0.extend_from_slice(&chunk[..n]),
-                }
-            }
-        });
-        Client {
-            writes,
-            answers,
-            next_id: 1000,
-        }
-    }
-
-    fn raw(&self, bytes: &[u8]) {
-        let _ = self.writes.send(Some(bytes.to_vec()));
-    }
-
-    fn send(&self, msg: Value) {
-        self.raw(&frame(msg.to_string().as_bytes()));
-    }
-
-    fn notify(&self, method: &str, params: Value) {
-        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
-    }
-
-    /// Closes the server's input.
-    fn close(&self) {
-        let _ = self.writes.send(None);
-    }
-
-    /// Sends a request and returns its id.
-    fn start(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = json!(self.next_id);
-        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
-        id
-    }
-
-    /// The next answer; `None` once the server's output closed. A hang fails the test.
-    async fn next(&mut self) -> Option<Value> {
-        tokio::time::timeout(Duration::from_secs(20), self.answers.recv())
-            .await
-            .expect("no answer from the server in 20 s")
-    }
-
-    /// The answers up to the one to `id`: (those before it, it).
-    async fn until(&mut self, id: &Value) -> (Vec<Value>, Value) {
-        let mut before = vec![];
-        loop {
-            match self.next().await {
-                Some(m) if m["id"] == *id => return (before, m),
-                Some(m) => before.push(m),
-                None => panic!("the server closed its output before answering {id}; before: {before:?}"),
-            }
-        }
-    }
-
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.start(method, params);
-        let (before, answer) = self.until(&id).await;
-        assert!(
-            before.is_empty(),
-            "{method}: unexpected answers first: {before:?}"
-        );
-        answer
-    }
-
-    /// `initialize` (no debounce) and `initialized`; returns the answers that came before
-    /// `initialize`'s.
-    async fn initialize(&mut self) -> Vec<Value> {
-        let id = self.start(
-            "initialize",
-            json!({ "capabilities": {}, "initializationOptions": { "completion": { "debounceMs": 0 } } }),
-        );
-        let (before, r) = self.until(&id).await;
-        assert!(r["result"]["capabilities"].is_object(), "{r}");
-        self.notify("initialized", json!({}));
-        before
-    }
-
-    /// Every answer until the server closes its output.
-    async fn rest(&mut self) -> Vec<Value> {
-        let mut rest = vec![];
-        while let Some(m) = self.next().await {
-            rest.push(m);
-        }
-        rest
-    }
+/// `initialize` (no debounce) and `initialized`; returns the answers that came before
+/// `initialize`'s.
+async fn initialize(c: &mut Wire) -> Vec<Value> {
+    let id = c.start(
+        "initialize",
+        json!({ "capabilities": {}, "initializationOptions": { "completion": { "debounceMs": 0 } } }),
+    );
+    let (before, r) = c.until(&id).await.unwrap();
+    assert!(r["result"]["capabilities"].is_object(), "{r}");
+    c.notify("initialized", json!({}));
+    before
 }
 
 // ---------------------------------------------------------------------------------------
@@ -542,12 +315,12 @@ fn faults() -> Vec<Fault> {
 
 /// Sends each fault, then a probe; the answers before the probe's must be the fault's, and
 /// the probe must get its proper answer. Returns how many faults were sent.
-async fn each_fault_then_a_probe(c: &mut Client) -> usize {
+async fn each_fault_then_a_probe(c: &mut Wire) -> usize {
     let faults = faults();
     for f in &faults {
         c.raw(&f.bytes);
         let probe = c.start("laya/acceptance", Value::Null);
-        let (before, answer) = c.until(&probe).await;
+        let (before, answer) = c.until(&probe).await.unwrap();
         assert!(
             answer["result"]["shown"].is_u64(),
             "{}: the probe got {answer}",
@@ -572,10 +345,11 @@ async fn each_fault_then_a_probe(c: &mut Client) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_is_answered_and_the_same_connection_keeps_serving() {
-    let (mut c, server) = Client::in_memory(EngineSource::Ready(Arc::new(Constant)));
+    let _quiet = support::quiet_cpu().await;
+    let (mut c, server) = in_memory(constant());
     // Faults before `initialize` too: the server is not confused by them.
     c.raw(&frame(b"{bad}"));
-    let before = c.initialize().await;
+    let before = initialize(&mut c).await;
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(before[0]["error"]["code"], -32700, "{before:?}");
     let uri = "file:///t/a.py";
@@ -591,9 +365,9 @@ async fn every_fault_is_answered_and_the_same_connection_keeps_serving() {
             "textDocument/inlineCompletion",
             json!({ "textDocument": { "uri": uri }, "position": { "line": 0, "character": 4 }, "context": { "triggerKind": 1 } }),
         )
-        .await;
+        .await.unwrap();
     assert_eq!(r["result"][0]["insertText"], "value", "{r}");
-    let r = c.request("shutdown", Value::Null).await;
+    let r = c.request("shutdown", Value::Null).await.unwrap();
     assert!(r.get("error").is_none(), "{r}");
     c.notify("exit", Value::Null);
     let started = Instant::now();
@@ -614,15 +388,15 @@ async fn every_fault_is_answered_and_the_same_connection_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_split_across_writes_is_the_same_fault() {
-    let (mut c, _server) = Client::in_memory(EngineSource::Ready(Arc::new(Constant)));
-    assert_eq!(c.initialize().await, Vec::<Value>::new());
+    let (mut c, _server) = in_memory(constant());
+    assert_eq!(initialize(&mut c).await, Vec::<Value>::new());
     // Each byte in its own write: the answers do not depend on how the input is cut.
     for f in faults() {
         for b in &f.bytes {
             c.raw(&[*b]);
         }
         let probe = c.start("laya/acceptance", Value::Null);
-        let (before, answer) = c.until(&probe).await;
+        let (before, answer) = c.until(&probe).await.unwrap();
         assert!(answer["result"]["shown"].is_u64(), "{}: {answer}", f.name);
         assert_eq!(before.len(), f.answers.len(), "{}: {before:?}", f.name);
     }
@@ -630,8 +404,8 @@ async fn a_fault_split_across_writes_is_the_same_fault() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_limit_are_refused_at_once_and_notifications_still_pass() {
-    let (mut c, _server) = Client::in_memory(EngineSource::Ready(Arc::new(Stuck)));
-    c.initialize().await;
+    let (mut c, _server) = in_memory(EngineSource::Ready(FakeEngine::stuck().shared()));
+    initialize(&mut c).await;
     // One stuck completion per document (a newer one would cancel the older on its document).
     let mut stuck = vec![];
     for i in 0..MAX_REQUESTS {
@@ -645,14 +419,14 @@ async fn requests_beyond_the_limit_are_refused_at_once_and_notifications_still_p
             json!({ "textDocument": { "uri": uri }, "position": { "line": 0, "character": 4 }, "context": { "triggerKind": 1 } }),
         ));
     }
-    let r = c.request("laya/acceptance", Value::Null).await;
+    let r = c.request("laya/acceptance", Value::Null).await.unwrap();
     assert_eq!(r["error"]["code"], -32803, "{r}");
     // `$/cancelRequest` is a notification: it passes, and frees a place.
     c.notify("$/cancelRequest", json!({ "id": stuck[0] }));
-    let r = c.next().await.unwrap();
+    let r = c.next().await.unwrap().unwrap();
     assert_eq!(r["id"], stuck[0], "{r}");
     assert_eq!(r["error"]["code"], -32800, "{r}");
-    let r = c.request("laya/acceptance", Value::Null).await;
+    let r = c.request("laya/acceptance", Value::Null).await.unwrap();
     assert!(r["result"]["shown"].is_u64(), "{r}");
 }
 
@@ -694,13 +468,14 @@ fn block_until(release: &AtomicBool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_and_the_end_of_input_end_the_connection_within_a_second_in_every_state() {
+    let _quiet = support::quiet_cpu().await;
     for state in STATES {
         for by_exit in [true, false] {
             // Ends the model loads of this case (each blocks a thread until then).
             let release = Arc::new(AtomicBool::new(false));
             let case = format!("{state:?}, {}", if by_exit { "exit" } else { "end of input" });
             let source = match state {
-                State::CompletionInFlight => EngineSource::Ready(Arc::new(Stuck)),
+                State::CompletionInFlight => EngineSource::Ready(FakeEngine::stuck().shared()),
                 State::ModelLoadingOnItsThread => {
                     let release = release.clone();
                     EngineSource::Deferred(Box::new(move |report| {
@@ -709,26 +484,26 @@ async fn exit_and_the_end_of_input_end_the_connection_within_a_second_in_every_s
                             .name("model".into())
                             .spawn(move || block_until(&release))
                             .unwrap();
-                        Arc::new(Stuck) as Arc<dyn Engine>
+                        FakeEngine::stuck().shared() as Arc<dyn Engine>
                     }))
                 }
                 State::ModelLoadingInTheHandler => {
                     let release = release.clone();
                     EngineSource::Deferred(Box::new(move |_| {
                         block_until(&release);
-                        Arc::new(Stuck) as Arc<dyn Engine>
+                        FakeEngine::stuck().shared() as Arc<dyn Engine>
                     }))
                 }
-                _ => EngineSource::Ready(Arc::new(Constant)),
+                _ => constant(),
             };
-            let (mut c, server) = Client::in_memory(source);
+            let (mut c, server) = in_memory(source);
             let mut in_flight = None;
             if state != State::Fresh {
-                assert_eq!(c.initialize().await, Vec::<Value>::new());
+                assert_eq!(initialize(&mut c).await, Vec::<Value>::new());
             }
             match state {
                 State::ShutDown => {
-                    let r = c.request("shutdown", Value::Null).await;
+                    let r = c.request("shutdown", Value::Null).await.unwrap();
                     assert!(r.get("error").is_none(), "{case}: {r}");
                 }
                 State::CompletionInFlight => {
@@ -772,7 +547,7 @@ async fn exit_and_the_end_of_input_end_the_connection_within_a_second_in_every_s
             );
             assert_eq!(ending.exit_code(), u8::from(state != State::ShutDown), "{case}");
             // The output closes, and a request in flight got exactly one answer: cancelled.
-            let rest = c.rest().await;
+            let rest = c.rest().await.unwrap();
             if let Some(id) = in_flight {
                 let answers: Vec<&Value> = rest.iter().filter(|m| m["id"] == id).collect();
                 assert_eq!(answers.len(), 1, "{case}: {rest:?}");
@@ -787,7 +562,7 @@ async fn exit_and_the_end_of_input_end_the_connection_within_a_second_in_every_s
 // The built process.
 
 fn laya_lsp(args: &[&str], runtime_dir: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
+    support::laya()
         .arg("lsp")
         .args(args)
         .env("LAYA_RUNTIME_DIR", runtime_dir)
@@ -818,15 +593,16 @@ fn ended(child: &mut Child, since: Instant, case: &str) -> ExitStatus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn laya_lsp_answers_every_fault_on_its_stdio_and_keeps_serving() {
+    let _quiet = support::quiet_cpu().await;
     let tmp = tempfile::tempdir().unwrap();
     let mut child = laya_lsp(&["--remote-url", "http://127.0.0.1:1"], tmp.path());
-    let mut c = Client::process(&mut child);
+    let mut c = Wire::process(&mut child, null_answers(), WAIT);
     c.raw(&frame(b"[]"));
-    let before = c.initialize().await;
+    let before = initialize(&mut c).await;
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(before[0]["error"]["code"], -32600, "{before:?}");
     each_fault_then_a_probe(&mut c).await;
-    let r = c.request("shutdown", Value::Null).await;
+    let r = c.request("shutdown", Value::Null).await.unwrap();
     assert!(r.get("error").is_none(), "{r}");
     c.notify("exit", Value::Null);
     let status = ended(&mut child, Instant::now(), "shutdown, exit");
@@ -840,8 +616,9 @@ fn mkfifo(path: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn laya_lsp_ends_within_a_second_on_exit_or_the_end_of_its_input_in_every_state() {
+    let _quiet = support::quiet_cpu().await;
     let tmp = tempfile::tempdir().unwrap();
-    let stub = common::daemon::stub();
+    let stub = support::daemon::stub();
     // The stub answers after a minute: a completion stays in flight.
     stub.delay_ms.store(60_000, Ordering::Relaxed);
     // A model file that is a FIFO nobody writes: opening it blocks, the load never ends.
@@ -853,7 +630,7 @@ async fn laya_lsp_ends_within_a_second_on_exit_or_the_end_of_its_input_in_every_
     let loading = ["--in-process", "--small", &fifo, "--large", "none", "--no-cache"];
     let daemon = ["--small", &fifo, "--large", "none", "--no-http", "--no-cache"];
     let runtime = tmp.path().join("rt");
-    let _daemons = common::daemon::KillDaemons(runtime.clone());
+    let _daemons = support::daemon::KillDaemons(runtime.clone());
     let cases: [(&str, &[&str]); 6] = [
         ("fresh", &remote),
         ("initialized", &remote),
@@ -866,14 +643,14 @@ async fn laya_lsp_ends_within_a_second_on_exit_or_the_end_of_its_input_in_every_
         for by_exit in [true, false] {
             let case = format!("{state}, {}", if by_exit { "exit" } else { "end of input" });
             let mut child = laya_lsp(args, &runtime);
-            let mut c = Client::process(&mut child);
+            let mut c = Wire::process(&mut child, null_answers(), WAIT);
             if state != "fresh" {
-                assert_eq!(c.initialize().await, Vec::<Value>::new());
+                assert_eq!(initialize(&mut c).await, Vec::<Value>::new());
             }
             let mut shutdown = false;
             match state {
                 "shut down" => {
-                    let r = c.request("shutdown", Value::Null).await;
+                    let r = c.request("shutdown", Value::Null).await.unwrap();
                     assert!(r.get("error").is_none(), "{case}: {r}");
                     shutdown = true;
                 }

@@ -4,9 +4,7 @@
 //! computed in f32 and agrees to ~1e-6. On CUDA (Hopper), f32 matmuls and attention run on
 //! TF32 tensor cores (10-bit mantissa), so those ops get a GPU tolerance of 2e-3.
 
-mod common;
-
-use common::{assert_close, mlx, Backend, Lcg};
+use crate::support::{assert_close, mlx, Backend, Lcg};
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
     ops::{

@@ -6,19 +6,17 @@
 //! (`laya models fetch qwen2.5-coder-1.5b`); `scripts/test.sh` prepares both. Without them
 //! the tests fail and say which command installs what is missing.
 
-mod common;
-
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
-use axum::{routing::get, routing::post, Json, Router};
-use common::daemon::*;
 use laya::bench::lsp_client::LspProcess;
 use serde_json::{json, Value};
+
+use crate::support::{self, daemon::*, laya};
 
 /// The code around the cursor (the answer differs from the stub's, so the two cannot be
 /// confused).
@@ -168,6 +166,7 @@ impl LlamaServer {
 
 #[test]
 fn serve_with_a_llama_cpp_large_tier_answers_with_llama_cpps_own_text() {
+    let _busy = support::busy_cpu();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = Instant::now();
     let llama = LlamaServer::start();
@@ -247,74 +246,14 @@ fn serve_with_a_llama_cpp_large_tier_answers_with_llama_cpps_own_text() {
     );
 }
 
-/// Forwards `/v1/models` and `/v1/completions` to `target`, recording each completion's
-/// request and llama.cpp's answer.
-struct Recorder {
-    url: String,
-    exchanges: Arc<Mutex<Vec<(Value, Value)>>>,
-}
-
-fn recorder(target: &str) -> Recorder {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let exchanges = Arc::new(Mutex::new(vec![]));
-    let (ex, models_url, completions_url) = (
-        exchanges.clone(),
-        format!("{target}/models"),
-        format!("{target}/completions"),
-    );
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new()
-                .route(
-                    "/v1/models",
-                    get(move || async move {
-                        let v = tokio::task::spawn_blocking(move || {
-                            ureq::get(&models_url)
-                                .call()
-                                .ok()
-                                .and_then(|r| r.into_json::<Value>().ok())
-                        });
-                        Json(v.await.ok().flatten().unwrap_or(Value::Null))
-                    }),
-                )
-                .route(
-                    "/v1/completions",
-                    post(move |Json(body): Json<Value>| {
-                        let (ex, url) = (ex.clone(), completions_url.clone());
-                        async move {
-                            let sent = body.clone();
-                            let v = tokio::task::spawn_blocking(move || {
-                                ureq::post(&url)
-                                    .timeout(Duration::from_secs(60))
-                                    .send_json(sent)
-                                    .ok()
-                                    .and_then(|r| r.into_json::<Value>().ok())
-                            });
-                            let answer = v.await.ok().flatten().unwrap_or(Value::Null);
-                            ex.lock().unwrap().push((body, answer.clone()));
-                            Json(answer)
-                        }
-                    }),
-                );
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
-    Recorder { url, exchanges }
-}
-
 #[test]
 fn lsp_with_a_llama_cpp_remote_completes_from_its_answer() {
+    let _busy = support::busy_cpu();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = Instant::now();
     let llama = LlamaServer::start();
-    let rec = recorder(&llama.url);
+    // Passes the requests on to llama.cpp, recording each with llama.cpp's answer.
+    let rec = forwarding(&llama.url);
 
     let tmp = tempfile::tempdir().unwrap();
     let mut cmd = laya();

@@ -3,8 +3,6 @@
 //! requests (body, tokens, candidates, sequence, socket line), no file read on a client's
 //! behalf, and no shell run with a client's text. Each test fails if its property breaks.
 
-mod common;
-
 use std::{
     io::{BufRead, BufReader, Read, Write},
     net::{SocketAddr, TcpStream, UdpSocket},
@@ -14,8 +12,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::daemon::{
-    http, json_of, laya, serve_in, serve_stub, serve_with, socket_request, stub, stub_tiers,
+use crate::support::{
+    daemon::{
+        assert_private, http, json_of, serve_in, serve_stub, serve_with, socket_request, stub, stub_tiers,
+    },
+    laya,
 };
 use laya::{
     bench::memory::rss_bytes,
@@ -225,10 +226,7 @@ fn the_runtime_directory_must_be_private_and_owned_by_this_user() {
         &dir,
         &["--small-remote", &stub.url, "--large", "none", "--no-http"],
     );
-    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-    let sock = std::fs::symlink_metadata(dir.join("laya.sock")).unwrap();
-    assert_eq!(sock.mode() & 0o777, 0o600);
-    assert_eq!(sock.uid(), rustix::process::getuid().as_raw());
+    assert_private(&dir);
     drop(d);
 }
 

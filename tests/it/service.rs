@@ -4,23 +4,16 @@
 
 use std::{path::Path, process::Command};
 
+use crate::support::{self, run};
+
 fn laya(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_laya"));
+    let mut c = support::laya();
     c.env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join("cfg"))
         .env_remove("LAYA_MODEL_DIR")
         .env_remove("LAYA_RUNTIME_DIR")
         .env_remove("LAYA_LOG");
     c
-}
-
-fn run(c: &mut Command) -> (i32, String, String) {
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn exe() -> String {

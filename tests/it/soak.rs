@@ -15,18 +15,25 @@ use laya::{
     },
 };
 
+use crate::support;
+
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_prefix_bound() {
-    use_device(DevicePref::Cpu).unwrap();
+    let _busy = support::busy_cpu();
     let gguf = laya::catalog::find("qwen2.5-coder-0.5b").unwrap().local_path();
     assert!(
         gguf.is_file(),
         "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let model = soak::tiny_model(&tmp.path().join("tiny"), &gguf).unwrap();
+    let model = {
+        // Written with MLX in this process, on the CPU.
+        let _mlx = support::mlx();
+        use_device(DevicePref::Cpu).unwrap();
+        soak::tiny_model(&tmp.path().join("tiny"), &gguf).unwrap()
+    };
     let (entries, bytes) = (16, 4 * MIB as usize);
     let max_tokens = 8;
     let cfg = Config {

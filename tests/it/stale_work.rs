@@ -5,7 +5,7 @@
 //! editor's `$/cancelRequest`, a newer request for the same document, and a `laya lsp` that
 //! is killed or whose editor closes its input.
 //!
-//! Real processes (`laya serve`, `laya lsp`) on the tiny GGUF of `common::gguf` (it writes `a`
+//! Real processes (`laya serve`, `laya lsp`) on the tiny GGUF of `support::gguf` (it writes `a`
 //! until told to stop), on the CPU. The assertions are on counts the daemon's status reports
 //! (`abandoned`, and per model `work`: requests, cancelled, prompt chunks and tokens, decode
 //! steps), never on speed: the status read that first shows a request abandoned was made
@@ -14,21 +14,19 @@
 //! that left, these tests fail (a prompt of 12,000 tokens prefills for seconds on this model;
 //! 8,000 tokens decode for seconds).
 
-mod common;
-
 use std::{
-    io::{BufReader, Write},
+    io::Write,
     net::{SocketAddr, TcpStream},
     os::unix::net::UnixStream,
     path::Path,
-    process::{Child, ChildStdin, Stdio},
-    sync::mpsc::{self, Receiver},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
-use common::{daemon::*, gguf};
-use laya::bench::lsp_client::read_message;
+use laya::bench::lsp_client::LspProcess;
 use serde_json::{json, Value};
+
+use crate::support::{self, daemon::*, gguf};
 
 /// Prompt tokens of a request that is to be left while it prefills (the tiny model's
 /// vocabulary is bytes: one token a byte).
@@ -255,6 +253,7 @@ fn stopped_within_one_piece(
 
 #[test]
 fn a_client_that_leaves_while_its_request_prefills_or_decodes_stops_it_within_one_piece() {
+    let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_daemon(tmp.path());
     let addr = d.http.unwrap();
@@ -297,6 +296,7 @@ fn a_client_that_leaves_while_its_request_prefills_or_decodes_stops_it_within_on
 
 #[test]
 fn a_queued_request_whose_client_leaves_never_reaches_the_model() {
+    let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_daemon(tmp.path());
     let addr = d.http.unwrap();
@@ -332,135 +332,38 @@ fn a_queued_request_whose_client_leaves_never_reaches_the_model() {
     assert_eq!(end.work.cancelled, base.work.cancelled + 1, "{end:?}");
 }
 
-/// A `laya lsp` process driven over its stdio without waiting for answers.
-struct Editor {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    messages: Receiver<Value>,
-    next_id: u64,
+/// `laya lsp` for the daemon of `dir`, initialized (no debounce, a prompt budget that holds the
+/// whole of [`long_file`], so a prompt has more tokens than the file has bytes), its model
+/// ready.
+fn editor(dir: &Path) -> LspProcess {
+    let settings = json!({ "completion": { "debounceMs": 0, "budget": { "maxTokens": 8000 } } });
+    lsp_configured(dir, &[], settings, Some(Duration::from_secs(30)))
 }
 
-impl Editor {
-    /// `laya lsp` for the daemon of `dir`, initialized (no debounce, a prompt budget that
-    /// holds the whole of [`long_file`], so a prompt has more tokens than the file has bytes),
-    /// its model ready.
-    fn start(dir: &Path) -> Editor {
-        let mut child = laya()
-            .arg("lsp")
-            .env("LAYA_RUNTIME_DIR", dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, messages) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            while let Some(m) = read_message(&mut r) {
-                if tx.send(m).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut e = Editor {
-            child,
-            stdin,
-            messages,
-            next_id: 1,
-        };
-        let id = e.request(
-            "initialize",
-            json!({ "processId": null, "rootUri": null, "capabilities": {},
-                "initializationOptions": { "completion": { "debounceMs": 0, "budget": { "maxTokens": 8000 } } } }),
-        );
-        e.answer(id);
-        e.notify("initialized", json!({}));
-        e.wait(|m| {
-            m["method"] == "window/logMessage"
-                && m["params"]["message"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("model ready"))
-        });
-        e
+/// Open `uri` with `text` (or change it to `text`, from version 2 on) and ask for an inline
+/// completion at its end, without waiting for the answer; returns the request's id.
+fn complete_at_end(editor: &mut LspProcess, uri: &str, text: &str, version: i32) -> u64 {
+    if version == 1 {
+        editor.open(uri, "python", text).unwrap();
+    } else {
+        editor.change(uri, version, text).unwrap();
     }
-
-    fn send(&mut self, v: Value) {
-        let body = v.to_string();
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn notify(&mut self, method: &str, params: Value) {
-        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
-    }
-
-    /// Send a request; its answer is read later ([`answer`](Self::answer)).
-    fn request(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
-        id
-    }
-
-    /// The next message `pick` accepts, answering the server's own requests meanwhile.
-    fn wait(&mut self, pick: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let m = self
-                .messages
-                .recv_timeout(left)
-                .expect("an answer from laya lsp within 30 s");
-            if pick(&m) {
-                return m;
-            }
-            if let (Some(method), Some(id)) = (m["method"].as_str(), m.get("id")) {
-                let result = if method == "workspace/configuration" {
-                    json!([null])
-                } else {
-                    Value::Null
-                };
-                let id = id.clone();
-                self.send(json!({ "jsonrpc": "2.0", "id": id, "result": result }));
-            }
-        }
-    }
-
-    fn answer(&mut self, id: u64) -> Value {
-        self.wait(|m| m.get("method").is_none() && m["id"] == json!(id))
-    }
-
-    /// Open `uri` with `text` and ask for an inline completion at its end.
-    fn complete_at_end(&mut self, uri: &str, text: &str, version: i32) -> u64 {
-        if version == 1 {
-            self.notify(
-                "textDocument/didOpen",
-                json!({ "textDocument": { "uri": uri, "languageId": "python", "version": 1, "text": text } }),
-            );
-        } else {
-            self.notify(
-                "textDocument/didChange",
-                json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": text }] }),
-            );
-        }
-        let line = text.lines().count() as u32 - 1;
-        let col = text.lines().last().unwrap().len() as u32;
-        self.request(
+    let line = text.lines().count() as u32 - 1;
+    let col = text.lines().last().unwrap().len() as u32;
+    editor
+        .start(
             "textDocument/inlineCompletion",
             json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": col },
                 "context": { "triggerKind": 1 } }),
         )
-    }
+        .unwrap()
 }
 
-impl Drop for Editor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The answer to the editor's request `id` (30 s at most).
+fn answer(editor: &mut LspProcess, id: u64) -> Value {
+    editor
+        .answer(id, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("an answer from laya lsp within 30 s: {e}"))
 }
 
 /// A Python file of 12 KB (12,000 tokens and more for the tiny model: seconds of prefill),
@@ -484,6 +387,7 @@ enum Leave {
 
 #[test]
 fn an_editor_that_cancels_or_goes_away_stops_its_request_in_the_daemon() {
+    let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_daemon(tmp.path());
     let addr = d.http.unwrap();
@@ -491,23 +395,23 @@ fn an_editor_that_cancels_or_goes_away_stops_its_request_in_the_daemon() {
         .into_iter()
         .enumerate()
     {
-        let mut editor = Editor::start(&d.dir);
+        let mut editor = editor(&d.dir);
         let base = idle(addr, counts(addr).work.requests);
         let text = long_file(&format!("{leave:?}"));
-        let id = editor.complete_at_end(&format!("file:///t/case{i}.py"), &text, 1);
+        let id = complete_at_end(&mut editor, &format!("file:///t/case{i}.py"), &text, 1);
         under_way(addr, Stage::Prefill, &base.work, text.len());
         match leave {
             Leave::CancelRequest => {
-                editor.notify("$/cancelRequest", json!({ "id": id }));
-                let a = editor.answer(id);
+                editor.notify("$/cancelRequest", json!({ "id": id })).unwrap();
+                let a = answer(&mut editor, id);
                 assert_eq!(a["error"]["code"], -32800, "RequestCancelled: {a}");
             }
             Leave::Kill => drop(editor),
             Leave::CloseInput => {
                 // The editor exits: its end of the pipes closes.
-                drop(editor.stdin.take());
+                editor.close_input();
                 let deadline = Instant::now() + Duration::from_secs(10);
-                while editor.child.try_wait().unwrap().is_none() {
+                while editor.try_wait().unwrap().is_none() {
                     assert!(
                         Instant::now() < deadline,
                         "laya lsp still runs 10 s after its input closed"
@@ -533,19 +437,20 @@ fn an_editor_that_cancels_or_goes_away_stops_its_request_in_the_daemon() {
 
 #[test]
 fn a_newer_request_for_the_same_document_stops_the_older_one_in_the_daemon() {
+    let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_daemon(tmp.path());
     let addr = d.http.unwrap();
-    let mut editor = Editor::start(&d.dir);
+    let mut editor = editor(&d.dir);
     let base = idle(addr, counts(addr).work.requests);
     let uri = "file:///t/newer.py";
     let text = long_file("newer");
-    let older = editor.complete_at_end(uri, &text, 1);
+    let older = complete_at_end(&mut editor, uri, &text, 1);
     under_way(addr, Stage::Prefill, &base.work, text.len());
-    let newer = editor.complete_at_end(uri, &format!("{text}1"), 2);
-    let a = editor.answer(older);
+    let newer = complete_at_end(&mut editor, uri, &format!("{text}1"), 2);
+    let a = answer(&mut editor, older);
     assert_eq!(a["error"]["code"], -32800, "the older one: RequestCancelled: {a}");
-    let b = editor.answer(newer);
+    let b = answer(&mut editor, newer);
     assert!(b.get("error").is_none(), "the newer one is answered: {b}");
     let end = idle(addr, base.work.requests + 2);
     assert_eq!(end.abandoned, base.abandoned + 1, "{end:?}");

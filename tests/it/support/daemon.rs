@@ -1,5 +1,6 @@
-//! `laya serve` and `laya lsp` as processes, for the daemon and fault tests: an
-//! OpenAI-compatible stub to point tiers at, daemon start-up, HTTP and socket exchanges.
+//! `laya serve` and `laya lsp` as processes, for the daemon, fault and remote tests: the
+//! OpenAI-compatible stub to point tiers at, daemon start-up, HTTP and socket exchanges, and
+//! `laya lsp` through `laya::bench::lsp_client::LspProcess`.
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -17,51 +18,94 @@ use axum::{routing::get, routing::post, Json, Router};
 use laya::bench::lsp_client::LspProcess;
 use serde_json::{json, Value};
 
+use super::laya;
+
 pub const STUB_TEXT: &str = "a + b";
 
-/// An OpenAI-compatible stub: answers every completion with [`STUB_TEXT`] after `delay_ms`
-/// and records the prompts in the order it started answering them.
+/// The tests' one OpenAI-compatible server (`/v1/models`, `/v1/completions`): it answers
+/// every completion with [`STUB_TEXT`] ([`stub`]) or with what another server answers
+/// ([`forwarding`]), after `delay_ms`, and records the prompts in the order it started
+/// answering them and each completion's request with its answer.
 pub struct Stub {
     pub url: String,
     pub prompts: Arc<Mutex<Vec<String>>>,
+    pub exchanges: Arc<Mutex<Vec<(Value, Value)>>>,
     pub delay_ms: Arc<AtomicU64>,
 }
 
 pub fn stub() -> Stub {
+    start_stub(None)
+}
+
+/// A stub that passes `/v1/models` and `/v1/completions` on to `target` (`http://…/v1`).
+pub fn forwarding(target: &str) -> Stub {
+    start_stub(Some(target.to_owned()))
+}
+
+/// `target`'s answer (JSON) to a GET (`body` `None`) or a POST of `body`; null if none came.
+async fn upstream(url: String, body: Option<Value>) -> Value {
+    let answer = tokio::task::spawn_blocking(move || {
+        let r = match body {
+            Some(b) => ureq::post(&url).timeout(Duration::from_secs(60)).send_json(b),
+            None => ureq::get(&url).call(),
+        };
+        r.ok().and_then(|r| r.into_json::<Value>().ok())
+    });
+    answer.await.ok().flatten().unwrap_or(Value::Null)
+}
+
+fn start_stub(target: Option<String>) -> Stub {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let prompts = Arc::new(Mutex::new(vec![]));
+    let exchanges = Arc::new(Mutex::new(vec![]));
     let delay_ms = Arc::new(AtomicU64::new(0));
-    let (p, d) = (prompts.clone(), delay_ms.clone());
+    let (p, ex, d) = (prompts.clone(), exchanges.clone(), delay_ms.clone());
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async move {
+            let models_target = target.clone();
             let app = Router::new()
                 .route(
                     "/v1/models",
-                    get(|| async { Json(json!({ "object": "list", "data": [{ "id": "stub-coder" }] })) }),
+                    get(move || {
+                        let target = models_target.clone();
+                        async move {
+                            Json(match target {
+                                Some(t) => upstream(format!("{t}/models"), None).await,
+                                None => json!({ "object": "list", "data": [{ "id": "stub-coder" }] }),
+                            })
+                        }
+                    }),
                 )
                 .route(
                     "/v1/completions",
                     post(move |Json(body): Json<Value>| {
-                        let (p, d) = (p.clone(), d.clone());
+                        let (p, ex, d, target) = (p.clone(), ex.clone(), d.clone(), target.clone());
                         async move {
                             p.lock()
                                 .unwrap()
                                 .push(body["prompt"].as_str().unwrap_or("").to_owned());
                             tokio::time::sleep(Duration::from_millis(d.load(Ordering::Relaxed))).await;
-                            let n = body["n"].as_u64().unwrap_or(1);
-                            let choices: Vec<Value> = (0..n)
-                                .map(|i| json!({ "index": i, "text": STUB_TEXT, "finish_reason": "stop" }))
-                                .collect();
-                            Json(json!({
-                                "choices": choices,
-                                "usage": { "prompt_tokens": 7, "completion_tokens": 3 },
-                            }))
+                            let answer = match target {
+                                Some(t) => upstream(format!("{t}/completions"), Some(body.clone())).await,
+                                None => {
+                                    let n = body["n"].as_u64().unwrap_or(1);
+                                    let choices: Vec<Value> = (0..n)
+                                        .map(|i| json!({ "index": i, "text": STUB_TEXT, "finish_reason": "stop" }))
+                                        .collect();
+                                    json!({
+                                        "choices": choices,
+                                        "usage": { "prompt_tokens": 7, "completion_tokens": 3 },
+                                    })
+                                }
+                            };
+                            ex.lock().unwrap().push((body, answer.clone()));
+                            Json(answer)
                         }
                     }),
                 );
@@ -72,12 +116,9 @@ pub fn stub() -> Stub {
     Stub {
         url,
         prompts,
+        exchanges,
         delay_ms,
     }
-}
-
-pub fn laya() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_laya"))
 }
 
 /// A `laya serve` child; killed when dropped.
@@ -128,6 +169,15 @@ pub fn serve_with(dir: &Path, args: &[&str], setup: impl FnOnce(&mut Command)) -
         assert!(Instant::now() < deadline, "laya serve did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The daemon's runtime directory `dir` is private: the directory 0700, its socket 0600.
+pub fn assert_private(dir: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(dir).unwrap().mode() & 0o777, 0o700);
+    let sock = std::fs::symlink_metadata(dir.join("laya.sock")).unwrap();
+    assert_eq!(sock.mode() & 0o777, 0o600);
+    assert_eq!(sock.uid(), rustix::process::getuid().as_raw());
 }
 
 /// `laya serve`'s tiers for a stub-backed daemon (the small tier answered by `stub`, no large
@@ -257,21 +307,23 @@ fn exited(pid: u32) -> bool {
 /// `laya lsp ARGS` for runtime directory `dir`, initialized (no debounce); when `ready`, also
 /// waits until it reports its model ready.
 pub fn lsp_with(dir: &Path, args: &[&str], ready: bool) -> LspProcess {
+    let settings = json!({ "completion": { "debounceMs": 0 } });
+    lsp_configured(dir, args, settings, ready.then_some(Duration::from_secs(20)))
+}
+
+/// `laya lsp ARGS` for runtime directory `dir`, initialized with laya's `settings`; with
+/// `ready`, also waits that long at most until it reports its model ready.
+pub fn lsp_configured(dir: &Path, args: &[&str], settings: Value, ready: Option<Duration>) -> LspProcess {
     let mut cmd = laya();
     cmd.arg("lsp")
         .args(args)
         .env("LAYA_RUNTIME_DIR", dir)
         .stderr(Stdio::null());
     let mut p = LspProcess::spawn(cmd).unwrap();
-    p.initialize(json!({ "completion": { "debounceMs": 0 } }))
-        .unwrap();
+    p.initialize(settings).unwrap();
     // Completions are answered once the engine is set up (after `initialized`).
-    if ready {
-        assert!(
-            p.wait_log(|l| l.contains("model ready"), Duration::from_secs(20)),
-            "{:?}",
-            p.logs
-        );
+    if let Some(wait) = ready {
+        assert!(p.wait_log(|l| l.contains("model ready"), wait), "{:?}", p.logs);
     }
     p
 }

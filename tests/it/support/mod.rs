@@ -1,10 +1,17 @@
-//! Helpers shared by the integration tests.
+//! What the integration tests share: the MLX lock and the CPU classes (all tests run in
+//! one process, two at a time on two cores), `laya` as a command, and the modules below.
 #![allow(dead_code)]
 
 pub mod daemon;
+pub mod engine;
 pub mod gguf;
+pub mod lsp;
+pub mod panics;
 
-use std::sync::{Mutex, MutexGuard};
+use std::{
+    process::Command,
+    sync::{Mutex, MutexGuard},
+};
 
 use laya::engine::runtime::{use_device, DevicePref};
 
@@ -34,6 +41,46 @@ pub fn mlx() -> (MutexGuard<'static, ()>, Backend) {
 pub enum Backend {
     Cpu,
     Gpu,
+}
+
+/// The tests' two CPU classes. The tests of this binary run side by side (two at a time on
+/// two cores), whatever their module: a test that keeps the cores busy for long takes
+/// [`busy_cpu`], one whose deadline is about a second (or that depends on timing of a few
+/// milliseconds) takes [`quiet_cpu`], so that no such deadline is measured while the cores are
+/// taken. Busy tests run beside each other and beside the tests of neither class; a quiet test
+/// waits until no busy test runs, and no busy test starts until it ends (the lock is fair). A
+/// test that takes both this and [`mlx`] takes this first.
+static CPU: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// For a test that keeps the cores busy for long: a real model (in process or in a daemon),
+/// the llama.cpp peer, the soak, the fuzzing, long prefills. Not from within a runtime.
+pub fn busy_cpu() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    CPU.blocking_read()
+}
+
+/// For a test whose deadline is about a second, in a runtime.
+pub async fn quiet_cpu() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    CPU.write().await
+}
+
+/// [`quiet_cpu`] for a test that runs outside a runtime.
+pub fn quiet_cpu_blocking() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    CPU.blocking_write()
+}
+
+/// The built `laya` binary as a command.
+pub fn laya() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_laya"))
+}
+
+/// Run `cmd` to its end: (exit code, or -1 for a signal; stdout; stderr).
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run laya");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Deterministic uniform(-1, 1) numbers (an LCG; tests need no crate for this).
