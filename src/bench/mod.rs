@@ -25,6 +25,7 @@ pub mod memory;
 pub mod quality;
 pub mod soak;
 pub mod typing;
+pub mod workspace;
 
 /// The engine a bench completes with.
 #[derive(Clone, Debug)]

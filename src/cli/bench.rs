@@ -15,6 +15,20 @@ use super::{precision, this_program, ModelArgs, RemoteArgs, ServeArgs};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
+    /// The workspace index over a folder: build time, what it holds, retrieval time.
+    Workspace {
+        /// The workspace folder.
+        dir: PathBuf,
+        /// Threads building the index (default: the machine's cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Cursors to time retrieval at, spread over the files.
+        #[arg(long, default_value_t = 500)]
+        samples: usize,
+        /// Snippet budget per retrieval, bytes.
+        #[arg(long, default_value_t = 1600)]
+        max_bytes: usize,
+    },
     /// Load time, prefill tok/s, decode ms/token and share of the memory-bandwidth floor.
     Engine {
         /// Models to load (catalog names, GGUF files or folders); default: the two CPU tiers.
@@ -181,6 +195,22 @@ fn log(line: &str) {
 pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
     let msg = anyhow::Error::msg;
     match command {
+        BenchCommand::Workspace {
+            dir,
+            threads,
+            samples,
+            max_bytes,
+        } => {
+            let cfg = bench::workspace::Config {
+                dir,
+                threads: threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+                samples,
+                max_bytes,
+            };
+            let report = bench::workspace::run(&cfg, |l| eprintln!("{l}")).map_err(anyhow::Error::msg)?;
+            print!("{report}");
+        }
         BenchCommand::Engine {
             models,
             synthetic,

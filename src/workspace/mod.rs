@@ -17,7 +17,7 @@ pub mod retrieve;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use defs::{DefKind, Definition};
@@ -52,7 +52,7 @@ pub struct FileEntry {
 
 #[derive(Default)]
 struct Data {
-    files: HashMap<PathBuf, FileEntry>,
+    files: HashMap<PathBuf, Arc<FileEntry>>,
     /// Definition name → the files defining it.
     by_name: HashMap<String, Vec<PathBuf>>,
 }
@@ -79,7 +79,7 @@ impl Data {
                 paths.push(path.clone());
             }
         }
-        self.files.insert(path, entry);
+        self.files.insert(path, Arc::new(entry));
     }
 }
 
@@ -256,8 +256,8 @@ impl WorkspaceIndex {
         data.by_name.get(name).cloned().unwrap_or_default()
     }
 
-    /// A copy of one file's entry.
-    pub fn file(&self, path: &Path) -> Option<FileEntry> {
+    /// One file's entry (shared, not copied).
+    pub fn file(&self, path: &Path) -> Option<Arc<FileEntry>> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
         data.files.get(path).cloned()
     }

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::{resolve, DefKind, Definition, WorkspaceIndex};
+use std::sync::Arc;
+
+use super::{resolve, DefKind, Definition, FileEntry, WorkspaceIndex};
 use crate::prompt::Snippet;
 use crate::syntax::Language;
 
@@ -45,7 +47,7 @@ pub fn retrieve(
         return Retrieved::default();
     }
     let local: HashSet<String> = match index.file(path) {
-        Some(f) => f.definitions.into_iter().map(|d| d.name).collect(),
+        Some(f) => f.definitions.iter().map(|d| d.name.clone()).collect(),
         None => super::defs::extract(language, text)
             .into_iter()
             .map(|d| d.name)
@@ -58,13 +60,11 @@ pub fn retrieve(
         }
     }
     let mut picks = Picks::default();
-    let mut cache: HashMap<PathBuf, Vec<Definition>> = HashMap::new();
-    let mut defs_of = |p: &Path| -> Vec<Definition> {
-        cache
-            .entry(p.to_owned())
-            .or_insert_with(|| index.file(p).map(|f| f.definitions).unwrap_or_default())
-            .clone()
-    };
+    let no_defs = Arc::new(FileEntry {
+        language,
+        definitions: vec![],
+    });
+    let mut defs_of = |p: &Path| -> Arc<FileEntry> { index.file(p).unwrap_or_else(|| no_defs.clone()) };
 
     // 1. Identifiers near the cursor that other files define.
     for name in identifiers_near(text, cursor) {
@@ -85,7 +85,8 @@ pub fn retrieve(
             continue;
         };
         for file in chosen {
-            let defs = defs_of(file);
+            let entry = defs_of(file);
+            let defs = &entry.definitions;
             for (i, d) in defs.iter().enumerate().filter(|(_, d)| d.name == name) {
                 picks.add(file, i, &defs, &name);
                 if d.kind == DefKind::Type {
@@ -102,7 +103,8 @@ pub fn retrieve(
                         .filter(|p| p != path)
                         .take(MAX_AMBIGUOUS)
                     {
-                        let tdefs = defs_of(&tf);
+                        let tentry = defs_of(&tf);
+                        let tdefs = &tentry.definitions;
                         for (j, _) in tdefs
                             .iter()
                             .enumerate()
@@ -119,7 +121,8 @@ pub fn retrieve(
     // 2. Outlines of the imported files: their top-level definitions, and the members of
     // their types.
     for file in &imported {
-        let defs = defs_of(file);
+        let entry = defs_of(file);
+        let defs = &entry.definitions;
         for (i, d) in defs.iter().enumerate() {
             let top = d.container.is_none();
             let member_of_type = d.container.is_some_and(|c| defs[c].container.is_none());
@@ -186,14 +189,15 @@ impl Picks {
     fn render(
         self,
         index: &WorkspaceIndex,
-        defs_of: &mut impl FnMut(&Path) -> Vec<Definition>,
+        defs_of: &mut impl FnMut(&Path) -> Arc<FileEntry>,
         max_bytes: usize,
     ) -> Retrieved {
         let mut out = Retrieved::default();
         let mut used = 0;
         let per_file = ((max_bytes as f32) * FILE_SHARE) as usize;
         for file in &self.order {
-            let defs = defs_of(file);
+            let entry = defs_of(file);
+            let defs = &entry.definitions;
             let chosen = &self.chosen[file];
             let room = per_file.min(max_bytes.saturating_sub(used));
             // Asked-for lines first while they fit, then outline lines, shown in file order.
