@@ -21,6 +21,7 @@ use crate::{
     completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
     document::Document,
     engine::{runtime::DevicePref, Cancel, Engine, ModelState},
+    workspace::{Limits, WorkspaceIndex},
 };
 
 pub struct Config {
@@ -40,6 +41,9 @@ pub struct Config {
     pub compare: Option<PathBuf>,
     /// Completion settings (JSON, the LSP's `completion` section) over the bench's own.
     pub settings: Option<String>,
+    /// Where repository cases' workspaces are (`<name>.tar.xz`); default: `repos/` beside
+    /// the case file.
+    pub repos: Option<PathBuf>,
 }
 
 /// What `laya bench quality` found: the cases run, laya's answers and the other engine's.
@@ -88,20 +92,32 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
         .build()
         .map_err(|e| e.to_string())?;
     let total = all.len();
-    let results = rt.block_on(run_cases(engine.clone(), &all, &settings, |i, case, r| {
-        let (exact, _) = score(&r.output, &case.expected);
-        let verdict = match (&r.error, exact) {
-            (Some(e), _) => format!("failed: {e}"),
-            (None, true) => "exact".into(),
-            (None, false) => "miss".into(),
-        };
-        log(&format!(
-            "[{}/{total}] {} {verdict} {:.0} ms",
-            i + 1,
-            case.id,
-            r.ms
-        ));
-    }));
+    let mut workspaces = match all.iter().any(|c| c.workspace.is_some()) {
+        true => Some(Workspaces::new(cfg.repos.clone().unwrap_or_else(|| {
+            cfg.cases.parent().unwrap_or(Path::new(".")).join("repos")
+        }))?),
+        false => None,
+    };
+    let results = rt.block_on(run_cases(
+        engine.clone(),
+        &all,
+        &settings,
+        workspaces.as_mut(),
+        |i, case, r| {
+            let (exact, _) = score(&r.output, &case.expected);
+            let verdict = match (&r.error, exact) {
+                (Some(e), _) => format!("failed: {e}"),
+                (None, true) => "exact".into(),
+                (None, false) => "miss".into(),
+            };
+            log(&format!(
+                "[{}/{total}] {} {verdict} {:.0} ms",
+                i + 1,
+                case.id,
+                r.ms
+            ));
+        },
+    ));
     if let ModelState::Failed(e) = engine.state() {
         return Err(format!("the model failed to load: {e}"));
     }
@@ -175,6 +191,67 @@ pub struct Case {
     pub prefix: String,
     pub suffix: String,
     pub expected: String,
+    /// Repository cases: the workspace (`<repos>/<workspace>.tar.xz`, its files under
+    /// `<workspace>/`) and the file's path in it. The file on disk still holds the masked
+    /// line; the case's text is what the editor holds, and the index reads that instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// The workspaces of repository cases, each unpacked once into a scratch folder (removed on
+/// drop) and indexed.
+pub struct Workspaces {
+    repos: PathBuf,
+    scratch: PathBuf,
+    indexes: std::collections::HashMap<String, Arc<WorkspaceIndex>>,
+}
+
+impl Workspaces {
+    pub fn new(repos: PathBuf) -> Result<Workspaces, String> {
+        let scratch = std::env::temp_dir().join(format!("laya-bench-repos-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        Ok(Workspaces {
+            repos,
+            scratch,
+            indexes: Default::default(),
+        })
+    }
+
+    /// The index of workspace `name`, unpacked and built on first use.
+    pub fn get(&mut self, name: &str) -> Result<Arc<WorkspaceIndex>, String> {
+        if let Some(i) = self.indexes.get(name) {
+            return Ok(i.clone());
+        }
+        if name.is_empty() || name.contains(['/', '\\', '.']) {
+            return Err(format!("workspace {name:?}: not a plain name"));
+        }
+        let archive = self.repos.join(format!("{name}.tar.xz"));
+        let status = std::process::Command::new("tar")
+            .arg("-xJf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&self.scratch)
+            .status()
+            .map_err(|e| format!("running tar: {e}"))?;
+        if !status.success() {
+            return Err(format!("unpacking {}: tar {status}", archive.display()));
+        }
+        let index = Arc::new(WorkspaceIndex::new(
+            vec![self.scratch.join(name)],
+            Limits::default(),
+        ));
+        index.build(2, |_, _| {});
+        self.indexes.insert(name.to_owned(), index.clone());
+        Ok(index)
+    }
+}
+
+impl Drop for Workspaces {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
 }
 
 /// One engine's answer to one case.
@@ -291,27 +368,56 @@ pub async fn run_cases(
     engine: Arc<dyn Engine>,
     cases: &[Case],
     settings: &CompletionSettings,
+    mut workspaces: Option<&mut Workspaces>,
     mut progress: impl FnMut(usize, &Case, &CaseResult),
 ) -> Vec<CaseResult> {
     let pipeline = Pipeline::new(engine);
     let mut out = Vec::with_capacity(cases.len());
     for (i, case) in cases.iter().enumerate() {
         let text = format!("{}{}", case.prefix, case.suffix);
-        let doc = Document::new(&text, 1, &case.language).snapshot(&format!("file:///{}", case.file_name));
+        // A repository case: its file in its unpacked workspace, indexed with the case's text.
+        let mut repo: Option<(Arc<WorkspaceIndex>, PathBuf, String)> = None;
+        let mut failure = None;
+        if let (Some(ws), Some(name), Some(path)) = (workspaces.as_deref_mut(), &case.workspace, &case.path) {
+            match ws.get(name) {
+                Ok(index) => {
+                    let root = index.roots()[0].clone();
+                    let file = root.join(path);
+                    index.update(&file, &text);
+                    repo = Some((index, file, format!("file://{}", root.display())));
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        let uri = match &repo {
+            Some((_, file, _)) => format!("file://{}", file.display()),
+            None => format!("file:///{}", case.file_name),
+        };
+        let doc = Document::new(&text, 1, &case.language).snapshot(&uri);
         let start = Instant::now();
-        let completion = pipeline
-            .complete(
-                Request {
-                    doc: &doc,
-                    others: &[],
-                    cursor: case.prefix.len(),
-                    trigger: Trigger::Automatic,
-                    settings,
-                    workspace_root: None,
-                },
-                Cancel::new(),
-            )
-            .await;
+        let completion = match failure {
+            Some(e) => Err(crate::engine::EngineError::Request(e)),
+            None => {
+                pipeline
+                    .complete(
+                        Request {
+                            doc: &doc,
+                            others: &[],
+                            cursor: case.prefix.len(),
+                            trigger: Trigger::Automatic,
+                            settings,
+                            workspace_root: repo.as_ref().map(|(_, _, root)| root.as_str()),
+                            workspace: repo.as_ref().map(|(index, _, _)| &**index),
+                        },
+                        Cancel::new(),
+                    )
+                    .await
+            }
+        };
+        // The file as on disk again, for the cases of other files.
+        if let Some((index, file, _)) = &repo {
+            index.reload(file);
+        }
         let (mut tokens, mut forwards) = (0, 0);
         let (output, error, alternatives) = match completion {
             Ok(c) => {
@@ -459,6 +565,8 @@ mod tests {
             prefix: String::new(),
             suffix: String::new(),
             expected: expected.into(),
+            workspace: None,
+            path: None,
         }
     }
 
@@ -548,7 +656,7 @@ mod tests {
             debounce_ms: 0,
             ..CompletionSettings::default()
         };
-        let results = run_cases(Arc::new(Failing), &[c], &settings, |_, _, _| {}).await;
+        let results = run_cases(Arc::new(Failing), &[c], &settings, None, |_, _, _| {}).await;
         assert_eq!(results[0].output, "");
         let err = results[0].error.as_deref().unwrap_or_default();
         assert!(err.contains("the model is gone"), "{err}");
@@ -601,7 +709,7 @@ mod tests {
             candidates: 3,
             ..CompletionSettings::default()
         };
-        let results = run_cases(Arc::new(Branched), &[c], &settings, |_, _, _| {}).await;
+        let results = run_cases(Arc::new(Branched), &[c], &settings, None, |_, _, _| {}).await;
         let r = &results[0];
         assert_eq!(r.output, "x = 1", "greedy first");
         let got: Vec<(&str, usize, usize, Option<f32>)> = r

@@ -294,6 +294,8 @@ pub fn trace_from_file(path: &std::path::Path, line: usize, language: &str) -> R
         prefix: text[..start + indent].to_owned(),
         suffix: text[end..].to_owned(),
         expected,
+        workspace: None,
+        path: None,
     })
 }
 
@@ -312,6 +314,8 @@ pub fn warm_up_trace() -> Case {
         prefix: format!("{helpers}def add(a, b):\n    "),
         suffix: "\n\n\nprint(add(1, 2))\n".into(),
         expected: "return a + b".into(),
+        workspace: None,
+        path: None,
     }
 }
 
@@ -569,6 +573,8 @@ mod tests {
             prefix: "def f():\n    ".into(),
             suffix: "\n".into(),
             expected: "é = 1".into(),
+            workspace: None,
+            path: None,
         };
         let s = steps(&case);
         assert_eq!(s.len(), 5);

@@ -169,9 +169,14 @@ pub enum BenchCommand {
         #[arg(long)]
         compare: Option<PathBuf>,
         /// Completion settings (JSON, the LSP's `completion` section) over the bench's own,
-        /// e.g. '{"budget":{"suffixShare":0.02}}'.
+        /// e.g. '{"budget":{"suffixShare":0.02}}'; '{"workspaceContext":false}' runs repository
+        /// cases without the workspace index.
         #[arg(long, value_name = "JSON")]
         settings: Option<String>,
+        /// Folder of the repository cases' workspaces (`<name>.tar.xz`; default: `repos/`
+        /// beside the case file).
+        #[arg(long)]
+        repos: Option<PathBuf>,
     },
 }
 
@@ -352,6 +357,7 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
             out,
             compare,
             settings,
+            repos,
         } => {
             let cfg = bench::quality::Config {
                 cases,
@@ -363,6 +369,7 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
                 out,
                 compare,
                 settings,
+                repos,
             };
             print!("{}", bench::quality::run(&cfg, log).map_err(msg)?);
         }

@@ -34,6 +34,7 @@ use crate::{
     },
     prompt::{self, Budget, LocalPart, PromptInput, Snippet},
     syntax::CursorKind,
+    workspace::{file_path, retrieve, WorkspaceIndex},
 };
 
 /// Settings of the completion pipeline (from `initializationOptions` / `workspace/configuration`).
@@ -62,6 +63,9 @@ pub struct CompletionSettings {
     pub anchor_max_bytes: usize,
     /// How this file's definitions cut off by the budget are written above the window.
     pub context_layout: ContextLayout,
+    /// Show definitions from the workspace's files that are not open (the workspace index),
+    /// within the budget's context share.
+    pub workspace_context: bool,
 }
 
 impl Default for CompletionSettings {
@@ -77,6 +81,7 @@ impl Default for CompletionSettings {
             typing_through: true,
             anchor_max_bytes: 512,
             context_layout: ContextLayout::default(),
+            workspace_context: true,
         }
     }
 }
@@ -116,6 +121,9 @@ pub struct Completion {
     pub served_by: Option<ModelKey>,
     /// The prompt continued the document's anchor.
     pub anchored: bool,
+    /// The workspace files the prompt drew on (those of the anchor's prompt when it
+    /// continued it).
+    pub context_files: Vec<ContextFile>,
 }
 
 /// The engine's answer an edit was made from.
@@ -150,6 +158,8 @@ pub struct Explanation {
     pub first_token_ms: f64,
     pub total_ms: f64,
     pub suggestion: Option<String>,
+    /// The workspace files the prompt drew on, with the names that brought each in.
+    pub context_files: Vec<ContextFile>,
 }
 
 fn as_text<S: serde::Serializer>(key: &Option<ModelKey>, s: S) -> Result<S::Ok, S::Error> {
@@ -177,6 +187,7 @@ impl Explanation {
             first_token_ms: t.first_token.as_secs_f64() * 1e3,
             total_ms: t.total.as_secs_f64() * 1e3,
             suggestion: c.edits.first().map(|e| e.text.clone()),
+            context_files: c.context_files.clone(),
         }
     }
 
@@ -219,6 +230,17 @@ impl Explanation {
             "trigger {trigger}, cursor in {}",
             self.cursor_kind.name()
         ));
+        if !self.context_files.is_empty() {
+            let files: Vec<String> = self
+                .context_files
+                .iter()
+                .map(|f| match f.symbols.is_empty() {
+                    true => format!("`{}`", f.path),
+                    false => format!("`{}` ({})", f.path, f.symbols.join(", ")),
+                })
+                .collect();
+            s.push_str(&format!("\n\nworkspace context: {}", files.join(", ")));
+        }
         if let Some(text) = &self.suggestion {
             s.push_str(&format!("\n\n```\n{text}\n```"));
         }
@@ -264,6 +286,8 @@ struct Anchor {
     prompt: String,
     /// The budget it was built in (that of the model it was routed to).
     budget: Budget,
+    /// The workspace files its prompt drew on.
+    drawn_on: Vec<ContextFile>,
 }
 
 /// The suggestion last shown, and where.
@@ -311,6 +335,8 @@ pub struct Request<'a> {
     pub trigger: Trigger,
     pub settings: &'a CompletionSettings,
     pub workspace_root: Option<&'a str>,
+    /// The definitions of the workspace's files, where an index is built.
+    pub workspace: Option<&'a WorkspaceIndex>,
 }
 
 /// What the syntax layer lends the prompt at the cursor.
@@ -318,8 +344,10 @@ struct Context {
     cursor_kind: CursorKind,
     imports: Vec<String>,
     local: Vec<LocalPart>,
-    /// Definitions from other open files, grouped by file.
+    /// Definitions from other open files, grouped by file, then from the workspace index.
     other_files: Vec<Snippet>,
+    /// The files the workspace index lent and the names that brought each in.
+    drawn_on: Vec<ContextFile>,
 }
 
 impl Context {
@@ -331,6 +359,7 @@ impl Context {
                 imports: vec![],
                 local: vec![],
                 other_files: vec![],
+                drawn_on: vec![],
             };
         };
         let language = r.doc.language.map(|l| l.config());
@@ -349,13 +378,48 @@ impl Context {
                 }),
             }
         }
+        let mut drawn_on = vec![];
+        let index = r.workspace.filter(|_| r.settings.workspace_context);
+        if let (Some(index), Some(path), Some(language)) = (index, file_path(&r.doc.uri), r.doc.language) {
+            let budget = &r.settings.budget;
+            let max = (budget.max_tokens * prompt::BYTES_PER_TOKEN) as f32 * budget.context_share;
+            let used: usize = other_files.iter().map(|s| s.text.len()).sum();
+            let found = retrieve(
+                index,
+                &path,
+                language,
+                text,
+                r.cursor,
+                &c.imports,
+                (max as usize).saturating_sub(used),
+            );
+            for (s, (_, names)) in found.snippets.into_iter().zip(found.symbols) {
+                if other_files.iter().any(|o| o.path == s.path) {
+                    continue;
+                }
+                drawn_on.push(ContextFile {
+                    path: s.path.clone(),
+                    symbols: names,
+                });
+                other_files.push(s);
+            }
+        }
         Context {
             cursor_kind: c.cursor_kind,
             imports: c.imports.clone(),
             local,
             other_files,
+            drawn_on,
         }
     }
+}
+
+/// A file of the workspace that a prompt drew on, and the names that brought it in (none for
+/// a file shown as an outline of what the current file imports).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ContextFile {
+    pub path: String,
+    pub symbols: Vec<String>,
 }
 
 /// A model call, decided: the route, the request and what the finish needs.
@@ -364,6 +428,7 @@ struct Plan {
     request: CompletionRequest,
     cursor_kind: CursorKind,
     anchored: bool,
+    drawn_on: Vec<ContextFile>,
 }
 
 pub struct Pipeline {
@@ -426,6 +491,7 @@ impl Pipeline {
             route: None,
             served_by: None,
             anchored: false,
+            context_files: vec![],
         };
         state.explanation = Some(Explanation::of(&c, Trigger::Automatic));
         Some(c)
@@ -464,19 +530,21 @@ impl Pipeline {
         };
         // The anchor's prompt followed by the text typed at its cursor since, while typing
         // goes on; with the anchor's budget and the bytes typed.
-        let continued: Option<(Budget, String, usize)> = self.docs.get(&r.doc.uri).and_then(|d| {
-            let anchor = d.anchor.as_ref()?;
-            let typed = anchor.mark.typed_since(text, cursor)?;
-            (typed.len() <= settings.anchor_max_bytes).then(|| {
-                (
-                    anchor.budget.clone(),
-                    format!("{}{typed}", anchor.prompt),
-                    typed.len(),
-                )
-            })
-        });
+        let continued: Option<(Budget, String, usize, Vec<ContextFile>)> =
+            self.docs.get(&r.doc.uri).and_then(|d| {
+                let anchor = d.anchor.as_ref()?;
+                let typed = anchor.mark.typed_since(text, cursor)?;
+                (typed.len() <= settings.anchor_max_bytes).then(|| {
+                    (
+                        anchor.budget.clone(),
+                        format!("{}{typed}", anchor.prompt),
+                        typed.len(),
+                        anchor.drawn_on.clone(),
+                    )
+                })
+            });
         let (prompt_tokens, new_tokens) = match &continued {
-            Some((_, prompt, typed)) => (
+            Some((_, prompt, typed, _)) => (
                 prompt.len() / prompt::BYTES_PER_TOKEN,
                 typed / prompt::BYTES_PER_TOKEN + 1,
             ),
@@ -503,9 +571,13 @@ impl Pipeline {
             .and_then(|f| f.parameters)
             .or_else(|| self.engine.parameters());
         let budget = settings.budget.for_model(parameters);
-        let (prompt, anchored) = match continued.filter(|(b, _, _)| *b == budget) {
-            Some((_, prompt, _)) => (prompt, true),
-            None => (self.fresh_prompt(r, &context, budget), false),
+        let (prompt, anchored, drawn_on) = match continued.filter(|(b, _, _, _)| *b == budget) {
+            Some((_, prompt, _, drawn_on)) => (prompt, true, drawn_on),
+            None => (
+                self.fresh_prompt(r, &context, budget),
+                false,
+                context.drawn_on.clone(),
+            ),
         };
         let n = settings.candidates.max(1);
         Plan {
@@ -522,6 +594,7 @@ impl Pipeline {
             route,
             cursor_kind: context.cursor_kind,
             anchored,
+            drawn_on,
         }
     }
 
@@ -566,6 +639,7 @@ impl Pipeline {
                 mark: Mark::of(r.doc, r.cursor),
                 prompt: prompt.text.clone(),
                 budget,
+                drawn_on: context.drawn_on.clone(),
             });
         }
         prompt.text
@@ -605,6 +679,7 @@ impl Pipeline {
             route: Some(plan.route),
             served_by: out.served_by,
             anchored: plan.anchored,
+            context_files: plan.drawn_on,
         };
         let mut state = self.docs.entry(r.doc.uri.clone()).or_default();
         state.shown = c.edits.first().map(|e| Shown {
@@ -666,6 +741,66 @@ mod tests {
         }
     }
 
+    /// A file of the workspace that is not open lends the definitions the cursor's code uses,
+    /// in Qwen's repository-level form before the current file; `laya/explain` names it and
+    /// the names that brought it in; with `workspaceContext` off the prompt has none of it.
+    #[tokio::test]
+    async fn the_workspace_index_lends_definitions_of_files_not_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("shop")).unwrap();
+        std::fs::write(
+            dir.path().join("shop/cart.py"),
+            "class Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n        pass\n",
+        )
+        .unwrap();
+        let current = "from .cart import Cart\n\ndef checkout(cart: Cart):\n    cart.";
+        std::fs::write(dir.path().join("shop/views.py"), current).unwrap();
+        let index = WorkspaceIndex::new(vec![dir.path().to_owned()], crate::workspace::Limits::default());
+        index.build(1, |_, _| {});
+        let root = index.roots()[0].clone();
+        let uri = format!("file://{}", root.join("shop/views.py").display());
+        let root_uri = format!("file://{}", root.display());
+        let doc = Document::new(current, 1, "python").snapshot(&uri);
+        let engine = Arc::new(TwoTiers::default());
+        let pipeline = Pipeline::new(engine.clone());
+        for on in [true, false] {
+            let settings = CompletionSettings {
+                anchor_max_bytes: 0,
+                typing_through: false,
+                workspace_context: on,
+                ..CompletionSettings::default()
+            };
+            let request = Request {
+                doc: &doc,
+                others: &[],
+                cursor: current.len(),
+                trigger: Trigger::Invoked,
+                settings: &settings,
+                workspace_root: Some(&root_uri),
+                workspace: Some(&index),
+            };
+            let c = pipeline.complete(request, Cancel::new()).await.unwrap();
+            let prompt = engine.seen.lock().unwrap().last().unwrap().1.clone();
+            let lent = "<|file_sep|>shop/cart.py\nclass Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n<|file_sep|>shop/views.py\n<|fim_prefix|>";
+            assert_eq!(prompt.contains(lent), on, "{prompt}");
+            let explained = pipeline.explain(&uri).unwrap();
+            if on {
+                assert_eq!(
+                    c.context_files,
+                    [ContextFile {
+                        path: "shop/cart.py".into(),
+                        symbols: vec!["Cart".into()]
+                    }]
+                );
+                assert!(explained
+                    .markdown()
+                    .contains("workspace context: `shop/cart.py` (Cart)"));
+            } else {
+                assert!(c.context_files.is_empty());
+            }
+        }
+    }
+
     /// Route first, then the prompt: a request the router sends to the large tier is built in
     /// the large model's budget (its longer suffix), one sent to the small tier in the small's.
     #[tokio::test]
@@ -690,6 +825,7 @@ mod tests {
             trigger,
             settings: &settings,
             workspace_root: None,
+            workspace: None,
         };
         // The cursor on a line of only indentation: a block, which the policy gives the large
         // tier; typed mid-line text stays small.

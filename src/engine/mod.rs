@@ -238,11 +238,13 @@ impl Timing {
     /// Forwards that gave the generated tokens: the prompt's last one (which gives the first
     /// token) and the decode forwards after it. Without drafts as many as the tokens (one
     /// more where a stop token ended the answer).
+    /// 0 where the engine does not count them (a remote server: several tokens and no
+    /// decode forward, which no local model can do).
     pub fn forwards(&self) -> usize {
-        if self.generated_tokens == 0 && self.decode_forwards == 0 {
-            0
-        } else {
-            self.decode_forwards + 1
+        match (self.generated_tokens, self.decode_forwards) {
+            (0, 0) => 0,
+            (n, 0) if n > 1 => 0,
+            (_, f) => f + 1,
         }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod acceptance;
 pub mod convert;
+pub mod indexing;
 pub mod panic_guard;
 pub mod transport;
 pub mod workspace;
@@ -73,8 +74,11 @@ struct State {
     snippets: bool,
     settings: ClientSettings,
     root: Option<String>,
-    /// The declared workspace folders: only open documents inside them lend context.
+    /// The declared workspace folders: only open documents inside them lend context, and
+    /// the workspace index reads only files inside them.
     workspace: workspace::Workspace,
+    /// The client registers file watchers dynamically.
+    watch_files: bool,
 }
 
 pub struct LayaServer {
@@ -86,6 +90,7 @@ pub struct LayaServer {
     /// The cancel flag of the request in flight per document.
     inflight: DashMap<String, Cancel>,
     accepted: acceptance::Acceptance,
+    indexing: Arc<indexing::Indexing>,
 }
 
 impl LayaServer {
@@ -103,11 +108,13 @@ impl LayaServer {
                 settings: ClientSettings::default(),
                 root: None,
                 workspace: workspace::Workspace::default(),
+                watch_files: false,
             }),
             source: Mutex::new(Some(source).filter(|_| pipeline.is_none())),
             pipeline: RwLock::new(pipeline),
             inflight: DashMap::new(),
             accepted: acceptance::Acceptance::default(),
+            indexing: Arc::default(),
         }
     }
 
@@ -286,6 +293,8 @@ impl LayaServer {
             others.retain(|o| st.workspace.may_lend(uri.as_str(), &o.uri));
             (st.root.clone(), others)
         };
+        self.indexing.refresh(&self.docs);
+        let index = self.indexing.index();
         let request = Request {
             doc: &doc,
             others: &others,
@@ -293,6 +302,7 @@ impl LayaServer {
             trigger,
             settings: &settings,
             workspace_root: root.as_deref(),
+            workspace: index.as_deref(),
         };
         let result = pipeline.complete(request, cancel.clone()).await;
         self.inflight.remove_if(uri.as_str(), |_, v| v.same(&cancel));
@@ -439,6 +449,13 @@ impl LanguageServer for LayaServer {
                 params.root_path.as_deref(),
             );
             st.workspace = workspace::Workspace::from_initialize(&folders, root_uri, root_path);
+            st.watch_files = params
+                .capabilities
+                .workspace
+                .as_ref()
+                .and_then(|w| w.did_change_watched_files.as_ref())
+                .and_then(|d| d.dynamic_registration)
+                .unwrap_or(false);
         }
         if let Some(opts) = params.initialization_options {
             self.apply_settings(opts);
@@ -449,6 +466,9 @@ impl LanguageServer for LayaServer {
                 text_document_sync: Some(TextDocumentSyncCapability::Options(TextDocumentSyncOptions {
                     open_close: Some(true),
                     change: Some(TextDocumentSyncKind::INCREMENTAL),
+                    save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions {
+                        include_text: Some(false),
+                    })),
                     ..Default::default()
                 })),
                 inline_completion_provider: Some(OneOf::Left(true)),
@@ -478,7 +498,30 @@ impl LanguageServer for LayaServer {
     }
 
     async fn initialized(&self, _: InitializedParams) {
+        let (roots, watch, wanted) = {
+            let st = self.state.read().unwrap_or_else(|p| p.into_inner());
+            (
+                st.workspace.file_roots(),
+                st.watch_files,
+                st.settings.completion.workspace_context,
+            )
+        };
+        if wanted {
+            self.indexing.start(self.client.clone(), roots, true);
+        }
         self.start_engine().await;
+        if wanted && watch {
+            indexing::Indexing::watch(&self.client).await;
+        }
+    }
+
+    async fn did_save(&self, p: DidSaveTextDocumentParams) {
+        self.indexing
+            .saved(p.text_document.uri.as_str(), p.text.as_deref());
+    }
+
+    async fn did_change_watched_files(&self, p: DidChangeWatchedFilesParams) {
+        self.indexing.files_changed(&self.docs, &p.changes);
     }
 
     async fn shutdown(&self) -> RpcResult<()> {
@@ -505,6 +548,7 @@ impl LanguageServer for LayaServer {
             })
             .collect();
         let uri = p.text_document.uri.as_str();
+        self.indexing.changed(uri);
         // The text before the change, when an answer was made for it (never built here).
         let before = self.docs.text_if_built(uri);
         if let Err(e) = self
@@ -544,6 +588,7 @@ impl LanguageServer for LayaServer {
             flag.cancel();
         }
         let _ = self.docs.close(&uri);
+        self.indexing.saved(&uri, None);
         self.accepted.forget(&uri);
         if let Some(p) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
             p.forget(&uri);

@@ -118,6 +118,19 @@ impl Workspace {
         self.folders.is_empty()
     }
 
+    /// The declared folders that are local paths (`file://` URIs), for the workspace index.
+    pub fn file_roots(&self) -> Vec<std::path::PathBuf> {
+        self.folders
+            .iter()
+            .filter(|f| f.origin == "file://")
+            .map(|f| {
+                let mut p = std::path::PathBuf::from("/");
+                p.extend(&f.segments);
+                p
+            })
+            .collect()
+    }
+
     /// May the text of the open document `other` go into the prompt for `current`? Inside a
     /// declared folder; with none declared, inside `current`'s own folder.
     pub fn may_lend(&self, current: &str, other: &str) -> bool {

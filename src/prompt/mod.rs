@@ -270,7 +270,7 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
 
 /// Build a Qwen FIM prompt inside `budget`. Stable parts come first so consecutive
 /// keystrokes share the longest token prefix: other files (repo-level form, when there are
-/// any), then the current file's path, the context cut off from
+/// any; the most relevant, first in `other_files`, written last), then the current file's path, the context cut off from
 /// its prefix, the prefix window, and last the suffix. Indentation is kept byte for byte.
 pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let total = budget.max_tokens * BYTES_PER_TOKEN;
@@ -283,15 +283,21 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
         header.push_str("<|repo_name|>");
         header.push_str(input.repo_name);
         header.push('\n');
+        // The most relevant first while they fit, written most relevant last: nearest the
+        // current file.
         let mut used = 0;
+        let mut entries = vec![];
         for s in input.other_files {
             let entry = format!("<|file_sep|>{}\n{}\n", s.path, s.text.trim_end());
             if used + entry.len() > context_max {
                 break;
             }
             used += entry.len();
-            header.push_str(&entry);
-            context_files += 1;
+            entries.push(entry);
+        }
+        context_files = entries.len();
+        for entry in entries.iter().rev() {
+            header.push_str(entry);
         }
         header.push_str("<|file_sep|>");
         header.push_str(input.path);

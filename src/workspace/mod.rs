@@ -83,6 +83,28 @@ impl Data {
     }
 }
 
+/// The path of a `file://` URI (percent-decoded, `.`/`..` resolved); `None` for other
+/// schemes and for URIs naming a host.
+pub fn file_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let path = rest.split(['?', '#']).next().unwrap_or("");
+    if !path.starts_with('/') {
+        return None;
+    }
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8().ok()?;
+    let mut out = PathBuf::from("/");
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    Some(out)
+}
+
 /// What a build did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BuildStats {
@@ -339,6 +361,16 @@ mod tests {
         // Updates outside the roots are ignored.
         index.update(&outside.path().join("other.py"), "def outside():\n    pass\n");
         assert!(index.files_defining("outside").is_empty());
+    }
+
+    #[test]
+    fn file_uris_become_paths() {
+        assert_eq!(
+            file_path("file:///a/b%20c/../d.py"),
+            Some(PathBuf::from("/a/d.py"))
+        );
+        assert_eq!(file_path("file://host/a.py"), None);
+        assert_eq!(file_path("untitled:Untitled-1"), None);
     }
 
     #[test]
