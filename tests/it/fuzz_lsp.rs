@@ -614,6 +614,20 @@ struct Fault {
 const GUARD: &[u8] =
     br#"{"jsonrpc":"2.0","method":"$/laya/guard","params":{"pad":"..................................................................................................."}}"#;
 
+/// `bytes` cut at fewer than `cuts` random places (each piece is written on its own).
+fn split(rng: &mut StdRng, mut bytes: Vec<u8>, cuts: i32) -> Vec<Vec<u8>> {
+    let mut chunks = vec![];
+    for _ in 0..rng.gen_range(0..cuts) {
+        if bytes.len() > 1 {
+            let at = rng.gen_range(1..bytes.len());
+            let rest = bytes.split_off(at);
+            chunks.push(std::mem::replace(&mut bytes, rest));
+        }
+    }
+    chunks.push(bytes);
+    chunks
+}
+
 struct Generator {
     rng: StdRng,
     next_id: i64,
@@ -861,16 +875,7 @@ impl Generator {
             4 => format!("\r\n\r\nContent-Length:{n}\r\n\r\n"),
             _ => format!("Content-Length: {n}\r\n\r\n"),
         };
-        let mut bytes = [header.as_bytes(), &body].concat();
-        let mut chunks = vec![];
-        for _ in 0..self.rng.gen_range(0..4) {
-            if bytes.len() > 1 {
-                let at = self.rng.gen_range(1..bytes.len());
-                let rest = bytes.split_off(at);
-                chunks.push(std::mem::replace(&mut bytes, rest));
-            }
-        }
-        chunks.push(bytes);
+        let chunks = split(&mut self.rng, [header.as_bytes(), &body].concat(), 4);
         Message { chunks, reply }
     }
 
@@ -1222,16 +1227,7 @@ async fn run_connection(
                     .collect::<String>()
             ));
             // In one to three pieces, then the guard.
-            let mut chunks = vec![];
-            let mut rest = fault.bytes.clone();
-            for _ in 0..gen.rng.gen_range(0..3) {
-                if rest.len() > 1 {
-                    let at = gen.rng.gen_range(1..rest.len());
-                    let tail = rest.split_off(at);
-                    chunks.push(std::mem::replace(&mut rest, tail));
-                }
-            }
-            chunks.push(rest);
+            let mut chunks = split(&mut gen.rng, fault.bytes.clone(), 3);
             chunks.push(frame(GUARD));
             conn.send_chunked(&chunks);
             sent += 1;

@@ -458,6 +458,27 @@ const STATES: [State; 6] = [
     State::ModelLoadingInTheHandler,
 ];
 
+/// Opens a document and asks for a completion at its end, without waiting; its id.
+fn start_a_completion(c: &mut Wire) -> Value {
+    c.notify(
+        "textDocument/didOpen",
+        json!({ "textDocument": { "uri": "file:///t/a.py", "languageId": "python", "version": 1, "text": "x = " } }),
+    );
+    c.start(
+        "textDocument/inlineCompletion",
+        json!({ "textDocument": { "uri": "file:///t/a.py" }, "position": { "line": 0, "character": 4 }, "context": { "triggerKind": 1 } }),
+    )
+}
+
+/// Ends the connection: `exit`, or the end of the server's input.
+fn end(c: &Wire, by_exit: bool) {
+    if by_exit {
+        c.notify("exit", Value::Null);
+    } else {
+        c.close();
+    }
+}
+
 /// Waits until `release` is set (at most 20 s): a model load that does not finish.
 fn block_until(release: &AtomicBool) {
     let until = Instant::now() + Duration::from_secs(20);
@@ -506,26 +527,13 @@ async fn exit_and_the_end_of_input_end_the_connection_within_a_second_in_every_s
                     let r = c.request("shutdown", Value::Null).await.unwrap();
                     assert!(r.get("error").is_none(), "{case}: {r}");
                 }
-                State::CompletionInFlight => {
-                    c.notify(
-                        "textDocument/didOpen",
-                        json!({ "textDocument": { "uri": "file:///t/a.py", "languageId": "python", "version": 1, "text": "x = " } }),
-                    );
-                    in_flight = Some(c.start(
-                        "textDocument/inlineCompletion",
-                        json!({ "textDocument": { "uri": "file:///t/a.py" }, "position": { "line": 0, "character": 4 }, "context": { "triggerKind": 1 } }),
-                    ));
-                }
+                State::CompletionInFlight => in_flight = Some(start_a_completion(&mut c)),
                 _ => {}
             }
             // Let the server get into the state (the request to the model, the load).
             tokio::time::sleep(Duration::from_millis(200)).await;
             let started = Instant::now();
-            if by_exit {
-                c.notify("exit", Value::Null);
-            } else {
-                c.close();
-            }
+            end(&c, by_exit);
             let ending = match tokio::time::timeout(Duration::from_secs(10), server).await {
                 Ok(e) => e.unwrap_or_else(|e| panic!("{case}: serve failed: {e}")),
                 Err(_) => panic!("{case}: serve still runs 10 s after the end"),
@@ -655,25 +663,14 @@ async fn laya_lsp_ends_within_a_second_on_exit_or_the_end_of_its_input_in_every_
                     shutdown = true;
                 }
                 "a completion in flight" => {
-                    c.notify(
-                        "textDocument/didOpen",
-                        json!({ "textDocument": { "uri": "file:///t/a.py", "languageId": "python", "version": 1, "text": "x = " } }),
-                    );
-                    c.start(
-                        "textDocument/inlineCompletion",
-                        json!({ "textDocument": { "uri": "file:///t/a.py" }, "position": { "line": 0, "character": 4 }, "context": { "triggerKind": 1 } }),
-                    );
+                    start_a_completion(&mut c);
                 }
                 _ => {}
             }
             // Let it get there: the request at the stub, the model thread in `open`.
             tokio::time::sleep(Duration::from_millis(500)).await;
             let started = Instant::now();
-            if by_exit {
-                c.notify("exit", Value::Null);
-            } else {
-                c.close();
-            }
+            end(&c, by_exit);
             let status = tokio::task::block_in_place(|| ended(&mut child, started, &case));
             assert_eq!(status.code(), Some(if shutdown { 0 } else { 1 }), "{case}");
         }
