@@ -57,6 +57,7 @@ fn prompt_with(
             trigger: Trigger::Invoked,
             settings,
             workspace_root: Some("file:///repo"),
+            workspace: None,
         },
         Cancel::new(),
     ))
