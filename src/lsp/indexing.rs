@@ -37,6 +37,21 @@ impl Indexing {
         }
         let this = self.clone();
         tokio::spawn(async move {
+            // The build starts at once; the progress request to the client runs beside it
+            // (a client that never answers delays nothing).
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, usize)>();
+            let keep = this.clone();
+            // The index serves completions as soon as it is built, whatever the progress
+            // messages are doing.
+            let build = tokio::task::spawn_blocking(move || {
+                let index = WorkspaceIndex::new(roots, Limits::default());
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+                let stats = index.build(threads, |done, total| {
+                    let _ = tx.send((done, total));
+                });
+                *keep.index.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(index));
+                stats
+            });
             let token = NumberOrString::String("laya/index".into());
             let has_progress = progress
                 && matches!(
@@ -68,15 +83,6 @@ impl Indexing {
                 ..Default::default()
             }))
             .await;
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, usize)>();
-            let build = tokio::task::spawn_blocking(move || {
-                let index = WorkspaceIndex::new(roots, Limits::default());
-                let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-                let stats = index.build(threads, |done, total| {
-                    let _ = tx.send((done, total));
-                });
-                (index, stats)
-            });
             let mut last = 0;
             while let Some((done, total)) = rx.recv().await {
                 let pct = (100 * done / total.max(1)) as u32;
@@ -90,7 +96,7 @@ impl Indexing {
                     .await;
                 }
             }
-            let Ok((index, stats)) = build.await else {
+            let Ok(stats) = build.await else {
                 send(WorkDoneProgress::End(WorkDoneProgressEnd {
                     message: Some("failed".into()),
                 }))
@@ -103,7 +109,6 @@ impl Indexing {
                 stats.definitions,
                 stats.elapsed.as_secs_f64()
             );
-            *this.index.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(index));
             send(WorkDoneProgress::End(WorkDoneProgressEnd {
                 message: Some(msg.clone()),
             }))

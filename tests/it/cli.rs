@@ -70,3 +70,65 @@ fn unknown_model_names_are_listed() {
         "{err}"
     );
 }
+
+/// `laya complete` with the real 0.5B on the CPU: checking n-gram drafts gives the same text
+/// as plain greedy decoding, in no more forwards, and the timing line says how many.
+#[test]
+fn drafts_change_the_forwards_not_the_text() {
+    let _busy = crate::support::busy_cpu();
+    let m = laya::catalog::find("qwen2.5-coder-0.5b").expect("catalog entry");
+    assert!(
+        m.is_present(),
+        "qwen2.5-coder-0.5b is missing: run `laya models fetch qwen2.5-coder-0.5b` (scripts/test.sh does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("args.py");
+    // The line to complete repeats the shape of the lines above it: drafts from the prompt.
+    std::fs::write(
+        &file,
+        "parser.add_argument(\"--input\", type=str, default=None, help=\"input file\")\nparser.add_argument(\"--output\", type=str, default=None, help=\"output file\")\nparser.add_argument(\"--config\", \n",
+    )
+    .unwrap();
+    let mut runs = vec![];
+    for speculation in ["off", "on"] {
+        let (code, out, err) = run(laya()
+            .arg("complete")
+            .arg(format!("{}:3:32", file.display()))
+            .args([
+                "--device",
+                "cpu",
+                "--max-tokens",
+                "12",
+                "--speculation",
+                speculation,
+            ]));
+        assert_eq!(code, 0, "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains("| decode "))
+            .expect("a timing line")
+            .to_owned();
+        let counts: Vec<usize> = line
+            .split("| decode ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .take(2)
+            .collect();
+        runs.push((out, counts, line));
+    }
+    let (plain, drafted) = (&runs[0], &runs[1]);
+    assert_eq!(plain.0, drafted.0, "the same completion text");
+    assert_eq!(
+        plain.1[0], drafted.1[0],
+        "the same tokens: {} / {}",
+        plain.2, drafted.2
+    );
+    assert_eq!(
+        plain.1[0], plain.1[1],
+        "one forward a token without drafts: {}",
+        plain.2
+    );
+    assert!(drafted.1[1] < drafted.1[0], "drafts were accepted: {}", drafted.2);
+}

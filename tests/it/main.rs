@@ -23,3 +23,4 @@ mod security;
 mod service;
 mod soak;
 mod stale_work;
+mod workspace_context;

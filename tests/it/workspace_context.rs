@@ -1,0 +1,124 @@
+//! The workspace index through the LSP server: built after `initialized` over the declared
+//! folder, lending definitions of files that are not open to the prompt, kept current from
+//! file events and saves, never reading outside the folder; `laya/explain` names what it lent.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{engine::FakeEngine, lsp::InProcess};
+
+const CART: &str =
+    "class Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n        pass\n";
+const VIEWS: &str = "from .cart import Cart\n\ndef checkout(cart: Cart):\n    cart.$0";
+
+/// Complete at `pos` until the prompt satisfies `want` (the index builds in the background),
+/// for at most 20 s; the last prompt.
+async fn prompt_until(c: &mut InProcess, uri: &str, pos: (u32, u32), want: impl Fn(&str) -> bool) -> String {
+    let start = Instant::now();
+    loop {
+        c.inline(uri, pos).await;
+        let prompt = c.engine.last_prompt();
+        if want(&prompt) || start.elapsed() > Duration::from_secs(20) {
+            return prompt;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn file_event(path: &std::path::Path, kind: u32) -> Value {
+    json!({ "changes": [{ "uri": format!("file://{}", path.display()), "type": kind }] })
+}
+
+#[tokio::test]
+async fn files_not_open_lend_their_definitions_and_file_events_keep_them_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("shop")).unwrap();
+    std::fs::write(root.join("shop/cart.py"), CART).unwrap();
+    std::fs::write(root.join("shop/views.py"), VIEWS.replace("$0", "")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = std::fs::canonicalize(outside.path()).unwrap().join("secret.py");
+    std::fs::write(
+        &secret,
+        "class Cart:\n    def leak_outside(self):\n        pass\n",
+    )
+    .unwrap();
+
+    let mut c = InProcess::new(FakeEngine::answering("x").shared());
+    let folders = json!([{ "uri": format!("file://{}", root.display()), "name": "shop" }]);
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    c.initialize(true, init, folders).await;
+    let uri = format!("file://{}", root.join("shop/views.py").display());
+    let pos = c.open(&uri, "python", VIEWS).await;
+
+    let lent = "<|file_sep|>shop/cart.py\nclass Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n<|file_sep|>shop/views.py\n";
+    let prompt = prompt_until(&mut c, &uri, pos, |p| p.contains(lent)).await;
+    assert!(prompt.contains(lent), "{prompt}");
+    let explained = c
+        .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
+        .await;
+    assert_eq!(
+        explained["result"]["contextFiles"],
+        json!([{ "path": "shop/cart.py", "symbols": ["Cart"] }]),
+        "{explained}"
+    );
+
+    // Changed on disk: the watched-file event brings the new method in.
+    std::fs::write(root.join("shop/cart.py"), CART.replace("add_item", "remove_item")).unwrap();
+    c.notify(
+        "workspace/didChangeWatchedFiles",
+        file_event(&root.join("shop/cart.py"), 2),
+    )
+    .await;
+    let prompt = prompt_until(&mut c, &uri, pos, |p| p.contains("remove_item")).await;
+    assert!(
+        prompt.contains("def remove_item(") && !prompt.contains("add_item"),
+        "{prompt}"
+    );
+
+    // An event for a file outside the folder is not read.
+    c.notify("workspace/didChangeWatchedFiles", file_event(&secret, 1))
+        .await;
+    c.inline(&uri, pos).await;
+    assert!(!c.engine.last_prompt().contains("leak_outside"));
+
+    // Deleted: gone from the prompt.
+    std::fs::remove_file(root.join("shop/cart.py")).unwrap();
+    c.notify(
+        "workspace/didChangeWatchedFiles",
+        file_event(&root.join("shop/cart.py"), 3),
+    )
+    .await;
+    c.inline(&uri, pos).await;
+    assert!(!c.engine.last_prompt().contains("shop/cart.py"));
+
+    // A saved file is read again (the client sends no text).
+    std::fs::write(root.join("shop/cart.py"), CART).unwrap();
+    c.notify(
+        "textDocument/didSave",
+        json!({ "textDocument": { "uri": format!("file://{}", root.join("shop/cart.py").display()) } }),
+    )
+    .await;
+    c.inline(&uri, pos).await;
+    assert!(c.engine.last_prompt().contains(lent));
+}
+
+#[tokio::test]
+async fn the_setting_off_builds_no_index_and_lends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("shop")).unwrap();
+    std::fs::write(root.join("shop/cart.py"), CART).unwrap();
+    let mut c = InProcess::new(FakeEngine::answering("x").shared());
+    let folders = json!([{ "uri": format!("file://{}", root.display()), "name": "shop" }]);
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": false } });
+    c.initialize(true, init, folders).await;
+    let uri = format!("file://{}", root.join("shop/views.py").display());
+    let pos = c.open(&uri, "python", VIEWS).await;
+    for _ in 0..5 {
+        c.inline(&uri, pos).await;
+        assert!(!c.engine.last_prompt().contains("cart.py"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
