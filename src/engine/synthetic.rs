@@ -25,6 +25,7 @@ pub fn shape(name: &str) -> Option<ModelConfig> {
         rope_theta: 1_000_000.0,
         rms_norm_eps: 1e-6,
         tie_word_embeddings: tied,
+        moe: None,
     };
     Some(match name {
         "qwen2.5-coder-0.5b" => qwen2(896, 4864, 24, 14, 2, 151936, true),
@@ -43,6 +44,7 @@ pub fn shape(name: &str) -> Option<ModelConfig> {
             rope_theta: 1_000_000.0,
             rms_norm_eps: 1e-6,
             tie_word_embeddings: true,
+            moe: None,
         },
         _ => return None,
     })
@@ -152,6 +154,7 @@ pub fn tiny() -> ModelConfig {
         rope_theta: 1_000_000.0,
         rms_norm_eps: 1e-6,
         tie_word_embeddings: true,
+        moe: None,
     }
 }
 
@@ -161,6 +164,7 @@ pub fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> Strin
     let arch = match cfg.arch {
         Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
+        Arch::Qwen3Moe => ("Qwen3MoeForCausalLM", "qwen3_moe"),
     };
     let mut v = serde_json::json!({
         "architectures": [arch.0],
@@ -177,6 +181,14 @@ pub fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> Strin
         "tie_word_embeddings": cfg.tie_word_embeddings,
         "torch_dtype": "bfloat16",
     });
+    if let Some(m) = &cfg.moe {
+        v["num_experts"] = m.num_experts.into();
+        v["num_experts_per_tok"] = m.num_experts_per_tok.into();
+        v["moe_intermediate_size"] = m.moe_intermediate_size.into();
+        v["norm_topk_prob"] = m.norm_topk_prob.into();
+        v["decoder_sparse_step"] = m.decoder_sparse_step.into();
+        v["mlp_only_layers"] = m.mlp_only_layers.clone().into();
+    }
     if let Some((group_size, bits)) = quantization {
         v["quantization"] = serde_json::json!({ "group_size": group_size, "bits": bits });
     }

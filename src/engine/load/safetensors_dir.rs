@@ -1,5 +1,7 @@
 //! Hugging Face (`config.json` + `*.safetensors`, bf16/f16) and mlx-community (the same, with
-//! MLX-quantized weights and a `quantization` entry in `config.json`) model folders.
+//! MLX-quantized weights and a `quantization` entry in `config.json`) model folders. A
+//! Qwen3-MoE folder holds its experts one tensor each (HF) or already stacked (mlx-community);
+//! the model stacks the former as it loads.
 
 use std::{collections::HashMap, path::Path};
 
@@ -8,7 +10,7 @@ use serde::Deserialize;
 
 use super::{insert_weight, EngineLoadError, LoadOptions, Precision};
 use crate::engine::{
-    models::{Arch, Model, ModelConfig},
+    models::{Arch, Model, ModelConfig, MoeConfig},
     tokenizer::Tokenizer,
 };
 
@@ -29,6 +31,16 @@ struct HfConfig {
     #[serde(default)]
     tie_word_embeddings: bool,
     quantization: Option<HfQuantization>,
+    // Qwen3-MoE; defaults as transformers' Qwen3MoeConfig has them.
+    num_experts: Option<i32>,
+    num_experts_per_tok: Option<i32>,
+    moe_intermediate_size: Option<i32>,
+    #[serde(default)]
+    norm_topk_prob: bool,
+    #[serde(default = "default_sparse_step")]
+    decoder_sparse_step: i32,
+    #[serde(default)]
+    mlp_only_layers: Vec<i32>,
 }
 
 #[derive(Deserialize)]
@@ -44,6 +56,9 @@ fn default_theta() -> f32 {
 fn default_eps() -> f32 {
     1e-6
 }
+fn default_sparse_step() -> i32 {
+    1
+}
 
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), EngineLoadError> {
     let config_path = dir.join("config.json");
@@ -58,12 +73,34 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
     let arch = match hf.model_type.as_str() {
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
+        "qwen3_moe" => Arch::Qwen3Moe,
         other => {
             return Err(EngineLoadError::Invalid {
                 file: config_path,
-                reason: format!("model_type `{other}` is not supported (qwen2 and qwen3 are)"),
+                reason: format!("model_type `{other}` is not supported (qwen2, qwen3 and qwen3_moe are)"),
             })
         }
+    };
+    let moe = match arch {
+        Arch::Qwen3Moe => {
+            let missing = |key: &str| EngineLoadError::Invalid {
+                file: config_path.clone(),
+                reason: format!("a qwen3_moe config needs `{key}`"),
+            };
+            Some(MoeConfig {
+                num_experts: hf.num_experts.ok_or_else(|| missing("num_experts"))?,
+                num_experts_per_tok: hf
+                    .num_experts_per_tok
+                    .ok_or_else(|| missing("num_experts_per_tok"))?,
+                moe_intermediate_size: hf
+                    .moe_intermediate_size
+                    .ok_or_else(|| missing("moe_intermediate_size"))?,
+                norm_topk_prob: hf.norm_topk_prob,
+                decoder_sparse_step: hf.decoder_sparse_step,
+                mlp_only_layers: hf.mlp_only_layers.clone(),
+            })
+        }
+        Arch::Qwen2 | Arch::Qwen3 => None,
     };
     let cfg = ModelConfig {
         arch,
@@ -79,6 +116,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
         rope_theta: hf.rope_theta,
         rms_norm_eps: hf.rms_norm_eps,
         tie_word_embeddings: hf.tie_word_embeddings,
+        moe,
     };
     let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
 

@@ -1,10 +1,12 @@
 //! Decoder-only transformers of the Qwen family, written as plain functions over MLX arrays.
 //!
-//! One [`Model`] serves both architectures: they share the embedding, the decoder block
-//! (pre-norm attention + SwiGLU MLP, each with a residual), the final norm and the LM head,
-//! and differ only inside attention. [`qwen2`] adds a bias to q/k/v; [`qwen3`] has no bias but
-//! RMS-normalizes every query and key head and takes `head_dim` from its config. The block
-//! dispatches on [`Attention`], an enum of the two.
+//! One [`Model`] serves the three architectures: they share the embedding, the decoder block
+//! (pre-norm attention + MLP, each with a residual), the final norm and the LM head, and
+//! differ inside attention and in the MLP. [`qwen2`] adds a bias to q/k/v; [`qwen3`] has no
+//! bias but RMS-normalizes every query and key head and takes `head_dim` from its config;
+//! [`qwen3_moe`] is Qwen3's attention with a mixture of SwiGLU experts in place of the dense
+//! MLP in the layers its config makes sparse. The block dispatches on [`Attention`] and
+//! [`FeedForward`], two enums.
 //!
 //! Weights come in as a map with HF / mlx-community names (`model.layers.{i}.self_attn.q_proj.weight`,
 //! …). A linear layer (and the embedding) is either dense (`.weight` `[out, in]`, any float
@@ -15,6 +17,7 @@
 
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 
 use std::{cell::RefCell, collections::HashMap};
 
@@ -34,6 +37,8 @@ pub enum Arch {
     Qwen2,
     /// Qwen3 dense: no q/k/v bias, per-head RMSNorm on queries and keys.
     Qwen3,
+    /// Qwen3-MoE (Qwen3-Coder-30B-A3B, …): Qwen3's attention, a mixture of experts as MLP.
+    Qwen3Moe,
 }
 
 /// Hyper-parameters of a model, filled by the loader from GGUF metadata or `config.json`.
@@ -52,16 +57,43 @@ pub struct ModelConfig {
     pub rms_norm_eps: f32,
     /// Without an `lm_head.weight`, the LM head is the embedding matrix.
     pub tie_word_embeddings: bool,
+    /// The experts of a [`Arch::Qwen3Moe`] model; `None` for the dense ones.
+    pub moe: Option<MoeConfig>,
+}
+
+/// The mixture of experts of a Qwen3-MoE model (`config.json`'s names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: i32,
+    /// Experts each token runs through: the router's `k` most likely.
+    pub num_experts_per_tok: i32,
+    /// Hidden width of one expert's SwiGLU.
+    pub moe_intermediate_size: i32,
+    /// Rescale the `k` chosen probabilities to sum to 1.
+    pub norm_topk_prob: bool,
+    /// Layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0` …
+    pub decoder_sparse_step: i32,
+    /// … and `i` is not listed here; the others keep a dense MLP of `intermediate_size`.
+    pub mlp_only_layers: Vec<i32>,
+}
+
+impl MoeConfig {
+    /// Whether layer `layer` (from 0) runs the experts, as mlx-lm and transformers decide.
+    pub fn is_sparse(&self, layer: i32) -> bool {
+        !self.mlp_only_layers.contains(&layer)
+            && self.num_experts > 0
+            && (layer + 1) % self.decoder_sparse_step == 0
+    }
 }
 
 impl ModelConfig {
-    /// Parameter count, from the shapes the configuration implies (projections, MLP,
-    /// embedding and an untied LM head; biases and norms, a rounding error, left out).
+    /// Parameter count, from the shapes the configuration implies (projections, MLP or
+    /// router and every expert, embedding and an untied LM head; biases and norms, a rounding
+    /// error, left out).
     pub fn parameters(&self) -> u64 {
-        let [h, i, l, q, kv, d, v] = [
+        let [h, i, q, kv, d, v] = [
             self.hidden_size,
             self.intermediate_size,
-            self.num_hidden_layers,
             self.num_attention_heads,
             self.num_key_value_heads,
             self.head_dim,
@@ -69,9 +101,16 @@ impl ModelConfig {
         ]
         .map(|x| x.max(0) as u64);
         let attention = 2 * h * q * d + 2 * h * kv * d;
-        let mlp = 3 * h * i;
+        let mlp = |layer: i32| match &self.moe {
+            Some(m) if m.is_sparse(layer) => {
+                let (e, mi) = (m.num_experts.max(0) as u64, m.moe_intermediate_size.max(0) as u64);
+                e * h + 3 * e * h * mi
+            }
+            _ => 3 * h * i,
+        };
         let heads = if self.tie_word_embeddings { 1 } else { 2 };
-        l * (attention + mlp) + heads * v * h
+        let layers: u64 = (0..self.num_hidden_layers).map(|l| attention + mlp(l)).sum();
+        layers + heads * v * h
     }
 
     fn validate(&self) -> Result<(), ModelError> {
@@ -97,6 +136,35 @@ impl ModelConfig {
             return Err(ModelError::Config(format!(
                 "head_dim ({}) must be even for RoPE",
                 self.head_dim
+            )));
+        }
+        match (&self.moe, self.arch) {
+            (None, Arch::Qwen3Moe) => Err(ModelError::Config("a Qwen3-MoE model needs its experts".into())),
+            (Some(_), Arch::Qwen2 | Arch::Qwen3) => Err(ModelError::Config(format!(
+                "{:?} is a dense architecture, but experts are configured",
+                self.arch
+            ))),
+            (Some(m), _) => m.validate(),
+            (None, _) => Ok(()),
+        }
+    }
+}
+
+impl MoeConfig {
+    fn validate(&self) -> Result<(), ModelError> {
+        let positive = [
+            ("num_experts", self.num_experts),
+            ("num_experts_per_tok", self.num_experts_per_tok),
+            ("moe_intermediate_size", self.moe_intermediate_size),
+            ("decoder_sparse_step", self.decoder_sparse_step),
+        ];
+        if let Some((name, v)) = positive.iter().find(|(_, v)| *v <= 0) {
+            return Err(ModelError::Config(format!("{name} must be positive, is {v}")));
+        }
+        if self.num_experts_per_tok > self.num_experts {
+            return Err(ModelError::Config(format!(
+                "num_experts_per_tok ({}) exceeds num_experts ({})",
+                self.num_experts_per_tok, self.num_experts
             )));
         }
         Ok(())
@@ -133,7 +201,7 @@ pub enum ModelError {
 
 type Result<T, E = ModelError> = std::result::Result<T, E>;
 
-/// A Qwen2 or Qwen3 decoder with its weights.
+/// A Qwen2, Qwen3 or Qwen3-MoE decoder with its weights.
 pub struct Model {
     cfg: ModelConfig,
     embed_tokens: Linear,
@@ -166,7 +234,7 @@ impl Model {
         eval(embed_tokens.arrays())?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers as usize);
         for i in 0..cfg.num_hidden_layers {
-            let layer = DecoderLayer::load(&cfg, &mut w, &format!("model.layers.{i}"))?;
+            let layer = DecoderLayer::load(&cfg, &mut w, i)?;
             eval(layer.arrays())?;
             layers.push(layer);
         }
@@ -207,15 +275,25 @@ impl Model {
     }
 
     /// Weight bytes one decode step reads: everything but the embedding table, of which only
-    /// one row is gathered, unless the table is also the (tied) LM head.
+    /// one row is gathered, unless the table is also the (tied) LM head, and but the experts a
+    /// token is not routed to.
     pub fn weight_bytes_per_token(&self) -> usize {
         let embed: usize = self.embed_tokens.arrays().iter().map(|a| a.nbytes()).sum();
         let row = embed / self.cfg.vocab_size.max(1) as usize;
-        if self.lm_head.is_some() {
+        let unread: usize = self
+            .layers
+            .iter()
+            .map(|l| match &l.mlp {
+                FeedForward::Sparse(m) => m.unread_bytes_per_token(),
+                FeedForward::Dense(_) => 0,
+            })
+            .sum();
+        let read = if self.lm_head.is_some() {
             self.nbytes() - embed + row
         } else {
             self.nbytes()
-        }
+        };
+        read - unread
     }
 
     /// Runs `tokens` (`[B, L]`, int32 or uint32) after what `caches` hold, appends their keys
@@ -280,25 +358,34 @@ struct DecoderLayer {
     input_layernorm: RmsNorm,
     self_attn: Attention,
     post_attention_layernorm: RmsNorm,
-    mlp: Mlp,
+    mlp: FeedForward,
 }
 
 impl DecoderLayer {
-    fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
+    fn load(cfg: &ModelConfig, w: &mut Weights, layer: i32) -> Result<Self> {
         let (hidden, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
+        let prefix = format!("model.layers.{layer}");
         let attn_prefix = format!("{prefix}.self_attn");
+        let mlp_prefix = format!("{prefix}.mlp");
         Ok(DecoderLayer {
             input_layernorm: w.rms_norm(&format!("{prefix}.input_layernorm.weight"), hidden, eps)?,
             self_attn: match cfg.arch {
                 Arch::Qwen2 => Attention::Qwen2(qwen2::Attention::load(cfg, w, &attn_prefix)?),
-                Arch::Qwen3 => Attention::Qwen3(qwen3::Attention::load(cfg, w, &attn_prefix)?),
+                Arch::Qwen3 | Arch::Qwen3Moe => {
+                    Attention::Qwen3(qwen3::Attention::load(cfg, w, &attn_prefix)?)
+                }
             },
             post_attention_layernorm: w.rms_norm(
                 &format!("{prefix}.post_attention_layernorm.weight"),
                 hidden,
                 eps,
             )?,
-            mlp: Mlp::load(cfg, w, &format!("{prefix}.mlp"))?,
+            mlp: match &cfg.moe {
+                Some(moe) if moe.is_sparse(layer) => {
+                    FeedForward::Sparse(qwen3_moe::SparseMoeBlock::load(cfg, moe, w, &mlp_prefix)?)
+                }
+                _ => FeedForward::Dense(Mlp::load(cfg, w, &mlp_prefix)?),
+            },
         })
     }
 
@@ -309,7 +396,11 @@ impl DecoderLayer {
             Attention::Qwen3(a) => a.forward(&normed, cache)?,
         };
         let h = x.add(&attn)?;
-        let mlp = self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?;
+        let normed = self.post_attention_layernorm.forward(&h)?;
+        let mlp = match &self.mlp {
+            FeedForward::Dense(m) => m.forward(&normed)?,
+            FeedForward::Sparse(m) => m.forward(&normed)?,
+        };
         Ok(h.add(&mlp)?)
     }
 
@@ -322,16 +413,37 @@ impl DecoderLayer {
             Attention::Qwen2(a) => a.arrays(),
             Attention::Qwen3(a) => a.arrays(),
         });
-        v.extend(self.mlp.gate_up.arrays());
-        v.extend(self.mlp.down_proj.arrays());
+        match &self.mlp {
+            FeedForward::Dense(m) => {
+                v.extend(m.gate_up.arrays());
+                v.extend(m.down_proj.arrays());
+            }
+            FeedForward::Sparse(m) => v.extend(m.arrays()),
+        }
         v
     }
 }
 
-/// The one place where the two architectures differ.
+/// Where the architectures differ: attention (Qwen3-MoE's is Qwen3's) …
 enum Attention {
     Qwen2(qwen2::Attention),
     Qwen3(qwen3::Attention),
+}
+
+/// … and the MLP: dense SwiGLU, or a mixture of SwiGLU experts.
+enum FeedForward {
+    Dense(Mlp),
+    Sparse(qwen3_moe::SparseMoeBlock),
+}
+
+#[cfg(test)]
+impl FeedForward {
+    fn dense(&self) -> &Mlp {
+        match self {
+            FeedForward::Dense(m) => m,
+            FeedForward::Sparse(_) => panic!("a sparse layer"),
+        }
+    }
 }
 
 /// What both attention variants do once q, k and v (`[B, L, heads, head_dim]`) are known:
@@ -552,12 +664,25 @@ impl Linear {
     /// Stacks the output rows of same-format layers into one layer, or `None` when their
     /// formats (dense dtype, quantization, bias presence) differ.
     fn concat_rows(parts: &[Linear]) -> Result<Option<Linear>> {
-        let cat = |arrays: Vec<&Array>| ops::concatenate(&arrays, 0);
+        Self::join(parts, |arrays| ops::concatenate(&arrays, 0))
+    }
+
+    /// Same-format layers `[out, in]` as one `[parts, out, in]` (the experts of a MoE layer),
+    /// or `None` when their formats differ.
+    fn stack(parts: &[Linear]) -> Result<Option<Linear>> {
+        Self::join(parts, |arrays| ops::stack(&arrays, 0))
+    }
+
+    /// Each array of same-format layers joined by `cat`, or `None` when their formats differ.
+    fn join(
+        parts: &[Linear],
+        cat: impl Fn(Vec<&Array>) -> std::result::Result<Array, Exception>,
+    ) -> Result<Option<Linear>> {
         let biases: Option<Vec<&Array>> = parts.iter().map(Linear::bias).collect();
         if biases.is_none() && parts.iter().any(|p| p.bias().is_some()) {
             return Ok(None);
         }
-        let bias = biases.map(cat).transpose()?;
+        let bias = biases.map(&cat).transpose()?;
         match &parts[0] {
             Linear::Dense { weight, .. } => {
                 let mut ws = vec![];
@@ -686,14 +811,28 @@ impl Weights {
 
     /// `{prefix}.weight` `[out, in]` (+ `.scales`/`.biases` when quantized, + `.bias` `[out]`).
     fn linear(&mut self, prefix: &str, out: i32, inp: i32, bias: bool) -> Result<Linear> {
+        self.stacked_linear(prefix, &[], out, inp, bias)
+    }
+
+    /// [`Weights::linear`] with leading dimensions `lead` on every tensor: `[...lead, out, in]`
+    /// (the stacked experts of a MoE layer: `lead` is `[experts]`).
+    fn stacked_linear(
+        &mut self,
+        prefix: &str,
+        lead: &[i32],
+        out: i32,
+        inp: i32,
+        bias: bool,
+    ) -> Result<Linear> {
+        let shape = |last: &[i32]| [lead, last].concat();
         let bias = if bias {
-            Some(self.take_shaped(&format!("{prefix}.bias"), &[out])?)
+            Some(self.take_shaped(&format!("{prefix}.bias"), &shape(&[out]))?)
         } else {
             None
         };
         let name = format!("{prefix}.weight");
         if !self.map.contains_key(&format!("{prefix}.scales")) {
-            let weight = self.take_shaped(&name, &[out, inp])?;
+            let weight = self.take_shaped(&name, &shape(&[out, inp]))?;
             return Ok(Linear::Dense { weight, bias });
         }
         let weight = self.take(&name)?;
@@ -701,26 +840,30 @@ impl Weights {
         let scales = self.take(&scales_name)?;
         let biases_name = format!("{prefix}.biases");
         let biases = self.take(&biases_name)?;
-        if weight.dtype() != Dtype::Uint32 || weight.ndim() != 2 || weight.dim(0) != out {
+        let rows = shape(&[out]);
+        let n = rows.len();
+        if weight.dtype() != Dtype::Uint32 || weight.ndim() != n + 1 || weight.shape()[..n] != rows[..] {
+            let rows: Vec<String> = rows.iter().map(i32::to_string).collect();
             return Err(ModelError::BadTensor {
                 name,
                 reason: format!(
-                    "quantized weight must be uint32 [{out}, packed], found {:?} {:?}",
+                    "quantized weight must be uint32 [{}, packed], found {:?} {:?}",
+                    rows.join(", "),
                     weight.dtype(),
                     weight.shape()
                 ),
             });
         }
         // The declared group size, or the one these scales imply (mixed recipes).
-        let groups = scales.shape().get(1).copied().unwrap_or(0);
+        let groups = scales.shape().get(n).copied().unwrap_or(0);
         let group_size = [self.group_size, 32, 64, 128]
             .into_iter()
             .find(|&g| inp % g == 0 && inp / g == groups)
             .unwrap_or(self.group_size);
         let expected_groups = inp / group_size;
-        check_shape(&scales_name, &scales, &[out, expected_groups])?;
-        check_shape(&biases_name, &biases, &[out, expected_groups])?;
-        let packed = weight.dim(1);
+        check_shape(&scales_name, &scales, &shape(&[out, expected_groups]))?;
+        check_shape(&biases_name, &biases, &shape(&[out, expected_groups]))?;
+        let packed = weight.dim(-1);
         let bits = packed * 32 / inp;
         if packed * 32 % inp != 0 || ![2, 3, 4, 5, 6, 8].contains(&bits) {
             return Err(ModelError::BadTensor {
@@ -781,11 +924,20 @@ pub(crate) mod test_util {
             num_attention_heads: 4,
             num_key_value_heads: 2,
             // Qwen3 states head_dim; make it differ from hidden / heads to prove it is used.
-            head_dim: if arch == Arch::Qwen3 { 32 } else { 16 },
+            head_dim: if arch == Arch::Qwen2 { 16 } else { 32 },
             vocab_size: 97,
             rope_theta: 10000.0,
             rms_norm_eps: 1e-6,
             tie_word_embeddings: arch == Arch::Qwen2,
+            // 8 experts, 2 a token, every layer sparse.
+            moe: (arch == Arch::Qwen3Moe).then(|| MoeConfig {
+                num_experts: 8,
+                num_experts_per_tok: 2,
+                moe_intermediate_size: 64,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: vec![],
+            }),
         }
     }
 
@@ -811,15 +963,27 @@ pub(crate) mod test_util {
         put("model.embed_tokens.weight".into(), vec![v, h], 1.0, 0.0);
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            for (n, rows, cols) in [
-                ("self_attn.q_proj", qd, h),
-                ("self_attn.k_proj", kvd, h),
-                ("self_attn.v_proj", kvd, h),
-                ("self_attn.o_proj", h, qd),
-                ("mlp.gate_proj", i, h),
-                ("mlp.up_proj", i, h),
-                ("mlp.down_proj", h, i),
-            ] {
+            let swiglu = |at: &str, i: i32| {
+                [("gate_proj", i, h), ("up_proj", i, h), ("down_proj", h, i)]
+                    .map(|(n, r, c)| (format!("{at}.{n}"), r, c))
+            };
+            let mut matrices = vec![
+                ("self_attn.q_proj".to_owned(), qd, h),
+                ("self_attn.k_proj".to_owned(), kvd, h),
+                ("self_attn.v_proj".to_owned(), kvd, h),
+                ("self_attn.o_proj".to_owned(), h, qd),
+            ];
+            match &cfg.moe {
+                // The router, then each expert's own tensors, as Hugging Face names them.
+                Some(moe) if moe.is_sparse(l) => {
+                    matrices.push(("mlp.gate".to_owned(), moe.num_experts, h));
+                    for e in 0..moe.num_experts {
+                        matrices.extend(swiglu(&format!("mlp.experts.{e}"), moe.moe_intermediate_size));
+                    }
+                }
+                _ => matrices.extend(swiglu("mlp", i)),
+            }
+            for (n, rows, cols) in matrices {
                 put(format!("{p}.{n}.weight"), vec![rows, cols], lin(cols), 0.0);
             }
             if cfg.arch == Arch::Qwen2 {
@@ -893,6 +1057,17 @@ pub(crate) mod test_util {
 
     /// Independent f32 forward pass of one sequence (f64 accumulation): logits per position.
     pub fn reference_forward(cfg: &ModelConfig, w: &HostWeights, ids: &[u32]) -> Vec<Vec<f32>> {
+        reference_forward_routed(cfg, w, ids).0
+    }
+
+    /// [`reference_forward`], also returning the experts each position ran in each layer,
+    /// most likely first (empty for a dense layer): `[layer][position]`. Expert weights are
+    /// read per expert (`mlp.experts.{e}.*`, Hugging Face's names).
+    pub fn reference_forward_routed(
+        cfg: &ModelConfig,
+        w: &HostWeights,
+        ids: &[u32],
+    ) -> (Vec<Vec<f32>>, Vec<Vec<Vec<usize>>>) {
         let get = |n: &str| &w[n].0;
         let (h, d) = (cfg.hidden_size as usize, cfg.head_dim as usize);
         let (nh, nkv) = (cfg.num_attention_heads as usize, cfg.num_key_value_heads as usize);
@@ -928,6 +1103,7 @@ pub(crate) mod test_util {
             .iter()
             .map(|&t| get("model.embed_tokens.weight")[t as usize * h..(t as usize + 1) * h].to_vec())
             .collect();
+        let mut routes = vec![vec![]; cfg.num_hidden_layers as usize];
         for l in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{l}");
             let bias = |n: &str| (cfg.arch == Arch::Qwen2).then(|| format!("{p}.self_attn.{n}.bias"));
@@ -942,7 +1118,7 @@ pub(crate) mod test_util {
                 for (v, heads, norm) in [(&mut q, nh, "q_norm"), (&mut k, nkv, "k_norm")] {
                     for hd in 0..heads {
                         let head = &mut v[hd * d..(hd + 1) * d];
-                        if cfg.arch == Arch::Qwen3 {
+                        if cfg.arch != Arch::Qwen2 {
                             let g = get(&format!("{p}.self_attn.{norm}.weight"));
                             head.copy_from_slice(&rms(head, g));
                         }
@@ -978,14 +1154,43 @@ pub(crate) mod test_util {
                 let x = &mut xs[i];
                 x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
                 let hn = rms(x, get(&format!("{p}.post_attention_layernorm.weight")));
-                let g = matvec(&format!("{p}.mlp.gate_proj.weight"), &hn, None);
-                let u = matvec(&format!("{p}.mlp.up_proj.weight"), &hn, None);
-                let act: Vec<f32> = g
-                    .iter()
-                    .zip(&u)
-                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
-                    .collect();
-                let dn = matvec(&format!("{p}.mlp.down_proj.weight"), &act, None);
+                let swiglu = |at: &str| {
+                    let g = matvec(&format!("{at}.gate_proj.weight"), &hn, None);
+                    let u = matvec(&format!("{at}.up_proj.weight"), &hn, None);
+                    let act: Vec<f32> = g
+                        .iter()
+                        .zip(&u)
+                        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                        .collect();
+                    matvec(&format!("{at}.down_proj.weight"), &act, None)
+                };
+                let (dn, chosen) = match &cfg.moe {
+                    Some(moe) if moe.is_sparse(l) => {
+                        // Softmax over the router's logits, the k most likely, their weights.
+                        let logits = matvec(&format!("{p}.mlp.gate.weight"), &hn, None);
+                        let m = logits.iter().cloned().fold(f32::MIN, f32::max) as f64;
+                        let e: Vec<f64> = logits.iter().map(|v| (*v as f64 - m).exp()).collect();
+                        let z: f64 = e.iter().sum();
+                        let probs: Vec<f64> = e.iter().map(|v| v / z).collect();
+                        let mut order: Vec<usize> = (0..probs.len()).collect();
+                        order.sort_by(|a, b| probs[*b].total_cmp(&probs[*a]));
+                        order.truncate(moe.num_experts_per_tok as usize);
+                        let total: f64 = order.iter().map(|&j| probs[j]).sum();
+                        let mut y = vec![0f64; h];
+                        for &j in &order {
+                            let wj = if moe.norm_topk_prob {
+                                probs[j] / total
+                            } else {
+                                probs[j]
+                            };
+                            let out = swiglu(&format!("{p}.mlp.experts.{j}"));
+                            y.iter_mut().zip(&out).for_each(|(a, b)| *a += wj * *b as f64);
+                        }
+                        (y.into_iter().map(|v| v as f32).collect(), order)
+                    }
+                    _ => (swiglu(&format!("{p}.mlp")), vec![]),
+                };
+                routes[l as usize].push(chosen);
                 x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
             }
         }
@@ -994,9 +1199,11 @@ pub(crate) mod test_util {
         } else {
             "model.embed_tokens.weight"
         };
-        xs.iter()
+        let logits = xs
+            .iter()
             .map(|x| matvec(head, &rms(x, get("model.norm.weight")), None))
-            .collect()
+            .collect();
+        (logits, routes)
     }
 }
 
@@ -1044,14 +1251,20 @@ mod tests {
     }
 
     #[test]
-    fn cached_logits_equal_uncached_qwen2_and_qwen3() {
+    fn cached_logits_equal_uncached_qwen2_qwen3_and_qwen3_moe() {
         check_cache_consistency(&tiny_model(Arch::Qwen2, 1));
         check_cache_consistency(&tiny_model(Arch::Qwen3, 2));
+        check_cache_consistency(&tiny_model(Arch::Qwen3Moe, 2));
     }
 
     #[test]
     fn cached_logits_equal_uncached_quantized() {
-        for (arch, gs, bits) in [(Arch::Qwen2, 64, 4), (Arch::Qwen3, 32, 6), (Arch::Qwen2, 32, 8)] {
+        for (arch, gs, bits) in [
+            (Arch::Qwen2, 64, 4),
+            (Arch::Qwen3, 32, 6),
+            (Arch::Qwen2, 32, 8),
+            (Arch::Qwen3Moe, 64, 4),
+        ] {
             let cfg = tiny_config(arch);
             let (q, _) = quantized_pair(&random_weights(&cfg, 3), gs, bits);
             check_cache_consistency(&Model::from_weights(cfg, q, gs).unwrap());
@@ -1060,7 +1273,7 @@ mod tests {
 
     #[test]
     fn trim_and_refeed_matches_never_going_past() {
-        for arch in [Arch::Qwen2, Arch::Qwen3] {
+        for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe] {
             let model = tiny_model(arch, 4);
             let ids = seq();
             let k = 7;
@@ -1127,7 +1340,7 @@ mod tests {
                 let (q, d) = quantized_pair(&random_weights(&cfg, 7), gs, bits);
                 let qm = Model::from_weights(cfg.clone(), q, gs).unwrap();
                 assert!(matches!(
-                    qm.layers[0].mlp.down_proj,
+                    qm.layers[0].mlp.dense().down_proj,
                     Linear::Quantized { spec, .. } if spec == QuantSpec { group_size: gs, bits }
                 ));
                 assert_fused(&qm);
@@ -1151,10 +1364,9 @@ mod tests {
                 Attention::Qwen3(a) => &a.qkv,
             };
             assert_eq!((qkv.parts.len(), qkv.splits.len()), (1, 2));
-            assert_eq!(
-                (layer.mlp.gate_up.parts.len(), layer.mlp.gate_up.splits.len()),
-                (1, 1)
-            );
+            if let FeedForward::Dense(mlp) = &layer.mlp {
+                assert_eq!((mlp.gate_up.parts.len(), mlp.gate_up.splits.len()), (1, 1));
+            }
         }
     }
 
@@ -1231,7 +1443,7 @@ mod tests {
             group_size: 32,
             bits: 4,
         };
-        assert_eq!(spec(&model.layers[1].mlp.down_proj), Some(g32));
+        assert_eq!(spec(&model.layers[1].mlp.dense().down_proj), Some(g32));
         check_cache_consistency(&model);
         let dm = Model::from_weights(cfg, dense, 64).unwrap();
         let ids = tokens(&seq());
