@@ -49,7 +49,7 @@ fn candidates(
     match language {
         "python" => python(dir, root, path, statement),
         "typescript" | "tsx" | "javascript" => script(dir, statement),
-        "rust" => rust(dir, path, statement),
+        "rust" => rust(root, path, statement),
         "go" => go(index, root, dir, statement),
         "c" | "cpp" => include(dir, root, statement),
         "java" => java(index, root, dir, statement),
@@ -175,8 +175,8 @@ fn rust_module_dir(path: &Path) -> PathBuf {
 
 /// The crate root folder (`src/`) of a Rust file: the folder above it with a `Cargo.toml`'s
 /// `src`, else the folder of the nearest `lib.rs`/`main.rs`.
-fn rust_crate_src(path: &Path) -> Option<PathBuf> {
-    path.ancestors().skip(1).find_map(|a| {
+fn rust_crate_src(root: &Path, path: &Path) -> Option<PathBuf> {
+    path.ancestors().skip(1).take_while(|a| a.starts_with(root)).find_map(|a| {
         if a.join("Cargo.toml").is_file() {
             Some(a.join("src"))
         } else if a.join("lib.rs").is_file() || a.join("main.rs").is_file() {
@@ -198,12 +198,11 @@ fn rust_module_files(base: &Path, segments: &[&str]) -> Vec<PathBuf> {
     out
 }
 
-fn rust(dir: &Path, path: &Path, statement: &str) -> Vec<PathBuf> {
+fn rust(root: &Path, path: &Path, statement: &str) -> Vec<PathBuf> {
     let s: String = statement.split_whitespace().collect::<Vec<_>>().join(" ");
     let s = s.trim_end_matches(';');
     if let Some(name) = s.strip_prefix("mod ").or_else(|| s.strip_prefix("pub mod ")) {
         let base = rust_module_dir(path);
-        let _ = dir;
         return vec![base.join(format!("{name}.rs")), base.join(name).join("mod.rs")];
     }
     let Some(rest) = s
@@ -237,7 +236,7 @@ fn rust(dir: &Path, path: &Path, statement: &str) -> Vec<PathBuf> {
             continue;
         };
         let base = match first {
-            "crate" => rust_crate_src(path),
+            "crate" => rust_crate_src(root, path),
             "super" => {
                 let mut b = rust_module_dir(path);
                 b.pop();
@@ -287,9 +286,14 @@ fn go(index: &WorkspaceIndex, root: &Path, dir: &Path, statement: &str) -> Vec<P
     out
 }
 
-/// The indexed files directly in `folder` with extension `ext`, sorted.
+/// The indexed files directly in `folder` with extension `ext`, sorted; nothing for a folder
+/// outside the workspace (which is never listed).
 fn files_in(index: &WorkspaceIndex, folder: &Path, ext: &str) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(folder) else {
+    let folder = normalize(folder);
+    if index.root_of(&folder).is_none() {
+        return vec![];
+    }
+    let Ok(entries) = std::fs::read_dir(&folder) else {
         return vec![];
     };
     let mut files: Vec<PathBuf> = entries

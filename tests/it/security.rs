@@ -501,6 +501,7 @@ fn every_process_laya_starts_is_a_reviewed_site_and_none_runs_a_shell() {
         ("src/bench/memory.rs", "Command::new(program)", "this laya binary (`serve` / `lsp`) for the benchmarks, argv from the bench's own flags"),
         ("src/service.rs", "Command::new(&cmd[0])", "systemctl / launchctl with fixed arguments and the unit path; no shell"),
         ("src/bench/engine.rs", "std::process::Command::new(python)", "the llama.cpp peer: the user's --peer-python, our script and numbers; a local bench, no client input"),
+        ("src/bench/quality.rs", "Command::new(\"tar\")", "`tar -xJf ARCHIVE -C SCRATCH` for a repository case's workspace, its name checked to be plain; a local bench, no client input"),
     ];
     check_reviewed(&found, &reviewed, "process starts");
     // No shell anywhere: no `sh -c`, no `bash`, no `-c` argument.
@@ -539,6 +540,53 @@ fn the_language_server_and_the_daemon_read_no_files_on_a_clients_behalf() {
         found.is_empty(),
         "the LSP path touches the file system: {found:#?}"
     );
+    // The workspace index: only under the declared folders (walks start at them, updates
+    // and reads of other paths are refused by `root_of`, import resolution keeps to indexed
+    // files and to folders inside the roots).
+    let found = sites(&["src/workspace"], &patterns);
+    let reviewed = [
+        (
+            "src/workspace/mod.rs",
+            "std::fs::canonicalize(&r)",
+            "the declared roots themselves",
+        ),
+        (
+            "src/workspace/mod.rs",
+            "std::fs::metadata(&path)",
+            "a file the walk of a root found",
+        ),
+        (
+            "src/workspace/mod.rs",
+            "std::fs::read_to_string(path)",
+            "reload: only after `root_of(path)` is checked",
+        ),
+        (
+            "src/workspace/mod.rs",
+            "std::fs::read(path)",
+            "the build: a file the walk of a root found",
+        ),
+        (
+            "src/workspace/resolve.rs",
+            "std::fs::read_to_string(a.join(\"go.mod\"))",
+            "folders between the file and its root only",
+        ),
+        (
+            "src/workspace/resolve.rs",
+            "std::fs::read_dir(&folder)",
+            "only after `root_of(folder)` is checked",
+        ),
+        (
+            "src/workspace/mod.rs",
+            "defs::",
+            "the `defs` module, not the file system",
+        ),
+        (
+            "src/workspace/retrieve.rs",
+            "defs::",
+            "the `defs` module, not the file system",
+        ),
+    ];
+    check_reviewed(&found, &reviewed, "workspace file access");
     // The daemon: only its own runtime directory and /proc; never a path from a request.
     let found = sites(&["src/daemon"], &patterns);
     let reviewed = [
