@@ -3,8 +3,10 @@
 //! by `workspace/didChangeWorkspaceFolders`). A client that declares none (one file opened on
 //! its own) shares context only between documents of the same folder as the one completed.
 //!
-//! The server never reads files: a document's text is what the client sent. This module only
-//! decides, by URI, whose text may go into another document's prompt. URIs are compared as
+//! A document's text is what the client sent; files on disk are read only by the workspace
+//! index (`crate::workspace`), and only under the folders declared here
+//! ([`Workspace::file_roots`]). This module decides, by URI, whose text may go into another
+//! document's prompt. URIs are compared as
 //! paths: percent-decoded, `.` and `..` resolved, segment by segment, so
 //! `file:///work/demo/../secret.py` is outside `file:///work/demo`, and `file:///work/demo2`
 //! is not inside `file:///work/demo`.

@@ -176,15 +176,18 @@ fn rust_module_dir(path: &Path) -> PathBuf {
 /// The crate root folder (`src/`) of a Rust file: the folder above it with a `Cargo.toml`'s
 /// `src`, else the folder of the nearest `lib.rs`/`main.rs`.
 fn rust_crate_src(root: &Path, path: &Path) -> Option<PathBuf> {
-    path.ancestors().skip(1).take_while(|a| a.starts_with(root)).find_map(|a| {
-        if a.join("Cargo.toml").is_file() {
-            Some(a.join("src"))
-        } else if a.join("lib.rs").is_file() || a.join("main.rs").is_file() {
-            Some(a.to_owned())
-        } else {
-            None
-        }
-    })
+    path.ancestors()
+        .skip(1)
+        .take_while(|a| a.starts_with(root))
+        .find_map(|a| {
+            if a.join("Cargo.toml").is_file() {
+                Some(a.join("src"))
+            } else if a.join("lib.rs").is_file() || a.join("main.rs").is_file() {
+                Some(a.to_owned())
+            } else {
+                None
+            }
+        })
 }
 
 fn rust_module_files(base: &Path, segments: &[&str]) -> Vec<PathBuf> {
