@@ -2,7 +2,8 @@
 # Runs laya's test suite: prepares what the tests need (scripts/setup.sh --no-run with the
 # 0.5B and 1.5B models, and scripts/peer-setup.sh's llama-cpp-python venv for the llama.cpp
 # remote-tier test; both quick once done, the venv's first build ~6 min on 2 cores), then
-# `cargo test --release`, the benchmark scorer's checks (bench/quality/test_score.py), then
+# `cargo test --release`, the benchmark scorer's checks (bench/quality/test_score.py) and the
+# cross-file case set's (bench/quality/test_make_repo_cases.py), then
 # the editor integrations in real clients (scripts/test-editors.sh; each editor skips with
 # its reason where its client cannot be installed). Extra arguments go to cargo test. The
 # code's formatting is checked first (`cargo fmt --check`, where rustfmt is installed).
@@ -16,4 +17,5 @@ LAYA_PEER_PYTHON=$(scripts/peer-setup.sh | tail -n 1)
 export LAYA_PEER_PYTHON
 cargo test --release --locked "$@"
 python3 bench/quality/test_score.py
+python3 bench/quality/test_make_repo_cases.py
 LAYA_BIN=target/release/laya scripts/test-editors.sh

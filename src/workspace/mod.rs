@@ -32,6 +32,8 @@ pub struct Limits {
     pub max_files: usize,
     /// Files larger than this are skipped (generated or vendored code, data).
     pub max_file_bytes: u64,
+    /// Definitions kept per file, in file order (generated bindings define thousands).
+    pub max_definitions_per_file: usize,
 }
 
 impl Default for Limits {
@@ -39,6 +41,7 @@ impl Default for Limits {
         Limits {
             max_files: 20_000,
             max_file_bytes: 256 * 1024,
+            max_definitions_per_file: 1000,
         }
     }
 }
@@ -203,7 +206,7 @@ impl WorkspaceIndex {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(path) = files.get(i) else { break };
-                    if let Some(entry) = read_entry(path, self.limits.max_file_bytes) {
+                    if let Some(entry) = read_entry(path, &self.limits) {
                         results
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
@@ -246,10 +249,7 @@ impl WorkspaceIndex {
         if text.len() as u64 > self.limits.max_file_bytes {
             return self.remove(path);
         }
-        let entry = FileEntry {
-            language,
-            definitions: defs::extract(language, text),
-        };
+        let entry = FileEntry::new(language, text, &self.limits);
         let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
         if !data.files.contains_key(path) && data.files.len() >= self.limits.max_files {
             return;
@@ -300,17 +300,28 @@ impl WorkspaceIndex {
     }
 }
 
-fn read_entry(path: &Path, max_bytes: u64) -> Option<FileEntry> {
+fn read_entry(path: &Path, limits: &Limits) -> Option<FileEntry> {
     let language = Language::from_path(&path.to_string_lossy())?;
     let bytes = std::fs::read(path).ok()?;
-    if bytes.len() as u64 > max_bytes {
+    if bytes.len() as u64 > limits.max_file_bytes {
         return None;
     }
     let text = String::from_utf8(bytes).ok()?;
-    Some(FileEntry {
-        language,
-        definitions: defs::extract(language, &text),
-    })
+    Some(FileEntry::new(language, &text, limits))
+}
+
+impl FileEntry {
+    /// The definitions of `text`, at most the limit's count (containers stay valid: a
+    /// member never comes before its type).
+    fn new(language: Language, text: &str, limits: &Limits) -> FileEntry {
+        let mut definitions = defs::extract(language, text);
+        definitions.truncate(limits.max_definitions_per_file);
+        definitions.shrink_to_fit();
+        FileEntry {
+            language,
+            definitions,
+        }
+    }
 }
 
 #[cfg(test)]
