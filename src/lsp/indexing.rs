@@ -7,10 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dashmap::DashSet;
-use tower_lsp_server::{
-    lsp_types::{notification::Progress as ProgressNote, request::WorkDoneProgressCreate, *},
-    Client,
-};
+use tower_lsp_server::{lsp_types::*, Client};
 
 use crate::document::DocumentStore;
 use crate::workspace::{file_path, Limits, WorkspaceIndex};
@@ -31,7 +28,7 @@ impl Indexing {
 
     /// Build the index over `roots` on a blocking thread, reporting progress to the client
     /// (when it takes progress), then keep it. Returns at once.
-    pub fn start(self: &Arc<Self>, client: Client, roots: Vec<PathBuf>, progress: bool) {
+    pub fn start(self: &Arc<Self>, client: Client, roots: Vec<PathBuf>) {
         if roots.is_empty() {
             return;
         }
@@ -52,30 +49,10 @@ impl Indexing {
                 *keep.index.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(index));
                 stats
             });
-            let token = NumberOrString::String("laya/index".into());
-            let has_progress = progress
-                && matches!(
-                    tokio::time::timeout(
-                        super::CONFIGURATION_TIMEOUT,
-                        client.send_request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
-                            token: token.clone()
-                        }),
-                    )
-                    .await,
-                    Ok(Ok(()))
-                );
+            let progress = super::progress::Progress::create(&client, "laya/index").await;
             let send = |value: WorkDoneProgress| {
-                let (client, token) = (client.clone(), token.clone());
-                async move {
-                    if has_progress {
-                        client
-                            .send_notification::<ProgressNote>(ProgressParams {
-                                token,
-                                value: ProgressParamsValue::WorkDone(value),
-                            })
-                            .await;
-                    }
-                }
+                let progress = progress.clone();
+                async move { progress.send(value).await }
             };
             send(WorkDoneProgress::Begin(WorkDoneProgressBegin {
                 title: "laya: indexing the workspace".into(),

@@ -11,6 +11,7 @@ pub mod acceptance;
 pub mod convert;
 pub mod indexing;
 pub mod panic_guard;
+pub mod progress;
 pub mod transport;
 pub mod workspace;
 
@@ -21,7 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tower_lsp_server::{
     jsonrpc::Result as RpcResult,
-    lsp_types::{self as lsp, notification::Progress as ProgressNote, request::WorkDoneProgressCreate, *},
+    lsp_types::{self as lsp, *},
     Client, LanguageServer, LspService,
 };
 
@@ -153,20 +154,7 @@ impl LayaServer {
         else {
             return;
         };
-        let token = NumberOrString::String("laya/model".into());
-        // Bounded like the configuration request: a client that never answers must not keep
-        // the engine from being made.
-        let has_progress = matches!(
-            tokio::time::timeout(
-                CONFIGURATION_TIMEOUT,
-                self.client
-                    .send_request::<WorkDoneProgressCreate>(WorkDoneProgressCreateParams {
-                        token: token.clone()
-                    }),
-            )
-            .await,
-            Ok(Ok(()))
-        );
+        let progress = progress::Progress::create(&self.client, "laya/model").await;
         let client = self.client.clone();
         let handle = tokio::runtime::Handle::current();
         // A model that fails while loading is shown to the user (the fix is theirs to make);
@@ -212,16 +200,9 @@ impl LayaServer {
                 ),
             };
             let client = client.clone();
-            let token = token.clone();
+            let progress = progress.clone();
             handle.spawn(async move {
-                if has_progress {
-                    client
-                        .send_notification::<ProgressNote>(ProgressParams {
-                            token,
-                            value: ProgressParamsValue::WorkDone(value),
-                        })
-                        .await;
-                }
+                progress.send(value).await;
                 if show {
                     client.show_message(MessageType::ERROR, log.clone()).await;
                 }
@@ -507,7 +488,7 @@ impl LanguageServer for LayaServer {
             )
         };
         if wanted {
-            self.indexing.start(self.client.clone(), roots, true);
+            self.indexing.start(self.client.clone(), roots);
         }
         self.start_engine().await;
         if wanted && watch {
