@@ -105,7 +105,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let model = LocalModel::load(&path, &cfg.options).map_err(|e| error_chain(&e))?;
     let req = CompletionRequest {
         model: None,
-        prompt: prompt::fim(prefix, suffix),
+        prompt: model.specials.family.fim().fim(prefix, suffix),
         max_tokens: cfg.max_tokens,
         n: 1,
         sampling: SamplingParams {

@@ -32,7 +32,7 @@ use crate::{
         Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, SamplingParams,
         Timing,
     },
-    prompt::{self, Budget, LocalPart, PromptInput, Snippet},
+    prompt::{self, Budget, Family, LocalPart, PromptInput, Snippet},
     syntax::CursorKind,
     workspace::{file_path, retrieve, WorkspaceIndex},
 };
@@ -286,9 +286,15 @@ struct Anchor {
     prompt: String,
     /// The budget it was built in (that of the model it was routed to).
     budget: Budget,
+    /// The format it was written in (that model's family's).
+    family: Family,
     /// The workspace files its prompt drew on.
     drawn_on: Vec<ContextFile>,
 }
+
+/// An anchor's prompt continued by the text typed at its cursor since: the anchor's budget
+/// and format, that prompt, the bytes typed, the workspace files it drew on.
+type Continued = ((Budget, Family), String, usize, Vec<ContextFile>);
 
 /// The suggestion last shown, and where.
 struct Shown {
@@ -529,20 +535,19 @@ impl Pipeline {
             settings.max_tokens_line
         };
         // The anchor's prompt followed by the text typed at its cursor since, while typing
-        // goes on; with the anchor's budget and the bytes typed.
-        let continued: Option<(Budget, String, usize, Vec<ContextFile>)> =
-            self.docs.get(&r.doc.uri).and_then(|d| {
-                let anchor = d.anchor.as_ref()?;
-                let typed = anchor.mark.typed_since(text, cursor)?;
-                (typed.len() <= settings.anchor_max_bytes).then(|| {
-                    (
-                        anchor.budget.clone(),
-                        format!("{}{typed}", anchor.prompt),
-                        typed.len(),
-                        anchor.drawn_on.clone(),
-                    )
-                })
-            });
+        // goes on; with the anchor's budget and format and the bytes typed.
+        let continued: Option<Continued> = self.docs.get(&r.doc.uri).and_then(|d| {
+            let anchor = d.anchor.as_ref()?;
+            let typed = anchor.mark.typed_since(text, cursor)?;
+            (typed.len() <= settings.anchor_max_bytes).then(|| {
+                (
+                    (anchor.budget.clone(), anchor.family),
+                    format!("{}{typed}", anchor.prompt),
+                    typed.len(),
+                    anchor.drawn_on.clone(),
+                )
+            })
+        });
         let (prompt_tokens, new_tokens) = match &continued {
             Some((_, prompt, typed, _)) => (
                 prompt.len() / prompt::BYTES_PER_TOKEN,
@@ -565,16 +570,17 @@ impl Pipeline {
                 max_tokens,
             },
         );
-        let parameters = self
-            .engine
-            .facts(route.model)
+        let facts = self.engine.facts(route.model);
+        let parameters = facts
             .and_then(|f| f.parameters)
             .or_else(|| self.engine.parameters());
         let budget = settings.budget.for_model(parameters);
-        let (prompt, anchored, drawn_on) = match continued.filter(|(b, _, _, _)| *b == budget) {
+        let family = facts.map(|f| f.family).unwrap_or_default();
+        let (prompt, anchored, drawn_on) = match continued.filter(|((b, f), ..)| *b == budget && *f == family)
+        {
             Some((_, prompt, _, drawn_on)) => (prompt, true, drawn_on),
             None => (
-                self.fresh_prompt(r, &context, budget),
+                self.fresh_prompt(r, &context, budget, family),
                 false,
                 context.drawn_on.clone(),
             ),
@@ -614,7 +620,7 @@ impl Pipeline {
     }
 
     /// A prompt built afresh in `budget`, which becomes the document's anchor.
-    fn fresh_prompt(&self, r: &Request, context: &Context, budget: Budget) -> String {
+    fn fresh_prompt(&self, r: &Request, context: &Context, budget: Budget, family: Family) -> String {
         let text: &str = &r.doc.text;
         let repo = r
             .workspace_root
@@ -631,6 +637,7 @@ impl Pipeline {
                 local_context: &context.local,
                 outline: r.settings.context_layout == ContextLayout::Outline,
                 other_files: &context.other_files,
+                family,
             },
             &budget,
         );
@@ -639,6 +646,7 @@ impl Pipeline {
                 mark: Mark::of(r.doc, r.cursor),
                 prompt: prompt.text.clone(),
                 budget,
+                family,
                 drawn_on: context.drawn_on.clone(),
             });
         }
@@ -737,6 +745,7 @@ mod tests {
                 }),
                 bits: 8,
                 runs_on: RunsOn::Remote,
+                family: Family::default(),
             })
         }
     }

@@ -355,6 +355,7 @@ mod tests {
             }),
             bits: 6,
             runs_on,
+            family: Default::default(),
         };
         let on = |runs_on| {
             move |k: ModelKey| {

@@ -346,6 +346,7 @@ fn fim_prompt(
             path,
             prefix,
             suffix,
+            family: d.family_of(key),
             ..Default::default()
         },
         &budget,

@@ -141,6 +141,10 @@ pub struct ModelFacts {
     /// Bits a weight is held in (4, 6, 8; 16 for the file's own precision).
     pub bits: u32,
     pub runs_on: RunsOn,
+    /// Whose prompt format the model reads, from its file; the default for a remote server's
+    /// model, which does not say.
+    #[serde(default)]
+    pub family: crate::prompt::Family,
 }
 
 /// Milliseconds a model takes per prompt token prefilled and per token decoded.
@@ -329,7 +333,7 @@ pub struct LocalModel {
 impl LocalModel {
     pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineError> {
         let loaded = load::load(path, opts)?;
-        let specials = loaded.tokenizer.special_tokens()?;
+        let specials = loaded.tokenizer.special_tokens(loaded.family)?;
         Ok(LocalModel {
             loaded,
             specials,
@@ -346,7 +350,11 @@ impl LocalModel {
         let body = warm_up_source();
         let req = CompletionRequest {
             model: None,
-            prompt: format!("<|fim_prefix|>{body}def add(a, b):\n    return<|fim_suffix|>\n<|fim_middle|>"),
+            prompt: self
+                .specials
+                .family
+                .fim()
+                .fim(&format!("{body}def add(a, b):\n    return"), "\n"),
             max_tokens: 2,
             n: 1,
             sampling: SamplingParams::default(),

@@ -17,6 +17,7 @@ use super::{
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
     ModelState, Precision, RunsOn, Tier,
 };
+use crate::prompt::Family;
 
 /// Where a tier's model comes from.
 #[derive(Clone, Debug)]
@@ -47,8 +48,9 @@ pub struct ModelPool {
     config: PoolConfig,
     engines: Mutex<HashMap<ModelKey, Started>>,
     report: PoolReport,
-    /// Parameter counts read from model files' headers, by path (read once, before loading).
-    file_parameters: Mutex<HashMap<PathBuf, Option<u64>>>,
+    /// Parameter counts and prompt families read from model files' headers, by path (read
+    /// once, before loading).
+    file_facts: Mutex<HashMap<PathBuf, (Option<u64>, Family)>>,
     /// Where local models run: the device preference, `auto` resolved once (a flag query of
     /// the linked MLX, no device work).
     local_runs_on: RunsOn,
@@ -92,7 +94,7 @@ impl ModelPool {
         let pool = ModelPool {
             engines: Mutex::new(HashMap::new()),
             report,
-            file_parameters: Mutex::new(HashMap::new()),
+            file_facts: Mutex::new(HashMap::new()),
             local_runs_on: match config.device {
                 DevicePref::Cpu => RunsOn::Cpu,
                 DevicePref::Gpu => RunsOn::Gpu,
@@ -207,18 +209,24 @@ impl ModelPool {
                 parameters: self.parameters_of(key),
                 bits,
                 runs_on: RunsOn::Remote,
+                family: Family::default(),
             }),
             TierSource::Local { path, .. } => {
-                let parameters = self.parameters_of(key).or_else(|| {
-                    let mut known = self.file_parameters.lock().unwrap_or_else(|p| p.into_inner());
-                    *known
-                        .entry(path.clone())
-                        .or_insert_with(|| super::load::parameters_in(path))
-                });
+                let loaded = self.parameters_of(key);
+                let (file_parameters, family) = *self
+                    .file_facts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(path.clone())
+                    .or_insert_with(|| {
+                        let family = super::load::family_in(path).unwrap_or_default();
+                        (super::load::parameters_in(path), family)
+                    });
                 Some(ModelFacts {
-                    parameters,
+                    parameters: loaded.or(file_parameters),
                     bits,
                     runs_on: self.local_runs_on,
+                    family,
                 })
             }
         }

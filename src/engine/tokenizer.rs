@@ -23,6 +23,7 @@ use tokenizers::{
 };
 
 use super::load::gguf::{GgufFile, LoadError};
+use crate::prompt::Family;
 
 /// Qwen2's pre-tokenizer split regex (as in its tokenizer.json and llama.cpp's `qwen2` pre type).
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -69,20 +70,20 @@ pub enum TokenizerError {
     MissingSpecialToken(&'static str),
 }
 
-/// Ids of the Qwen2.5-Coder control tokens laya builds prompts from and stops on.
+/// Ids of the control tokens of a model's family ([`Family::fim`]) that laya builds prompts
+/// from and stops on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecialTokens {
+    pub family: Family,
     pub fim_prefix: u32,
     pub fim_suffix: u32,
     pub fim_middle: u32,
     pub fim_pad: u32,
     pub repo_name: u32,
     pub file_sep: u32,
-    pub endoftext: u32,
-    pub im_start: u32,
-    pub im_end: u32,
-    /// End-of-generation ids, ascending: llama.cpp's set for these models (`<|endoftext|>`,
-    /// `<|im_end|>`, `<|fim_pad|>`, `<|repo_name|>`, `<|file_sep|>`).
+    /// End-of-generation ids, ascending: the family's stop tokens (for the Qwen coders
+    /// llama.cpp's set: `<|endoftext|>`, `<|im_end|>`, `<|fim_pad|>`, `<|repo_name|>`,
+    /// `<|file_sep|>`) and the end tokens the model file declares.
     pub eog: Vec<u32>,
 }
 
@@ -94,6 +95,9 @@ pub struct Tokenizer {
     /// Decoded bytes of token `id`: `piece_bytes[piece_ends[id - 1]..piece_ends[id]]`.
     piece_bytes: Vec<u8>,
     piece_ends: Vec<usize>,
+    /// End-of-generation ids the model file states (GGUF `tokenizer.ggml.eos_token_id` and
+    /// `eot_token_id`, HF `generation_config.json`'s `eos_token_id`).
+    declared_eog: Vec<u32>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -223,7 +227,13 @@ impl Tokenizer {
             _ => Piece::ByteLevel(t.clone()),
         });
         let (piece_bytes, piece_ends) = piece_table(pieces);
-        Ok(Self::assemble(inner, piece_bytes, piece_ends))
+        // Optional, as in llama.cpp; an id outside the vocabulary is ignored.
+        let declared = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
+            .iter()
+            .filter_map(|k| gguf.get_u32(k).ok())
+            .filter(|&id| (id as usize) < tokens.len())
+            .collect();
+        Ok(Self::assemble(inner, piece_bytes, piece_ends).with_declared_eog(declared))
     }
 
     fn assemble(inner: tokenizers::Tokenizer, piece_bytes: Vec<u8>, piece_ends: Vec<usize>) -> Tokenizer {
@@ -234,7 +244,16 @@ impl Tokenizer {
             plain_added,
             piece_bytes,
             piece_ends,
+            declared_eog: vec![],
         }
+    }
+
+    /// This tokenizer with `ids` as the end-of-generation tokens its model declares (ids
+    /// outside the vocabulary are dropped).
+    pub fn with_declared_eog(mut self, ids: Vec<u32>) -> Tokenizer {
+        let n = self.vocab_size();
+        self.declared_eog = ids.into_iter().filter(|&id| (id as usize) < n).collect();
+        self
     }
 
     /// Token ids of `text`, without BOS. With `parse_special`, control-token strings such as
@@ -304,30 +323,26 @@ impl Tokenizer {
         self.piece_ends.len()
     }
 
-    /// The Qwen2.5-Coder FIM/chat control tokens, found by their text.
-    pub fn special_tokens(&self) -> Result<SpecialTokens, TokenizerError> {
+    /// The control tokens of `family`'s format, found by their text; every one must be in
+    /// the vocabulary.
+    pub fn special_tokens(&self, family: Family) -> Result<SpecialTokens, TokenizerError> {
+        let format = family.fim();
         let id = |text: &'static str| {
             self.token_id(text)
                 .ok_or(TokenizerError::MissingSpecialToken(text))
         };
-        let endoftext = id("<|endoftext|>")?;
-        let im_end = id("<|im_end|>")?;
-        let fim_pad = id("<|fim_pad|>")?;
-        let repo_name = id("<|repo_name|>")?;
-        let file_sep = id("<|file_sep|>")?;
-        let mut eog = vec![endoftext, im_end, fim_pad, repo_name, file_sep];
+        let mut eog = format.stop.iter().map(|t| id(t)).collect::<Result<Vec<_>, _>>()?;
+        eog.extend(&self.declared_eog);
         eog.sort_unstable();
         eog.dedup();
         Ok(SpecialTokens {
-            fim_prefix: id("<|fim_prefix|>")?,
-            fim_suffix: id("<|fim_suffix|>")?,
-            fim_middle: id("<|fim_middle|>")?,
-            fim_pad,
-            repo_name,
-            file_sep,
-            endoftext,
-            im_start: id("<|im_start|>")?,
-            im_end,
+            family,
+            fim_prefix: id(format.prefix)?,
+            fim_suffix: id(format.suffix)?,
+            fim_middle: id(format.middle)?,
+            fim_pad: id(format.pad)?,
+            repo_name: id(format.repo_name)?,
+            file_sep: id(format.file_sep)?,
             eog,
         })
     }
@@ -455,6 +470,7 @@ mod tests {
 
     use super::super::load::gguf::tests::{real_model_path, GgufWriter, MODEL_05B};
     use super::*;
+    use crate::prompt::Family;
 
     fn reference() -> &'static serde_json::Value {
         static REF: OnceLock<serde_json::Value> = OnceLock::new();
@@ -645,7 +661,7 @@ mod tests {
     #[test]
     fn special_tokens_match_models_md() {
         let tok = qwen();
-        let s = tok.special_tokens().unwrap();
+        let s = tok.special_tokens(Family::Qwen25Coder).unwrap();
         let r = &reference()["special_tokens"];
         let get = |k: &str| r[k].as_u64().unwrap() as u32;
         assert_eq!(s.fim_prefix, get("<|fim_prefix|>"));
@@ -654,11 +670,17 @@ mod tests {
         assert_eq!(s.fim_pad, get("<|fim_pad|>"));
         assert_eq!(s.repo_name, get("<|repo_name|>"));
         assert_eq!(s.file_sep, get("<|file_sep|>"));
-        assert_eq!(s.endoftext, get("<|endoftext|>"));
-        assert_eq!(s.im_start, get("<|im_start|>"));
-        assert_eq!(s.im_end, get("<|im_end|>"));
         assert_eq!(s.eog, ids(&reference()["eog_token_ids"]));
         assert_eq!(s.eog, [151643, 151645, 151662, 151663, 151664]);
+        // Qwen3-Coder's format is the same tokens: the same ids in this vocabulary.
+        let q3 = tok.special_tokens(Family::Qwen3Coder).unwrap();
+        assert_eq!(
+            SpecialTokens {
+                family: Family::Qwen25Coder,
+                ..q3
+            },
+            s
+        );
         assert_eq!(tok.vocab_size(), 151_936);
         assert_eq!(tok.token_id("<tool_call>"), Some(151_657));
     }
@@ -666,7 +688,7 @@ mod tests {
     #[test]
     fn parse_special_controls_only_control_tokens() {
         let tok = qwen();
-        let s = tok.special_tokens().unwrap();
+        let s = tok.special_tokens(Family::Qwen25Coder).unwrap();
         assert_eq!(tok.encode("<|fim_prefix|>", true).unwrap(), [s.fim_prefix]);
         assert!(tok.encode("<|fim_prefix|>", false).unwrap().len() > 1);
         // User-defined tokens are split out of plain text too (llama.cpp and HF agree).
@@ -690,7 +712,11 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let loaded = loaded.unwrap();
         assert_eq!(loaded.vocab_size(), tok.vocab_size());
-        assert_eq!(loaded.special_tokens().unwrap(), tok.special_tokens().unwrap());
+        let family = Family::Qwen25Coder;
+        assert_eq!(
+            loaded.special_tokens(family).unwrap(),
+            tok.special_tokens(family).unwrap()
+        );
         for c in reference()["tokenization"].as_array().unwrap() {
             let text = c["text"].as_str().unwrap();
             assert_eq!(
@@ -779,8 +805,93 @@ mod tests {
         assert_eq!(tok.decode(&[4, 7, 8, 13]), "ab a<|x|>");
         assert_eq!(tok.vocab_size(), 14);
         assert!(matches!(
-            tok.special_tokens(),
+            tok.special_tokens(Family::Qwen25Coder),
             Err(TokenizerError::MissingSpecialToken(_))
         ));
+    }
+
+    /// A vocabulary laid out as Qwen3-Coder's (its control tokens at their ids after 151643,
+    /// `<think>` after them) with its declared end token: for each family, the format's tokens
+    /// resolve to the vocabulary's ids, and the stop ids are the format's plus what the file
+    /// declares.
+    #[test]
+    fn special_tokens_follow_the_family_and_the_declared_end_tokens() {
+        const CONTROL: [&str; 26] = [
+            "<|endoftext|>",
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|object_ref_start|>",
+            "<|object_ref_end|>",
+            "<|box_start|>",
+            "<|box_end|>",
+            "<|quad_start|>",
+            "<|quad_end|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|vision_pad|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+            "<tool_call>",
+            "</tool_call>",
+            "<|fim_prefix|>",
+            "<|fim_middle|>",
+            "<|fim_suffix|>",
+            "<|fim_pad|>",
+            "<|repo_name|>",
+            "<|file_sep|>",
+            "<tool_response>",
+            "</tool_response>",
+            "<think>",
+            "</think>",
+        ];
+        let base = 151_643u32;
+        let mut tokens: Vec<String> = (0..base).map(|i| format!("t{i}")).collect();
+        tokens.extend(CONTROL.iter().map(|t| t.to_string()));
+        let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let mut types = vec![1; base as usize];
+        types.extend([3; CONTROL.len()]);
+        let vocab = |declared: &[(&str, u32)]| {
+            let mut w = GgufWriter::new();
+            w.str("tokenizer.ggml.model", "gpt2")
+                .str("tokenizer.ggml.pre", "qwen2")
+                .str_array("tokenizer.ggml.tokens", &tokens)
+                .i32_array("tokenizer.ggml.token_type", &types)
+                .str_array("tokenizer.ggml.merges", &[]);
+            for (k, v) in declared {
+                w.u32(k, *v);
+            }
+            Tokenizer::from_gguf(&GgufFile::from_bytes("qwen3-coder.gguf", w.bytes()).unwrap()).unwrap()
+        };
+        // Qwen3-Coder declares <|im_end|> its end token, already a stop token.
+        let tok = vocab(&[("tokenizer.ggml.eos_token_id", 151_645)]);
+        for family in Family::ALL {
+            let s = tok.special_tokens(family).unwrap();
+            assert_eq!(s.family, family);
+            let ids = [
+                s.fim_prefix,
+                s.fim_middle,
+                s.fim_suffix,
+                s.fim_pad,
+                s.repo_name,
+                s.file_sep,
+            ];
+            assert_eq!(
+                ids,
+                [151_659, 151_660, 151_661, 151_662, 151_663, 151_664],
+                "{family:?}"
+            );
+            assert_eq!(s.eog, [151_643, 151_645, 151_662, 151_663, 151_664], "{family:?}");
+            for t in family.fim().stop {
+                assert!(s.eog.contains(&tok.token_id(t).unwrap()), "{family:?}: {t}");
+            }
+        }
+        // An end-of-turn token the file declares stops generation too; an id past the
+        // vocabulary is ignored.
+        let tok = vocab(&[
+            ("tokenizer.ggml.eot_token_id", 151_668),
+            ("tokenizer.ggml.eos_token_id", 999_999),
+        ]);
+        let s = tok.special_tokens(Family::Qwen3Coder).unwrap();
+        assert_eq!(s.eog, [151_643, 151_645, 151_662, 151_663, 151_664, 151_668]);
     }
 }

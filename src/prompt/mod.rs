@@ -1,9 +1,98 @@
-//! Prompt layouts for Qwen coder models.
+//! Prompt layouts for Qwen coder models, in the fill-in-the-middle format of the model's
+//! family ([`Family`]): families differ in data (their control tokens), not in code.
 
-/// Qwen fill-in-the-middle, prefix-suffix-middle order:
-/// `<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`.
-pub fn fim(prefix: &str, suffix: &str) -> String {
-    format!("<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>")
+/// A coder family's fill-in-the-middle format: the control tokens its prompts are made of, as
+/// text, and those a completion ends at. The engine finds their ids in the model's vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FimFormat {
+    pub prefix: &'static str,
+    pub suffix: &'static str,
+    pub middle: &'static str,
+    pub pad: &'static str,
+    /// Opens the repository-level form: `{repo_name}name\n{file_sep}path\ntext\n…`.
+    pub repo_name: &'static str,
+    pub file_sep: &'static str,
+    /// Tokens that end a completion: the end-of-text and end-of-turn tokens, and those that
+    /// would start another file or hole (llama.cpp's end-of-generation set for the vocabulary).
+    /// The engine adds the end tokens the model file declares.
+    pub stop: &'static [&'static str],
+}
+
+impl FimFormat {
+    /// Prefix-suffix-middle order: `{prefix token}{prefix}{suffix token}{suffix}{middle token}`.
+    pub fn fim(&self, prefix: &str, suffix: &str) -> String {
+        format!("{}{prefix}{}{suffix}{}", self.prefix, self.suffix, self.middle)
+    }
+}
+
+/// The model families laya builds prompts for. The engine tells a model's family from its
+/// architecture (`qwen2` or the Qwen3 ones); a model it knows nothing of (a remote server's)
+/// gets the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// Qwen2.5-Coder (and the Qwen2 generation).
+    #[default]
+    Qwen25Coder,
+    /// Qwen3-Coder (30B-A3B, 480B-A35B) and the Qwen3 generation.
+    Qwen3Coder,
+}
+
+/// Qwen2.5-Coder's control tokens (tokenizer_config.json: `<|fim_prefix|>` 151659 …
+/// `<|file_sep|>` 151664, `<|endoftext|>` 151643, `<|im_end|>` 151645).
+const QWEN25_CODER: FimFormat = FimFormat {
+    prefix: "<|fim_prefix|>",
+    suffix: "<|fim_suffix|>",
+    middle: "<|fim_middle|>",
+    pad: "<|fim_pad|>",
+    repo_name: "<|repo_name|>",
+    file_sep: "<|file_sep|>",
+    stop: &[
+        "<|endoftext|>",
+        "<|im_end|>",
+        "<|fim_pad|>",
+        "<|repo_name|>",
+        "<|file_sep|>",
+    ],
+};
+
+/// Qwen3-Coder's, checked against Qwen2.5-Coder's: the same FIM and repository tokens with the
+/// same ids (Qwen3's vocabulary adds `<tool_response>`, `<think>` and `</think>` after them);
+/// its declared end token is `<|im_end|>` (Qwen2.5-Coder base: `<|endoftext|>`), in the stop
+/// set of both. Qwen's README also shows Qwen3-Coder-Instruct given the FIM string inside a
+/// chat turn; laya gives it the plain form, as llama.cpp's `/infill` does.
+const QWEN3_CODER: FimFormat = FimFormat {
+    prefix: "<|fim_prefix|>",
+    suffix: "<|fim_suffix|>",
+    middle: "<|fim_middle|>",
+    pad: "<|fim_pad|>",
+    repo_name: "<|repo_name|>",
+    file_sep: "<|file_sep|>",
+    stop: &[
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<|fim_pad|>",
+        "<|repo_name|>",
+        "<|file_sep|>",
+    ],
+};
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Qwen25Coder, Family::Qwen3Coder];
+
+    pub fn fim(self) -> &'static FimFormat {
+        match self {
+            Family::Qwen25Coder => &QWEN25_CODER,
+            Family::Qwen3Coder => &QWEN3_CODER,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Qwen25Coder => "qwen2.5-coder",
+            Family::Qwen3Coder => "qwen3-coder",
+        }
+    }
 }
 
 /// A text position given as 1-based line and 1-based column (in characters), as editors and
@@ -59,8 +148,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fim_layout_is_prefix_suffix_middle() {
-        assert_eq!(fim("a", "b"), "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>");
+    fn fim_layout_is_prefix_suffix_middle_in_both_families() {
+        for family in Family::ALL {
+            let f = family.fim();
+            assert_eq!(f.fim("a", "b"), "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>");
+            for t in [f.pad, f.repo_name, f.file_sep] {
+                assert!(f.stop.contains(&t), "{family:?}: {t}");
+            }
+        }
+        assert_eq!(Family::default(), Family::Qwen25Coder);
+        let json = serde_json::to_string(&Family::Qwen3Coder).unwrap();
+        assert_eq!(json, "\"qwen3-coder\"");
+        assert_eq!(serde_json::from_str::<Family>(&json).unwrap(), Family::Qwen3Coder);
     }
 
     #[test]
@@ -181,6 +280,8 @@ pub struct PromptInput<'a> {
     pub outline: bool,
     /// Snippets of other files, most relevant first.
     pub other_files: &'a [Snippet],
+    /// Whose control tokens the prompt is written in.
+    pub family: Family,
 }
 
 /// The prompt text and what it kept.
@@ -268,7 +369,7 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
     lead
 }
 
-/// Build a Qwen FIM prompt inside `budget`. Stable parts come first so consecutive
+/// Build a FIM prompt in `input.family`'s format inside `budget`. Stable parts come first so consecutive
 /// keystrokes share the longest token prefix: other files (repo-level form, when there are
 /// any; the most relevant, first in `other_files`, written last), then the current file's path, the context cut off from
 /// its prefix, the prefix window, and last the suffix. Indentation is kept byte for byte.
@@ -277,10 +378,11 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     let context_max = (total as f32 * budget.context_share) as usize;
     let suffix_max = (total as f32 * budget.suffix_share_or_for(None)) as usize;
 
+    let format = input.family.fim();
     let mut header = String::new();
     let mut context_files = 0;
     if !input.other_files.is_empty() {
-        header.push_str("<|repo_name|>");
+        header.push_str(format.repo_name);
         header.push_str(input.repo_name);
         header.push('\n');
         // The most relevant first while they fit, written most relevant last: nearest the
@@ -288,7 +390,7 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
         let mut used = 0;
         let mut entries = vec![];
         for s in input.other_files {
-            let entry = format!("<|file_sep|>{}\n{}\n", s.path, s.text.trim_end());
+            let entry = format!("{}{}\n{}\n", format.file_sep, s.path, s.text.trim_end());
             if used + entry.len() > context_max {
                 break;
             }
@@ -299,7 +401,7 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
         for entry in entries.iter().rev() {
             header.push_str(entry);
         }
-        header.push_str("<|file_sep|>");
+        header.push_str(format.file_sep);
         header.push_str(input.path);
         header.push('\n');
     }
@@ -334,7 +436,7 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
             prefix = format!("{lead}\n{tail}");
         }
     }
-    let text = format!("{header}{}", fim(&prefix, suffix));
+    let text = format!("{header}{}", format.fim(&prefix, suffix));
     Prompt {
         text,
         prefix_bytes: prefix.len(),
@@ -406,6 +508,35 @@ mod budget_tests {
             "<|repo_name|>demo\n<|file_sep|>types.rs\npub struct P { x: i32 }\n<|file_sep|>main.rs\n<|fim_prefix|>fn main() {\n    let p = P<|fim_suffix|>\n}\n<|fim_middle|>"
         );
         assert_eq!(p.context_files, 1);
+    }
+
+    /// Every control token of the prompt is the family's: built from its format, for each.
+    #[test]
+    fn prompts_are_written_in_the_models_family_format() {
+        let others = [Snippet {
+            path: "a.py".into(),
+            text: "A = 1\n".into(),
+        }];
+        for family in Family::ALL {
+            let f = family.fim();
+            let p = build(
+                &PromptInput {
+                    repo_name: "r",
+                    path: "b.py",
+                    prefix: "x = ",
+                    suffix: "\n",
+                    other_files: &others,
+                    family,
+                    ..Default::default()
+                },
+                &Budget::default(),
+            );
+            let want = format!(
+                "{}r\n{}a.py\nA = 1\n{}b.py\n{}x = {}\n{}",
+                f.repo_name, f.file_sep, f.file_sep, f.prefix, f.suffix, f.middle
+            );
+            assert_eq!(p.text, want, "{family:?}");
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::engine::{
     models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
     tokenizer::{Tokenizer, TokenizerError},
 };
+use crate::prompt::Family;
 
 /// Version of the converted-weights cache layout; bump when the conversion changes.
 const CONVERT_FORMAT: u32 = 1;
@@ -142,6 +143,8 @@ pub struct Loaded {
     pub load_time: Duration,
     /// The converted-weights cache was read instead of converting.
     pub from_cache: bool,
+    /// Whose prompt format the model reads ([`family`]).
+    pub family: Family,
 }
 
 /// Load a GGUF file or a safetensors folder.
@@ -156,6 +159,7 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, EngineLoadError> 
         load_gguf(path, opts)?
     };
     Ok(Loaded {
+        family: family(model.config().arch),
         model,
         tokenizer,
         source: path.to_owned(),
@@ -163,6 +167,38 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, EngineLoadError> 
         load_time: start.elapsed(),
         from_cache,
     })
+}
+
+/// The prompt family of a model of architecture `arch`: Qwen2.5-Coder's for Qwen2, the Qwen3
+/// generation's (Qwen3-Coder's) for Qwen3 and Qwen3-MoE.
+pub fn family(arch: Arch) -> Family {
+    match arch {
+        Arch::Qwen2 => Family::Qwen25Coder,
+        Arch::Qwen3 | Arch::Qwen3Moe => Family::Qwen3Coder,
+    }
+}
+
+/// The prompt family of the model at `path` without loading it: from a GGUF file's
+/// `general.architecture` or a folder's `config.json` `model_type`. `None` when the path
+/// cannot be read as either or names another architecture.
+pub fn family_in(path: &Path) -> Option<Family> {
+    let arch = if path.is_dir() {
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path.join("config.json")).ok()?).ok()?;
+        config["model_type"].as_str()?.replace('_', "")
+    } else {
+        GgufFile::open(path)
+            .ok()?
+            .get_str("general.architecture")
+            .ok()?
+            .to_owned()
+    };
+    Some(family(match arch.as_str() {
+        "qwen2" => Arch::Qwen2,
+        "qwen3" => Arch::Qwen3,
+        "qwen3moe" => Arch::Qwen3Moe,
+        _ => return None,
+    }))
 }
 
 /// The parameter count of the model at `path` without loading it: from a GGUF file's header
@@ -640,6 +676,8 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         };
 
         let local = LocalModel::load(&file, &native()).unwrap();
+        assert_eq!(local.specials.family, Family::Qwen3Coder);
+        assert_eq!(family_in(&file), Some(Family::Qwen3Coder));
         let model = &local.loaded.model;
         let moe = model.config().moe.clone().unwrap();
         assert_eq!(model.config().arch, Arch::Qwen3Moe);
@@ -760,6 +798,24 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         );
     }
 
+    /// The prompt family follows the architecture: Qwen2.5-Coder's for `qwen2` (the real 0.5B
+    /// file), Qwen3-Coder's for `qwen3` and `qwen3moe`; none for another architecture.
+    #[test]
+    fn families_follow_the_architecture() {
+        use super::gguf::tests::{real_model_path, MODEL_05B};
+        assert_eq!(family_in(&real_model_path(MODEL_05B)), Some(Family::Qwen25Coder));
+        assert_eq!(family(Arch::Qwen2), Family::Qwen25Coder);
+        assert_eq!(family(Arch::Qwen3), Family::Qwen3Coder);
+        assert_eq!(family(Arch::Qwen3Moe), Family::Qwen3Coder);
+        let dir = tempfile::tempdir().unwrap();
+        let gguf = dir.path().join("llama.gguf");
+        let mut w = GgufWriter::new();
+        w.str("general.architecture", "llama");
+        std::fs::write(&gguf, w.bytes()).unwrap();
+        assert_eq!(family_in(&gguf), None);
+        assert_eq!(family_in(&dir.path().join("absent.gguf")), None);
+    }
+
     /// A folder with config.json, tokenizer.json (a byte-level vocabulary) and `weights` in
     /// one safetensors file.
     fn write_folder(
@@ -769,11 +825,16 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         quantization: Option<(i32, i32)>,
     ) {
         let mut w = GgufWriter::new();
-        let tokens: Vec<String> = (b'!'..=b'~').map(|b| (b as char).to_string()).collect();
+        let mut tokens: Vec<String> = (b'!'..=b'~').map(|b| (b as char).to_string()).collect();
+        let specials = Family::Qwen3Coder.fim();
+        tokens.extend([specials.prefix, specials.suffix, specials.middle].map(String::from));
+        tokens.extend(specials.stop.iter().map(|t| t.to_string()));
+        let types: Vec<i32> = (0..tokens.len()).map(|i| if i < 94 { 1 } else { 3 }).collect();
         let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
         w.str("tokenizer.ggml.model", "gpt2")
             .str("tokenizer.ggml.pre", "qwen2")
             .str_array("tokenizer.ggml.tokens", &tokens)
+            .i32_array("tokenizer.ggml.token_type", &types)
             .str_array("tokenizer.ggml.merges", &[]);
         let g = super::gguf::GgufFile::from_bytes("vocab.gguf", w.bytes()).unwrap();
         std::fs::create_dir_all(dir).unwrap();
@@ -805,8 +866,21 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
             .collect();
         let hf = dir.path().join("hf");
         write_folder(&hf, &cfg, &bf16, None);
+        // The end tokens generation_config.json states stop generation too ("A", id 32).
+        std::fs::write(
+            hf.join("generation_config.json"),
+            r#"{"eos_token_id": [32, 99999]}"#,
+        )
+        .unwrap();
         let want = logits(&Model::from_weights(cfg.clone(), bf16, 64).unwrap());
-        let loaded = load(&hf, &native()).unwrap().model;
+        let loaded = load(&hf, &native()).unwrap();
+        assert_eq!(
+            (loaded.family, family_in(&hf)),
+            (Family::Qwen3Coder, Some(Family::Qwen3Coder))
+        );
+        let eog = loaded.tokenizer.special_tokens(loaded.family).unwrap().eog;
+        assert_eq!(eog, [32, 97, 98, 99, 100, 101]);
+        let loaded = loaded.model;
         assert_eq!(loaded.config(), &cfg);
         assert!(max_abs_diff(&logits(&loaded), &want) <= 1e-6);
         let q8 = load(

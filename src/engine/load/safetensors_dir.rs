@@ -118,7 +118,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
         tie_word_embeddings: hf.tie_word_embeddings,
         moe,
     };
-    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
+    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?.with_declared_eog(declared_eog(dir));
 
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|source| EngineLoadError::Io {
@@ -160,4 +160,17 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
         source,
     })?;
     Ok((model, tokenizer, false))
+}
+
+/// The end-of-generation ids `generation_config.json` states (`eos_token_id`: one id or a
+/// list); none without the file.
+fn declared_eog(dir: &Path) -> Vec<u32> {
+    let Ok(text) = std::fs::read(dir.join("generation_config.json")) else {
+        return vec![];
+    };
+    let config: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
+    match &config["eos_token_id"] {
+        serde_json::Value::Array(ids) => ids.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+        v => v.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+    }
 }
