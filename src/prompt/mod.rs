@@ -61,21 +61,7 @@ const QWEN25_CODER: FimFormat = FimFormat {
 /// its declared end token is `<|im_end|>` (Qwen2.5-Coder base: `<|endoftext|>`), in the stop
 /// set of both. Qwen's README also shows Qwen3-Coder-Instruct given the FIM string inside a
 /// chat turn; laya gives it the plain form, as llama.cpp's `/infill` does.
-const QWEN3_CODER: FimFormat = FimFormat {
-    prefix: "<|fim_prefix|>",
-    suffix: "<|fim_suffix|>",
-    middle: "<|fim_middle|>",
-    pad: "<|fim_pad|>",
-    repo_name: "<|repo_name|>",
-    file_sep: "<|file_sep|>",
-    stop: &[
-        "<|im_end|>",
-        "<|endoftext|>",
-        "<|fim_pad|>",
-        "<|repo_name|>",
-        "<|file_sep|>",
-    ],
-};
+const QWEN3_CODER: FimFormat = QWEN25_CODER;
 
 impl Family {
     pub const ALL: [Family; 2] = [Family::Qwen25Coder, Family::Qwen3Coder];

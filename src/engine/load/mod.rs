@@ -512,7 +512,7 @@ mod tests {
     use super::gguf::GgmlType;
     use super::*;
     use crate::engine::models::test_util::{
-        max_abs_diff, random_weights, tiny_config, to_device, tokens, HostWeights,
+        cast, max_abs_diff, random_weights, relative_error, tiny_config, to_device, tokens, HostWeights,
     };
     use crate::engine::{Cancel, CompletionRequest, LocalModel, SamplingParams};
 
@@ -633,19 +633,6 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         }
     }
 
-    /// Mean |a - b| as a share of `b`'s standard deviation.
-    fn relative_error(a: &Array, b: &Array) -> f32 {
-        let mean = a
-            .subtract(b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .mean(None)
-            .unwrap()
-            .item_exact::<f32>();
-        mean / ops::std(b, None, None).unwrap().item_exact::<f32>()
-    }
-
     /// The same GGUF in laya and in llama.cpp: the same prompt ids, the same logits, the same
     /// greedy tokens and text.
     #[test]
@@ -749,7 +736,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
             };
             let q = load(&file, &opts).unwrap().model;
             let out = q.forward_all(&tokens(&ids), &mut q.new_caches()).unwrap();
-            let rel = relative_error(&out, &got);
+            let (rel, _) = relative_error(&out, &got);
             eprintln!("{precision} vs the file's f32: mean {rel:.4} of the logits' spread");
             assert!(rel <= bound, "{precision}: {rel}");
         }
@@ -860,10 +847,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let dir = tempfile::tempdir().unwrap();
 
         // Hugging Face: bf16, experts one by one, kept as stored or quantized to q8.
-        let bf16: HashMap<String, Array> = to_device(&w)
-            .into_iter()
-            .map(|(k, a)| (k, a.as_dtype(Dtype::Bfloat16).unwrap()))
-            .collect();
+        let bf16 = cast(&to_device(&w), Dtype::Bfloat16);
         let hf = dir.path().join("hf");
         write_folder(&hf, &cfg, &bf16, None);
         // The end tokens generation_config.json states stop generation too ("A", id 32).
@@ -894,7 +878,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         .model;
         // Measured 0.15 of the spread (the dense Qwen3 of this size: 0.03): with bf16
         // activations, rounding moves some tokens to other experts of this random router.
-        let rel = relative_error(&logits(&q8), &want);
+        let (rel, _) = relative_error(&logits(&q8), &want);
         eprintln!("HF bf16 folder at q8 vs as stored: mean {rel:.4} of the logits' spread");
         assert!(
             q8.nbytes() < loaded.nbytes() && rel <= 0.25,

@@ -114,7 +114,7 @@ impl ModelConfig {
     }
 
     fn validate(&self) -> Result<(), ModelError> {
-        let positive = [
+        all_positive(&[
             ("hidden_size", self.hidden_size),
             ("intermediate_size", self.intermediate_size),
             ("num_hidden_layers", self.num_hidden_layers),
@@ -122,10 +122,7 @@ impl ModelConfig {
             ("num_key_value_heads", self.num_key_value_heads),
             ("head_dim", self.head_dim),
             ("vocab_size", self.vocab_size),
-        ];
-        if let Some((name, v)) = positive.iter().find(|(_, v)| *v <= 0) {
-            return Err(ModelError::Config(format!("{name} must be positive, is {v}")));
-        }
+        ])?;
         if self.num_attention_heads % self.num_key_value_heads != 0 {
             return Err(ModelError::Config(format!(
                 "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
@@ -152,15 +149,12 @@ impl ModelConfig {
 
 impl MoeConfig {
     fn validate(&self) -> Result<(), ModelError> {
-        let positive = [
+        all_positive(&[
             ("num_experts", self.num_experts),
             ("num_experts_per_tok", self.num_experts_per_tok),
             ("moe_intermediate_size", self.moe_intermediate_size),
             ("decoder_sparse_step", self.decoder_sparse_step),
-        ];
-        if let Some((name, v)) = positive.iter().find(|(_, v)| *v <= 0) {
-            return Err(ModelError::Config(format!("{name} must be positive, is {v}")));
-        }
+        ])?;
         if self.num_experts_per_tok > self.num_experts {
             return Err(ModelError::Config(format!(
                 "num_experts_per_tok ({}) exceeds num_experts ({})",
@@ -168,6 +162,14 @@ impl MoeConfig {
             )));
         }
         Ok(())
+    }
+}
+
+/// An error naming the first of the (name, value) pairs that is not positive.
+fn all_positive(fields: &[(&str, i32)]) -> Result<(), ModelError> {
+    match fields.iter().find(|(_, v)| *v <= 0) {
+        Some((name, v)) => Err(ModelError::Config(format!("{name} must be positive, is {v}"))),
+        None => Ok(()),
     }
 }
 
@@ -1051,6 +1053,48 @@ pub(crate) mod test_util {
         d.item_exact::<f32>()
     }
 
+    /// Logits of `ids` fed in the given chunk sizes, `[1, L, V]`.
+    pub fn chunked(model: &Model, ids: &[u32], chunks: &[usize]) -> Array {
+        let mut caches = model.new_caches();
+        let mut outs = vec![];
+        let mut start = 0;
+        for &c in chunks {
+            outs.push(
+                model
+                    .forward_all(&tokens(&ids[start..start + c]), &mut caches)
+                    .unwrap(),
+            );
+            start += c;
+        }
+        assert_eq!(start, ids.len());
+        assert_eq!(caches[0].offset(), ids.len());
+        ops::concatenate(&outs, 1).unwrap()
+    }
+
+    /// Mean |a - b| over the logits as a share of `b`'s spread (standard deviation), and the
+    /// share of positions whose most likely token agrees.
+    pub fn relative_error(a: &Array, b: &Array) -> (f32, f32) {
+        let mean_abs = a
+            .subtract(b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .mean(None)
+            .unwrap()
+            .item_exact::<f32>();
+        let spread = ops::std(b, None, None).unwrap().item_exact::<f32>();
+        let argmax = |x: &Array| ops::indexing::argmax_axis(x, -1, None).unwrap();
+        let same = argmax(a).eq(argmax(b)).unwrap().as_dtype(Dtype::Float32).unwrap();
+        (mean_abs / spread, same.mean(None).unwrap().item_exact::<f32>())
+    }
+
+    /// Every weight of `w` in `dtype`.
+    pub fn cast(w: &HashMap<String, Array>, dtype: Dtype) -> HashMap<String, Array> {
+        w.iter()
+            .map(|(k, a)| (k.clone(), a.as_dtype(dtype).unwrap()))
+            .collect()
+    }
+
     pub fn tokens(ids: &[u32]) -> Array {
         Array::from_slice(ids, &[1, ids.len() as i32])
     }
@@ -1217,24 +1261,6 @@ mod tests {
         vec![3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31]
     }
 
-    /// Logits of `ids` fed in the given chunk sizes, `[1, L, V]`.
-    fn chunked(model: &Model, ids: &[u32], chunks: &[usize]) -> Array {
-        let mut caches = model.new_caches();
-        let mut outs = vec![];
-        let mut start = 0;
-        for &c in chunks {
-            outs.push(
-                model
-                    .forward_all(&tokens(&ids[start..start + c]), &mut caches)
-                    .unwrap(),
-            );
-            start += c;
-        }
-        assert_eq!(start, ids.len());
-        assert_eq!(caches[0].offset(), ids.len());
-        ops::concatenate(&outs, 1).unwrap()
-    }
-
     fn check_cache_consistency(model: &Model) {
         let ids = seq();
         let whole = chunked(model, &ids, &[ids.len()]);
@@ -1375,10 +1401,7 @@ mod tests {
         for arch in [Arch::Qwen2, Arch::Qwen3] {
             let cfg = tiny_config(arch);
             let w = to_device(&random_weights(&cfg, 12));
-            let half: HashMap<String, Array> = w
-                .iter()
-                .map(|(k, a)| (k.clone(), a.as_dtype(Dtype::Bfloat16).unwrap()))
-                .collect();
+            let half = cast(&w, Dtype::Bfloat16);
             let full = Model::from_weights(cfg.clone(), w, 64).unwrap();
             let half = Model::from_weights(cfg.clone(), half, 64).unwrap();
             assert!(half.nbytes() * 2 == full.nbytes());

@@ -314,21 +314,7 @@ mod tests {
             )
             .unwrap();
             let ids = long_seq();
-            let run = |chunks: &[usize]| {
-                let mut caches = model.new_caches();
-                let mut outs = vec![];
-                let mut start = 0;
-                for &c in chunks {
-                    outs.push(
-                        model
-                            .forward_all(&tokens(&ids[start..start + c]), &mut caches)
-                            .unwrap(),
-                    );
-                    start += c;
-                }
-                assert_eq!(caches[0].offset(), ids.len());
-                ops::concatenate(&outs, 1).unwrap()
-            };
+            let run = |chunks: &[usize]| chunked(&model, &ids, chunks);
             let whole = run(&[40]);
             let one_by_one = run(&[1; 40]);
             // 33 tokens (66 pairs) sort, the 7 after them (14 pairs) do not.
@@ -376,23 +362,6 @@ mod tests {
             *data = d.as_slice::<f32>().to_vec();
         }
         (q, deq)
-    }
-
-    /// Mean |a - b| over the logits, as a share of the logits' spread (their standard
-    /// deviation), and the share of positions whose most likely token agrees.
-    fn relative_error(a: &Array, b: &Array) -> (f32, f32) {
-        let mean_abs = a
-            .subtract(b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .mean(None)
-            .unwrap()
-            .item_exact::<f32>();
-        let spread = ops::std(b, None, None).unwrap().item_exact::<f32>();
-        let argmax = |x: &Array| ops::indexing::argmax_axis(x, -1, None).unwrap();
-        let same = argmax(a).eq(argmax(b)).unwrap().as_dtype(Dtype::Float32).unwrap();
-        (mean_abs / spread, same.mean(None).unwrap().item_exact::<f32>())
     }
 
     /// Quantized experts (gather_qmm) compute what the reference computes on the dequantized
@@ -476,10 +445,7 @@ mod tests {
     fn bf16_experts_run_close_to_f32() {
         let cfg = tiny_config(Arch::Qwen3Moe);
         let w = to_device(&random_weights(&cfg, 80));
-        let half: HashMap<String, Array> = w
-            .iter()
-            .map(|(k, a)| (k.clone(), a.as_dtype(Dtype::Bfloat16).unwrap()))
-            .collect();
+        let half = cast(&w, Dtype::Bfloat16);
         let full = Model::from_weights(cfg.clone(), w, 64).unwrap();
         let half = Model::from_weights(cfg.clone(), half, 64).unwrap();
         let FeedForward::Sparse(block) = &half.layers[0].mlp else {
