@@ -27,3 +27,22 @@ pub fn model_dir() -> PathBuf {
 pub fn converted_dir() -> PathBuf {
     cache_root().join("converted")
 }
+
+/// The Python of the llama.cpp peer (llama-cpp-python and gguf-py), for the tests and
+/// benchmarks that compare with llama.cpp: `LAYA_PEER_PYTHON`, else the venv
+/// `scripts/peer-setup.sh` makes under the cache; an error naming the fix when it is missing.
+pub fn peer_python() -> Result<PathBuf, String> {
+    let py = std::env::var_os("LAYA_PEER_PYTHON")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_root().join("peer-venv/bin/python"));
+    if py.is_file() {
+        Ok(py)
+    } else {
+        Err(format!(
+            "no llama-cpp-python at {}: run scripts/peer-setup.sh (it prints the python to put in \
+             LAYA_PEER_PYTHON), or scripts/test.sh, which runs it",
+            py.display()
+        ))
+    }
+}

@@ -252,7 +252,9 @@ mod tests {
     #[test]
     fn each_language_finds_its_kinds_of_definition() {
         use DefKind::*;
-        let cases: &[(&str, &str, &[(DefKind, &str)])] = &[
+        // (language, text, the definitions it holds in order)
+        type Case<'a> = (&'a str, &'a str, &'a [(DefKind, &'a str)]);
+        let cases: &[Case] = &[
             (
                 "rust",
                 "pub struct Config { pub port: u16 }\nimpl Config {\n    pub fn new(port: u16) -> Self { Config { port } }\n}\npub enum Mode { Fast, Slow }\nconst LIMIT: usize = 4;\ntrait Run { fn run(&self); }\ntype Id = u32;\n",

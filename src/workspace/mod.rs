@@ -390,15 +390,15 @@ mod tests {
         let index = WorkspaceIndex::new(vec![dir.path().to_owned()], Limits::default());
         index.build(1, |_, _| {});
         let a = index.roots()[0].join("a.py");
-        assert_eq!(index.files_defining("old"), [a.clone()]);
+        assert_eq!(index.files_defining("old"), std::slice::from_ref(&a));
         index.update(&a, "def new():\n    pass\n");
         assert!(index.files_defining("old").is_empty());
-        assert_eq!(index.files_defining("new"), [a.clone()]);
+        assert_eq!(index.files_defining("new"), std::slice::from_ref(&a));
         // A file created on disk, then deleted.
         let b = index.roots()[0].join("b.py");
         std::fs::write(&b, "class B:\n    pass\n").unwrap();
         index.reload(&b);
-        assert_eq!(index.files_defining("B"), [b.clone()]);
+        assert_eq!(index.files_defining("B"), std::slice::from_ref(&b));
         std::fs::remove_file(&b).unwrap();
         index.reload(&b);
         assert!(index.files_defining("B").is_empty());

@@ -88,9 +88,9 @@ pub fn retrieve(
             let entry = defs_of(file);
             let defs = &entry.definitions;
             for (i, d) in defs.iter().enumerate().filter(|(_, d)| d.name == name) {
-                picks.add(file, i, &defs, &name);
+                picks.add(file, i, defs, &name);
                 if d.kind == DefKind::Type {
-                    picks.add_members(file, i, &defs);
+                    picks.add_members(file, i, defs);
                 }
                 // The types its signature names: `client: HttpClient`, `-> Response`.
                 for t in identifiers(&d.signature) {
@@ -110,8 +110,8 @@ pub fn retrieve(
                             .enumerate()
                             .filter(|(_, x)| x.name == t && x.kind == DefKind::Type)
                         {
-                            picks.add(&tf, j, &tdefs, &t);
-                            picks.add_members(&tf, j, &tdefs);
+                            picks.add(&tf, j, tdefs, &t);
+                            picks.add_members(&tf, j, tdefs);
                         }
                     }
                 }
@@ -127,7 +127,7 @@ pub fn retrieve(
             let top = d.container.is_none();
             let member_of_type = d.container.is_some_and(|c| defs[c].container.is_none());
             if top || member_of_type {
-                picks.add_outline(file, i, &defs);
+                picks.add_outline(file, i, defs);
             }
         }
     }

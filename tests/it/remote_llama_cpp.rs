@@ -32,20 +32,6 @@ fn fim_prompt() -> String {
 /// One llama.cpp server at a time: the machine may have two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn peer_python() -> PathBuf {
-    let py = std::env::var_os("LAYA_PEER_PYTHON")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| laya::paths::cache_root().join("peer-venv/bin/python"));
-    assert!(
-        py.is_file(),
-        "no llama-cpp-python at {}: run scripts/peer-setup.sh (it prints the python to put in \
-         LAYA_PEER_PYTHON), or scripts/test.sh, which runs it",
-        py.display()
-    );
-    py
-}
-
 fn model_1_5b() -> PathBuf {
     let m = laya::catalog::find("qwen2.5-coder-1.5b").expect("catalog entry");
     let path = m.local_path();
@@ -76,7 +62,8 @@ impl Drop for LlamaServer {
 
 impl LlamaServer {
     fn start() -> LlamaServer {
-        let (py, model) = (peer_python(), model_1_5b());
+        let py = laya::paths::peer_python().unwrap_or_else(|e| panic!("{e}"));
+        let model = model_1_5b();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

@@ -609,22 +609,6 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
     const PROMPT: &str =
         "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>";
 
-    /// The peer's python (llama-cpp-python and gguf): `LAYA_PEER_PYTHON`, else the venv
-    /// `scripts/peer-setup.sh` makes.
-    fn peer_python() -> PathBuf {
-        let py = std::env::var_os("LAYA_PEER_PYTHON")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| crate::paths::cache_root().join("peer-venv/bin/python"));
-        assert!(
-            py.is_file(),
-            "no llama-cpp-python at {}: run scripts/peer-setup.sh (it prints the python to put in \
-             LAYA_PEER_PYTHON), or scripts/test.sh, which runs it",
-            py.display()
-        );
-        py
-    }
-
     fn native() -> LoadOptions {
         LoadOptions {
             precision: Precision::Native,
@@ -640,7 +624,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         const N: usize = 24;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tiny-qwen3moe.gguf");
-        let out = Command::new(peer_python())
+        let out = Command::new(crate::paths::peer_python().unwrap_or_else(|e| panic!("{e}")))
             .arg("-c")
             .arg(LLAMA_CPP_PEER)
             .arg(&file)
