@@ -27,6 +27,9 @@
 #              brings back as a list, not the file's outline; `suffix0.15`; NAME=JSON runs
 #              with settings JSON, answers named after NAME, e.g. 'b4096={"budget":{"maxTokens":4096}}'); score the
 #              answers against server-quality's with bench/quality/score.py.
+#              The cross-file sets run each case in its workspace (bench/quality/repos):
+#              CASES=bench/quality/cases-repo-xl.jsonl.xz N_CTX=8192 BATCH=2048
+#              STEPS="server-quality laya-quality" VARIANTS='default noworkspace={"workspaceContext":false}'.
 # Results (JSON) and a log go to $OUT (default /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -129,7 +132,7 @@ for step in $STEPS; do
       *) say "unknown variant $variant"; continue ;;
       esac
       say "bench quality on $CASES ($variant)"
-      laya bench quality --model "$G" --precision q8 --cases "$CASES" "${extra[@]}" \
+      laya bench quality --model "$G" --precision q8 --cases "$CASES" --repos bench/quality/repos "${extra[@]}" \
         --out "$out/q-$TAG-$SET-$variant.json" 2>>"$log.err" | tee -a "$log"
     done ;;
   typing)
