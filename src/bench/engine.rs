@@ -22,12 +22,12 @@ use crate::{
     config::resolve_model,
     engine::{
         cache::KvCache,
-        draft::{Speculation, DRAFT_MAX},
+        draft::DRAFT_MAX,
         generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
         load::{self, LoadOptions, Precision},
         models::Model,
         runtime::{use_device, DevicePref},
-        synthetic, Cancel, SamplingParams,
+        synthetic, Cancel,
     },
 };
 
@@ -330,15 +330,7 @@ fn cancel_sample(
 /// spread over the piece, with the device's pacing ([`Pacing::for_device`]).
 pub fn cancel_to_free(model: &Model) -> anyhow::Result<CancelFree> {
     let mut c = CancelFree::default();
-    let request = |max_tokens| GenerateRequest {
-        max_tokens,
-        n: 1,
-        sampling: SamplingParams::default(),
-        stop_token_ids: vec![],
-        branch_first: false,
-        speculation: Speculation::Off,
-        history: vec![],
-    };
+    let request = GenerateRequest::greedy;
     let long = random_ids(8 * crate::engine::generate::PREFILL_CHUNK, 11);
     let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
     let steps = |m: &Meter| m.decode_steps.load(Ordering::SeqCst);
@@ -484,15 +476,7 @@ fn check_ms(model: &Model, positions: usize) -> anyhow::Result<f64> {
 
 fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
     let mut caches = model.new_caches();
-    let req = GenerateRequest {
-        max_tokens: tokens,
-        n: 1,
-        sampling: SamplingParams::default(),
-        stop_token_ids: vec![],
-        branch_first: false,
-        speculation: Speculation::Off,
-        history: vec![],
-    };
+    let req = GenerateRequest::greedy(tokens);
     let out = generate(
         model,
         &mut caches,

@@ -171,6 +171,21 @@ pub struct GenerateRequest {
     pub history: Vec<u32>,
 }
 
+impl GenerateRequest {
+    /// One greedy candidate of at most `max_tokens`, no stop tokens, no drafts.
+    pub fn greedy(max_tokens: usize) -> GenerateRequest {
+        GenerateRequest {
+            max_tokens,
+            n: 1,
+            sampling: SamplingParams::default(),
+            stop_token_ids: vec![],
+            branch_first: false,
+            speculation: Speculation::Off,
+            history: vec![],
+        }
+    }
+}
+
 /// What the token callback wants next for its candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {

@@ -467,6 +467,18 @@ impl AttentionCore {
         }
     }
 
+    /// The q, k and v projections of the layer at `prefix`, fused into one linear (with
+    /// biases where the architecture has them).
+    fn qkv(&self, w: &mut Weights, prefix: &str, hidden: i32, bias: bool) -> Result<FusedLinear> {
+        let [q_rows, kv_rows, _] = self.qkv_rows();
+        let qkv = vec![
+            w.linear(&format!("{prefix}.q_proj"), q_rows, hidden, bias)?,
+            w.linear(&format!("{prefix}.k_proj"), kv_rows, hidden, bias)?,
+            w.linear(&format!("{prefix}.v_proj"), kv_rows, hidden, bias)?,
+        ];
+        FusedLinear::new(qkv)
+    }
+
     /// Output rows of the q, k and v projections.
     fn qkv_rows(&self) -> [i32; 3] {
         let kv = self.n_kv_heads * self.head_dim;

@@ -29,17 +29,10 @@ impl Attention {
     pub(super) fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
         let core = AttentionCore::new(cfg);
         let hidden = cfg.hidden_size;
-        let [q_rows, kv_rows, _] = core.qkv_rows();
-        let proj = |w: &mut Weights, name: &str, rows: i32| {
-            w.linear(&format!("{prefix}.{name}"), rows, hidden, true)
-        };
-        let qkv = vec![
-            proj(w, "q_proj", q_rows)?,
-            proj(w, "k_proj", kv_rows)?,
-            proj(w, "v_proj", kv_rows)?,
-        ];
+        let [q_rows, _, _] = core.qkv_rows();
         Ok(Attention {
-            qkv: FusedLinear::new(qkv)?,
+            // Qwen2: q, k and v carry biases.
+            qkv: core.qkv(w, prefix, hidden, true)?,
             o_proj: w.linear(&format!("{prefix}.o_proj"), hidden, q_rows, false)?,
             core,
         })

@@ -29,17 +29,10 @@ impl Attention {
     pub(super) fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
         let core = AttentionCore::new(cfg);
         let (hidden, eps) = (cfg.hidden_size, cfg.rms_norm_eps);
-        let [q_rows, kv_rows, _] = core.qkv_rows();
-        let proj = |w: &mut Weights, name: &str, rows: i32| {
-            w.linear(&format!("{prefix}.{name}"), rows, hidden, false)
-        };
-        let qkv = vec![
-            proj(w, "q_proj", q_rows)?,
-            proj(w, "k_proj", kv_rows)?,
-            proj(w, "v_proj", kv_rows)?,
-        ];
+        let [q_rows, _, _] = core.qkv_rows();
         Ok(Attention {
-            qkv: FusedLinear::new(qkv)?,
+            // Qwen3: no q/k/v bias; q and k normed per head below.
+            qkv: core.qkv(w, prefix, hidden, false)?,
             q_norm: w.rms_norm(&format!("{prefix}.q_norm.weight"), cfg.head_dim, eps)?,
             k_norm: w.rms_norm(&format!("{prefix}.k_norm.weight"), cfg.head_dim, eps)?,
             o_proj: w.linear(&format!("{prefix}.o_proj"), hidden, q_rows, false)?,
