@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::document::Document;
 use crate::syntax::Language;
 use crate::workspace::{retrieve, BuildStats, Limits, WorkspaceIndex};
 
@@ -89,16 +90,10 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Sync) -> Result<Report, String> {
         };
         // A cursor two thirds down the file, at a line start.
         let cursor = text[..text.len() * 2 / 3].rfind('\n').map_or(0, |i| i + 1);
-        let imports: Vec<String> = text
-            .lines()
-            .filter(|l| {
-                let l = l.trim_start();
-                ["import ", "from ", "use ", "#include", "mod "]
-                    .iter()
-                    .any(|k| l.starts_with(k))
-            })
-            .map(str::to_owned)
-            .collect();
+        // The imports as the pipeline reads them (the syntax layer's `@import` captures).
+        let language_id = language.config().language_ids[0];
+        let doc = Document::new(&text, 1, language_id).snapshot(&format!("file://{}", path.display()));
+        let imports = doc.context(cursor, &[]).map(|c| c.imports).unwrap_or_default();
         let t = Instant::now();
         let r = retrieve(&index, path, language, &text, cursor, &imports, cfg.max_bytes);
         retrieve_ms.push(t.elapsed().as_secs_f64() * 1e3);

@@ -151,11 +151,18 @@ pub fn generate_with_store(
         Some(h) => (h.reused, h.caches),
         None => (0, model.new_caches()),
     };
-    let req = GenerateRequest {
-        history: ids[..reused].to_vec(),
-        ..req.clone()
+    // Drafts are looked up in the whole prompt: hand them the cached part too (only then).
+    let drafting;
+    let req = if req.speculation.is_on() && reused > 0 {
+        drafting = GenerateRequest {
+            history: ids[..reused].to_vec(),
+            ..req.clone()
+        };
+        &drafting
+    } else {
+        req
     };
-    let out = generate(model, &mut caches, &ids[reused..], &req, cancel, on_token)?;
+    let out = generate(model, &mut caches, &ids[reused..], req, cancel, on_token)?;
     if let Some(s) = store {
         // The caches hold a prefix of this (`insert` cuts it to what they hold).
         let mut seq = ids.to_vec();
