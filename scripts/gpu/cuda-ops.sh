@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds laya's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
 #
-#   scripts/gpu/cuda-ops.sh build   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
-#                                   # deps: the GPU machine has them), builds tests/it/ (whose mlx_ops:: it runs) and the
-#                                   # laya binary into .device/ (debug info stripped) and packs the
+#   scripts/gpu/cuda-ops.sh build [laya]
+#                                   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
+#                                   # deps: the GPU machine has them), builds tests/it/ (whose mlx_ops:: it runs;
+#                                   # not with `laya`) and the laya binary into .device/ (debug info stripped) and packs the
 #                                   # 135 MiB libmlx.so and its JIT headers (xz) into 40 MiB parts
 #                                   # (64 MiB a call)
 #   scripts/gpu/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
@@ -18,6 +19,10 @@
 #                                   # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
 #                                   # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                                   # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
+#   scripts/gpu/cuda-ops.sh mlx-lm [ARGS...]
+#                                   # on the GPU machine: mlx-lm's Qwen3-MoE on random weights of the same
+#                                   # shape (scripts/gpu/bench_mlx_lm_moe.py ARGS), rows to
+#                                   # $OUT/bench-h200-mlx-lm.jsonl
 #   scripts/gpu/cuda-ops.sh bundle GGUF...
 #                                   # here, after `build`: packs the laya binary (xz) and the GGUF
 #                                   # files (libmlx's parts too with LAYA_BUNDLE_MLX=1, and the files
@@ -82,18 +87,21 @@ build)
   export LAYA_MLX_BACKEND=cuda13 CARGO_TARGET_DIR=target/cuda
   export RUSTFLAGS="-C link-arg=-Wl,--allow-shlib-undefined"
   # Diagnostics go to stderr (rendered); only the JSON artifact lines are parsed.
-  json=$(cargo test --release --locked --no-run --test it --message-format=json-render-diagnostics) \
-    || { echo "cuda-ops: cargo build failed (see the errors above)" >&2; exit 1; }
-  bin=$(python3 -c 'import json,sys
+  bin=
+  if [[ "${2:-}" != laya ]]; then
+    json=$(cargo test --release --locked --no-run --test it --message-format=json-render-diagnostics) \
+      || { echo "cuda-ops: cargo build failed (see the errors above)" >&2; exit 1; }
+    bin=$(python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="it": print(m["executable"])' <<<"$json" | tail -1)
-  [[ -x "$bin" ]] || { echo "cuda-ops: no integration-test executable in cargo's output" >&2; exit 1; }
+    [[ -x "$bin" ]] || { echo "cuda-ops: no integration-test executable in cargo's output" >&2; exit 1; }
+  fi
   cargo build --release --locked --bin laya \
     || { echo "cuda-ops: cargo build of laya failed (see the errors above)" >&2; exit 1; }
   rm -rf "$OUTD" && mkdir -p "$OUTD"
   # Debug info is ~45 MB of the binary; symbols stay for backtraces.
-  strip --strip-debug -o "$OUTD/mlx_ops" "$bin"
+  [[ -z "$bin" ]] || strip --strip-debug -o "$OUTD/mlx_ops" "$bin"
   strip --strip-debug -o "$OUTD/laya" "$CARGO_TARGET_DIR/release/laya"
   # libmlx.so, its bundled BLAS/LAPACK, and the CCCL/CUTLASS/CuTe headers that MLX's NVRTC
   # kernels include at run time (found at <dir of libmlx.so>/../include; without them the
@@ -148,6 +156,18 @@ bench)
   echo "== JSON rows ($out/bench-h200.jsonl):"
   cat "$out/bench-h200.jsonl"
   exit "$rc"
+  ;;
+mlx-lm)
+  # mlx-lm's own model on the same GPU (the peer row): mlx's Python bindings (the same 0.32.2)
+  # and mlx-lm from wheels carried in .whl/ (python3 -m pip download --no-deps mlx==0.32.2
+  # mlx-lm==0.32.2 for cp312 manylinux), their libmlx the carried one.
+  shift
+  setup_libs
+  site=/tmp/mlx-site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/mlx-*.whl .whl/mlx_lm-*.whl
+  for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "$STAGE/mlx/$d" "$site/mlx/$d"; done
+  out=${OUT:-/tmp}
+  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/gpu/bench_mlx_lm_moe.py --json "$out/bench-h200-mlx-lm.jsonl" "$@"
   ;;
 bundle)
   shift

@@ -224,8 +224,12 @@ pub struct Row {
     pub device: String,
     pub precision: String,
     pub load_s: f64,
-    /// (prompt length, tokens per second)
+    /// (prompt length, tokens per second), the second run at that length.
     pub prefill_tok_s: Vec<(usize, f64)>,
+    /// The same for the first run at each length (it pays for kernels first compiled for that
+    /// shape); empty where not measured.
+    #[serde(default)]
+    pub prefill_first_tok_s: Vec<(usize, f64)>,
     pub decode_ms_per_token: f64,
     pub weight_bytes_per_token: u64,
     pub bandwidth_gbs: f64,
@@ -522,9 +526,11 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
             // its quantized matmul kernels for more than 16 rows at first use) and allocation.
             prefill_time(&model, 64)?;
             decode_ms(&model, 4)?;
-            let mut prefill = vec![];
+            let (mut prefill, mut prefill_first) = (vec![], vec![]);
             for &n in &s.prefill_lengths {
+                let first = prefill_time(&model, n)?;
                 let d = prefill_time(&model, n)?;
+                prefill_first.push((n, n as f64 / first.as_secs_f64()));
                 prefill.push((n, n as f64 / d.as_secs_f64()));
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
@@ -539,6 +545,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 precision: precision.label().to_owned(),
                 load_s,
                 prefill_tok_s: prefill,
+                prefill_first_tok_s: prefill_first,
                 decode_ms_per_token: decode,
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
@@ -572,6 +579,19 @@ pub fn format_row(r: &Row) -> String {
         .as_ref()
         .map(|c| format!("\n  {}", format_cancel(c)))
         .unwrap_or_default();
+    let first: Vec<String> = r
+        .prefill_first_tok_s
+        .iter()
+        .map(|(n, v)| format!("{n}:{v:.0}"))
+        .collect();
+    let first = if first.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n  prefill tok/s of the first run at each length: {}",
+            first.join(" ")
+        )
+    };
     let check = r
         .draft_check
         .map(|(positions, ms)| {
@@ -596,7 +616,8 @@ pub fn format_row(r: &Row) -> String {
         r.weight_bytes_per_token as f64 / 1e6,
         r.floor_ms_per_token,
         r.share_of_floor * 100.0
-    ) + &cancel
+    ) + &first
+        + &cancel
         + &check
 }
 

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use mlx_rs::{ops, random, transforms::eval, Array, Dtype};
 
 use super::{
-    load::Precision,
-    models::{Arch, Model, ModelConfig, ModelError},
+    load::{bits_for, quantizable, Precision},
+    models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
 };
 
 /// The architectures laya targets, by name.
@@ -46,6 +46,28 @@ pub fn shape(name: &str) -> Option<ModelConfig> {
             tie_word_embeddings: true,
             moe: None,
         },
+        // Qwen3-Coder-30B-A3B: 48 layers, every one sparse, 8 of 128 experts a token.
+        "qwen3-coder-30b-a3b" => ModelConfig {
+            arch: Arch::Qwen3Moe,
+            hidden_size: 2048,
+            intermediate_size: 6144,
+            num_hidden_layers: 48,
+            num_attention_heads: 32,
+            num_key_value_heads: 4,
+            head_dim: 128,
+            vocab_size: 151936,
+            rope_theta: 10_000_000.0,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings: false,
+            moe: Some(MoeConfig {
+                num_experts: 128,
+                num_experts_per_tok: 8,
+                moe_intermediate_size: 768,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: vec![],
+            }),
+        },
         _ => return None,
     })
 }
@@ -56,6 +78,7 @@ pub const SHAPES: &[&str] = &[
     "qwen2.5-coder-3b",
     "qwen3-4b",
     "qwen2.5-coder-32b",
+    "qwen3-coder-30b-a3b",
 ];
 
 /// A model of random weights; see [`random_weights`].
@@ -92,11 +115,13 @@ pub fn random_weights(
             key = next;
             random::normal::<f32>(shape, 0.0, 0.02, &k)?.as_dtype(dtype)?
         };
+        // The loader's policy: matrices and stacked experts quantized, a MoE router at 8 bits.
         let quantize = precision
             .bits()
-            .filter(|_| shape.len() == 2 && shape[1] % group_size == 0);
+            .filter(|_| name.ends_with(".weight") && quantizable(shape, group_size));
         match quantize {
             Some(bits) => {
+                let bits = bits_for(&name, bits);
                 let (wq, s, b) = ops::quantize(&w, group_size, bits)?;
                 eval([&wq, &s, &b])?;
                 let stem = name.trim_end_matches(".weight").to_owned();
@@ -120,14 +145,26 @@ pub fn random_weights(
                 add(format!("{p}.self_attn.{name}.bias"), &[out], false)?;
             }
         }
-        if cfg.arch == Arch::Qwen3 {
+        if cfg.arch != Arch::Qwen2 {
             add(format!("{p}.self_attn.q_norm.weight"), &[hd], true)?;
             add(format!("{p}.self_attn.k_norm.weight"), &[hd], true)?;
         }
         add(format!("{p}.self_attn.o_proj.weight"), &[h, q], false)?;
-        add(format!("{p}.mlp.gate_proj.weight"), &[i, h], false)?;
-        add(format!("{p}.mlp.up_proj.weight"), &[i, h], false)?;
-        add(format!("{p}.mlp.down_proj.weight"), &[h, i], false)?;
+        match cfg.moe.as_ref().filter(|m| m.is_sparse(l)) {
+            // The router and the experts stacked as mlx-community stores them.
+            Some(m) => {
+                let (e, mi) = (m.num_experts, m.moe_intermediate_size);
+                add(format!("{p}.mlp.gate.weight"), &[e, h], false)?;
+                add(format!("{p}.mlp.switch_mlp.gate_proj.weight"), &[e, mi, h], false)?;
+                add(format!("{p}.mlp.switch_mlp.up_proj.weight"), &[e, mi, h], false)?;
+                add(format!("{p}.mlp.switch_mlp.down_proj.weight"), &[e, h, mi], false)?;
+            }
+            None => {
+                add(format!("{p}.mlp.gate_proj.weight"), &[i, h], false)?;
+                add(format!("{p}.mlp.up_proj.weight"), &[i, h], false)?;
+                add(format!("{p}.mlp.down_proj.weight"), &[h, i], false)?;
+            }
+        }
         add(format!("{p}.input_layernorm.weight"), &[h], true)?;
         add(format!("{p}.post_attention_layernorm.weight"), &[h], true)?;
     }
@@ -227,7 +264,7 @@ mod tests {
     use super::*;
 
     /// The counts `ModelConfig::parameters` gives the shapes match the sizes their model
-    /// cards state (0.49B, 1.54B, 3.09B, 4.0B, 32.5B) within 2 %.
+    /// cards state (0.49B, 1.54B, 3.09B, 4.0B, 32.5B, 30.5B) within 2 %.
     #[test]
     fn parameter_counts_match_the_model_cards() {
         for (name, card) in [
@@ -236,12 +273,61 @@ mod tests {
             ("qwen2.5-coder-3b", 3.09e9),
             ("qwen3-4b", 4.0e9),
             ("qwen2.5-coder-32b", 32.5e9),
+            ("qwen3-coder-30b-a3b", 30.5e9),
         ] {
             let n = shape(name).unwrap().parameters() as f64;
             assert!(
                 (n / card - 1.0).abs() < 0.02,
                 "{name}: {n} parameters, card {card}"
             );
+        }
+    }
+
+    /// Every shape builds at reduced depth and width (the real sizes are for GPUs): the MoE
+    /// shape's experts are stacked and quantized as asked, its router kept at 8 bits as the
+    /// loader keeps it, and a forward gives finite logits.
+    #[test]
+    fn every_shape_builds_and_runs_reduced() {
+        for name in SHAPES {
+            let mut cfg = shape(name).unwrap();
+            cfg.num_hidden_layers = 2;
+            cfg.vocab_size = 512;
+            cfg.hidden_size = 256;
+            cfg.intermediate_size = 512;
+            cfg.num_attention_heads = 4;
+            cfg.num_key_value_heads = 2;
+            cfg.head_dim = 64;
+            if let Some(m) = cfg.moe.as_mut() {
+                m.num_experts = 16;
+                m.moe_intermediate_size = 128;
+            }
+            let w = random_weights(&cfg, Precision::Q4, 64, Dtype::Float32, 1).unwrap();
+            let bits = |t: &str| {
+                let (wq, s) = (&w[&format!("{t}.weight")], &w[&format!("{t}.scales")]);
+                wq.dim(-1) * 32 / (s.dim(-1) * 64)
+            };
+            let p = "model.layers.1.mlp";
+            if cfg.moe.is_some() {
+                assert_eq!(
+                    w[&format!("{p}.switch_mlp.up_proj.weight")].shape(),
+                    &[16, 128, 256 * 4 / 32]
+                );
+                assert_eq!(bits(&format!("{p}.switch_mlp.down_proj")), 4, "{name}");
+                assert_eq!(bits(&format!("{p}.gate")), 8, "{name}");
+                assert!(!w.contains_key(&format!("{p}.up_proj.weight")));
+            } else {
+                assert_eq!(bits(&format!("{p}.up_proj")), 4, "{name}");
+            }
+            let model = Model::from_weights(cfg.clone(), w, 64).unwrap();
+            let mut caches = model.new_caches();
+            let ids = Array::from_slice(&[1i32, 7, 42, 300, 5, 9], &[1, 6]);
+            let logits = model.forward(&ids, &mut caches).unwrap();
+            let v: Vec<f32> = logits
+                .as_dtype(Dtype::Float32)
+                .unwrap()
+                .as_slice::<f32>()
+                .to_vec();
+            assert!(!v.is_empty() && v.iter().all(|x| x.is_finite()), "{name}");
         }
     }
 }

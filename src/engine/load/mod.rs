@@ -329,14 +329,14 @@ pub fn hf_name(gguf_name: &str) -> Option<String> {
 /// Whether a weight is quantized at the given group size: matrices (linear layers, the
 /// embedding, the stacked `[experts, out, in]` of a MoE layer) whose rows split into whole
 /// groups. Norms and biases stay f32.
-fn quantizable(shape: &[i32], group_size: i32) -> bool {
+pub(crate) fn quantizable(shape: &[i32], group_size: i32) -> bool {
     let cols = shape.last().copied().unwrap_or(0);
     shape.len() >= 2 && cols % group_size == 0 && cols >= group_size
 }
 
 /// The bits a weight is quantized to when the model is asked for `bits`: a MoE router keeps
 /// 8, as mlx-lm quantizes it (which experts run hangs on its small differences).
-fn bits_for(name: &str, bits: i32) -> i32 {
+pub(crate) fn bits_for(name: &str, bits: i32) -> i32 {
     if name.ends_with(".mlp.gate.weight") {
         bits.max(8)
     } else {

@@ -12,6 +12,12 @@
 //! matmuls, which take each token's experts by index: `gather_qmm` when quantized, `gather_mm`
 //! at the source's precision. A prefill of many tokens first sorts its (token, expert) pairs
 //! by expert, as mlx-lm's `SwitchGLU` does, so each expert's weights are read in one run.
+//!
+//! Fewer kernels a layer than the formula's literal reading (a decode step is bound by their
+//! count, not by the bytes of 8 experts): each expert's gate and up rows are one matrix (one
+//! gathered product), the renormalised weights are a softmax over the k chosen logits (equal
+//! to `p_e / sum(p_top)`, without the softmax over every expert), and the weighted sum over the
+//! k experts is one `[1, k] x [k, hidden]` product.
 //! MLX's CPU `gather_mm` computes in f32 only: there, dense experts of another float dtype are
 //! widened to f32 when loaded, and their rows go in and out at the model's own dtype.
 
@@ -38,12 +44,20 @@ impl SparseMoeBlock {
         let expert = |w: &mut Weights, name: &str, out: i32, inp: i32| {
             SwitchLinear::load(w, prefix, name, experts, out, inp)
         };
+        let gate_proj = expert(w, "gate_proj", inter, hidden)?;
+        let up_proj = expert(w, "up_proj", inter, hidden)?;
+        // `[experts, 2 * inter, hidden]`: the gate rows, then the up rows.
+        let gate_up = Linear::join(&[gate_proj.0, up_proj.0], |parts| ops::concatenate(&parts, 1))?
+            .ok_or_else(|| ModelError::BadTensor {
+                name: format!("{prefix}.switch_mlp.up_proj.weight"),
+                reason: "the experts' gate and up matrices differ in dtype or quantization".into(),
+            })?;
         Ok(SparseMoeBlock {
             gate: w.linear(&format!("{prefix}.gate"), experts, hidden, false)?,
             switch_mlp: SwitchGlu {
-                gate_proj: expert(w, "gate_proj", inter, hidden)?,
-                up_proj: expert(w, "up_proj", inter, hidden)?,
+                gate_up: SwitchLinear(gate_up),
                 down_proj: expert(w, "down_proj", hidden, inter)?,
+                inter,
                 fused_swiglu: on_gpu(),
             },
             top_k: moe.num_experts_per_tok,
@@ -53,22 +67,27 @@ impl SparseMoeBlock {
 
     /// `x`: `[B, L, hidden]`, already normed.
     pub(super) fn forward(&self, x: &Array) -> Result<Array> {
-        let gates = ops::softmax_axis(self.gate.forward(x)?, -1, true)?;
-        let (experts, k) = (gates.dim(-1), self.top_k);
-        // The k largest probabilities end up last; their order among themselves is free.
-        let inds = ops::argpartition_axis(&gates, experts - k, -1)?.try_index((.., .., experts - k..))?;
-        let mut scores = gates.take_along_axis(&inds, -1)?;
-        if self.norm_topk_prob {
-            scores = scores.divide(scores.sum_axis(-1, true)?)?;
-        }
+        let logits = self.gate.forward(x)?;
+        let (experts, k) = (logits.dim(-1), self.top_k);
+        // The k largest logits (softmax keeps the order) end up last; their order among
+        // themselves is free.
+        let inds = ops::argpartition_axis(&logits, experts - k, -1)?.try_index((.., .., experts - k..))?;
+        let scores = if self.norm_topk_prob {
+            // exp(l_e) / sum over the top of exp(l_j): the renormalised probabilities.
+            ops::softmax_axis(logits.take_along_axis(&inds, -1)?, -1, true)?
+        } else {
+            ops::softmax_axis(&logits, -1, true)?.take_along_axis(&inds, -1)?
+        };
+        // [B, L, k, hidden] weighted by [B, L, 1, k]: one product per token.
         let y = self.switch_mlp.forward(x, &inds)?;
-        Ok(y.multiply(scores.expand_dims(-1)?)?.sum_axis(-2, false)?)
+        let w = scores.expand_dims(-2)?.as_dtype(y.dtype())?;
+        Ok(w.matmul(&y)?.squeeze_axes(&[-2])?)
     }
 
     pub(super) fn arrays(&self) -> Vec<&Array> {
         let mut v = self.gate.arrays();
         let m = &self.switch_mlp;
-        for p in [&m.gate_proj, &m.up_proj, &m.down_proj] {
+        for p in [&m.gate_up, &m.down_proj] {
             v.extend(p.0.arrays());
         }
         v
@@ -77,8 +96,8 @@ impl SparseMoeBlock {
     /// Bytes of the experts one token is not routed to (a decode step does not read them).
     pub(super) fn unread_bytes_per_token(&self) -> usize {
         let m = &self.switch_mlp;
-        let experts = m.gate_proj.experts() as usize;
-        let bytes: usize = [&m.gate_proj, &m.up_proj, &m.down_proj]
+        let experts = m.down_proj.experts() as usize;
+        let bytes: usize = [&m.gate_up, &m.down_proj]
             .iter()
             .flat_map(|p| p.0.arrays())
             .map(|a| a.nbytes())
@@ -89,9 +108,10 @@ impl SparseMoeBlock {
 
 /// `down(silu(gate(x)) * up(x))` with each token's own experts.
 struct SwitchGlu {
-    gate_proj: SwitchLinear,
-    up_proj: SwitchLinear,
+    /// Gate and up rows of each expert in one matrix: `[experts, 2 * inter, hidden]`.
+    gate_up: SwitchLinear,
     down_proj: SwitchLinear,
+    inter: i32,
     /// See [`super::swiglu`].
     fused_swiglu: bool,
 }
@@ -108,8 +128,10 @@ impl SwitchGlu {
         } else {
             (x, indices.clone(), None)
         };
-        let up = self.up_proj.forward(&x, &idx, sort)?;
-        let gate = self.gate_proj.forward(&x, &idx, sort)?;
+        let gate_up = self.gate_up.forward(&x, &idx, sort)?;
+        let [gate, up]: [Array; 2] = ops::split_at_indices(&gate_up, &[self.inter], -1)?
+            .try_into()
+            .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))?;
         let y = self
             .down_proj
             .forward(&swiglu(&gate, &up, self.fused_swiglu)?, &idx, sort)?;
@@ -381,7 +403,7 @@ mod tests {
                 };
                 let want_spec = Some(QuantSpec { group_size: gs, bits });
                 assert_eq!(spec(&block.switch_mlp.down_proj), want_spec);
-                assert_eq!(spec(&block.switch_mlp.gate_proj), want_spec);
+                assert_eq!(spec(&block.switch_mlp.gate_up), want_spec);
                 assert!(matches!(block.gate, Linear::Quantized { spec, .. } if spec.bits == 8));
                 let ids = long_seq();
                 let got = logits_of(&qm, &ids);
@@ -451,7 +473,7 @@ mod tests {
         let FeedForward::Sparse(block) = &half.layers[0].mlp else {
             panic!("dense")
         };
-        let Linear::Dense { weight, .. } = &block.switch_mlp.up_proj.0 else {
+        let Linear::Dense { weight, .. } = &block.switch_mlp.gate_up.0 else {
             panic!("quantized")
         };
         // The experts stay bf16 on a GPU; MLX's CPU gather_mm needs them f32.
@@ -536,27 +558,7 @@ mod tests {
     /// step reads the experts of one token only.
     #[test]
     fn parameters_and_bytes_read_per_token() {
-        let coder = ModelConfig {
-            arch: Arch::Qwen3Moe,
-            hidden_size: 2048,
-            intermediate_size: 6144,
-            num_hidden_layers: 48,
-            num_attention_heads: 32,
-            num_key_value_heads: 4,
-            head_dim: 128,
-            vocab_size: 151936,
-            rope_theta: 10_000_000.0,
-            rms_norm_eps: 1e-6,
-            tie_word_embeddings: false,
-            moe: Some(MoeConfig {
-                num_experts: 128,
-                num_experts_per_tok: 8,
-                moe_intermediate_size: 768,
-                norm_topk_prob: true,
-                decoder_sparse_step: 1,
-                mlp_only_layers: vec![],
-            }),
-        };
+        let coder = crate::engine::synthetic::shape("qwen3-coder-30b-a3b").unwrap();
         let n = coder.parameters() as f64;
         assert!((n / 30.5e9 - 1.0).abs() < 0.01, "{n}");
 
@@ -565,7 +567,7 @@ mod tests {
             panic!("dense")
         };
         let m = &block.switch_mlp;
-        let experts: usize = [&m.gate_proj, &m.up_proj, &m.down_proj]
+        let experts: usize = [&m.gate_up, &m.down_proj]
             .iter()
             .flat_map(|p| p.0.arrays())
             .map(|a| a.nbytes())

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""mlx-lm's own Qwen3-MoE on random weights of a real shape: the peer row beside
+`laya bench engine --synthetic qwen3-coder-30b-a3b`, on the same GPU in the same run.
+
+Measured as laya's engine bench measures itself:
+  prefill  a forward of N random ids on a fresh cache, logits evaluated; the first run at each
+           length (it compiles kernels for that shape) and the second, reported as tok/s;
+  decode   mlx-lm's own loop (`generate_step`, greedy, the next step queued before the current
+           token is read) after a 128-token prompt: the mean time per token over the tokens
+           after the first.
+Weights: mlx-lm's initialisation, cast to bf16, quantized as mlx-lm's converter does (affine,
+group size 64, the router `mlp.gate` at 8 bits: the model's own `quant_predicate`).
+
+  python3 scripts/gpu/bench_mlx_lm_moe.py --bits 4,6,8 --prefill 128,512,2048 --decode 64 --json OUT
+  (--layers/--experts shrink the shape for a check on a CPU)
+
+One JSON line per precision goes to --json (appended) and to stdout.
+"""
+import argparse
+import importlib.util
+import json
+import sys
+import time
+import types
+
+import mlx.core as mx
+import mlx.nn as nn
+
+# mlx_lm/__init__.py imports the converter and tokenizers (transformers); the model code and
+# the decode loop need neither, so the package is entered without running it.
+_spec = importlib.util.find_spec("mlx_lm")
+if _spec is None:
+    sys.exit("mlx_lm is not installed (carry its wheel: python3 -m pip download mlx-lm)")
+_pkg = types.ModuleType("mlx_lm")
+_pkg.__path__ = list(_spec.submodule_search_locations)
+sys.modules["mlx_lm"] = _pkg
+from mlx_lm.models import qwen3_moe  # noqa: E402
+from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
+
+try:
+    from mlx_lm.generate import generate_step  # noqa: E402
+except ImportError as e:  # generate.py's imports need transformers
+    sys.exit(f"mlx_lm.generate does not import here: {e}")
+
+# Qwen3-Coder-30B-A3B-Instruct's config.json.
+SHAPES = {
+    "qwen3-coder-30b-a3b": dict(
+        model_type="qwen3_moe",
+        hidden_size=2048,
+        num_hidden_layers=48,
+        intermediate_size=6144,
+        num_attention_heads=32,
+        num_experts=128,
+        num_experts_per_tok=8,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        moe_intermediate_size=768,
+        rms_norm_eps=1e-6,
+        vocab_size=151936,
+        num_key_value_heads=4,
+        head_dim=128,
+        rope_theta=10_000_000.0,
+        tie_word_embeddings=False,
+        max_position_embeddings=262144,
+        norm_topk_prob=True,
+    )
+}
+
+
+def build(shape: dict, bits: int, group_size: int):
+    mx.random.seed(1)
+    model = qwen3_moe.Model(qwen3_moe.ModelArgs(**shape))
+    model.set_dtype(mx.bfloat16)
+    own = model.quant_predicate
+
+    def predicate(path, module):
+        if not hasattr(module, "to_quantized") or module.weight.shape[-1] % group_size:
+            return False
+        return own(path, module)
+
+    nn.quantize(model, group_size=group_size, bits=bits, class_predicate=predicate)
+    # Layer by layer, so the f32 initial values of one layer at most are alive at a time.
+    for layer in model.model.layers:
+        mx.eval(layer.parameters())
+    mx.eval(model.parameters())
+    return model
+
+
+def active_bytes(model, shape: dict) -> int:
+    """Bytes one decode step reads: every parameter but the embedding table (one row is
+    read) and the experts a token is not routed to."""
+    total = 0
+    experts = shape["num_experts"]
+    k = shape["num_experts_per_tok"]
+    for name, a in nn.utils.tree_flatten(model.parameters()):
+        if "embed_tokens" in name:
+            continue
+        n = a.nbytes
+        if ".switch_mlp." in name:
+            n = n // experts * k
+        total += n
+    return total
+
+
+def random_ids(n: int, seed: int) -> mx.array:
+    return mx.random.randint(0, 150_000, (n,), key=mx.random.key(seed)).astype(mx.uint32)
+
+
+def prefill_s(model, n: int) -> float:
+    ids = random_ids(n, n)
+    mx.eval(ids)
+    cache = make_prompt_cache(model)
+    t = time.perf_counter()
+    logits = model(ids[None], cache=cache)
+    mx.eval(logits)
+    return time.perf_counter() - t
+
+
+def decode_ms(model, tokens: int) -> float:
+    prompt = random_ids(128, 7)
+    mx.eval(prompt)
+    stamps = []
+    for _ in generate_step(prompt, model, max_tokens=tokens):
+        stamps.append(time.perf_counter())
+    assert len(stamps) == tokens, len(stamps)
+    return (stamps[-1] - stamps[0]) * 1e3 / (len(stamps) - 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="qwen3-coder-30b-a3b", choices=sorted(SHAPES))
+    ap.add_argument("--bits", default="4,6,8")
+    ap.add_argument("--group-size", type=int, default=64)
+    ap.add_argument("--prefill", default="128,512,2048")
+    ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--bandwidth-gbs", type=float, default=4800.0)
+    ap.add_argument("--layers", type=int, help="fewer layers (a check on a CPU)")
+    ap.add_argument("--experts", type=int, help="fewer experts (a check on a CPU)")
+    ap.add_argument("--json", help="append one JSON line per precision here")
+    a = ap.parse_args()
+    shape = dict(SHAPES[a.shape])
+    if a.layers:
+        shape["num_hidden_layers"] = a.layers
+    if a.experts:
+        shape["num_experts"] = a.experts
+    device = str(mx.default_device())
+    print(f"mlx {mx.__version__}, device {device}", flush=True)
+    for bits in [int(b) for b in a.bits.split(",")]:
+        t = time.perf_counter()
+        model = build(shape, bits, a.group_size)
+        load_s = time.perf_counter() - t
+        prefill_s(model, 64)  # warm-up, as laya's bench
+        decode_ms(model, 4)
+        first, second = [], []
+        for n in [int(x) for x in a.prefill.split(",")]:
+            first.append((n, n / prefill_s(model, n)))
+            second.append((n, n / prefill_s(model, n)))
+        decode = decode_ms(model, a.decode)
+        nbytes = active_bytes(model, shape)
+        floor = nbytes / (a.bandwidth_gbs * 1e9) * 1e3
+        row = {
+            "model": f"mlx-lm {a.shape}",
+            "synthetic": True,
+            "device": device,
+            "precision": f"q{bits}",
+            "load_s": load_s,
+            "prefill_tok_s": second,
+            "prefill_first_tok_s": first,
+            "decode_ms_per_token": decode,
+            "weight_bytes_per_token": nbytes,
+            "bandwidth_gbs": a.bandwidth_gbs,
+            "floor_ms_per_token": floor,
+            "share_of_floor": floor / decode,
+            "peak_memory_gb": mx.get_peak_memory() / 1e9,
+        }
+        line = json.dumps(row)
+        print(line, flush=True)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(line + "\n")
+        del model
+        mx.clear_cache()
+
+
+if __name__ == "__main__":
+    main()
