@@ -4,7 +4,12 @@
 //! same daemon elsewhere (`laya lsp` starting its daemon, `laya service install` writing the
 //! unit, the memory and soak benchmarks). That is the one place where settings become flags.
 
-use std::{collections::HashMap, net::SocketAddr, path::PathBuf};
+use std::{
+    cell::OnceCell,
+    collections::HashMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +24,7 @@ use crate::{
         runtime::DevicePref,
         ModelKey, Precision, Tier,
     },
+    machine::Machine,
 };
 
 /// A setting that cannot work, said as the flag that fixes it.
@@ -33,10 +39,13 @@ pub struct ConfigError(pub String);
 pub struct ServeConfig {
     /// Where local models run.
     pub device: DevicePref,
-    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder.
+    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder; `auto`: the
+    /// small tier for this machine among the models present ([`catalog::plan`]; on the CPU
+    /// the 0.5B).
     pub small: String,
-    /// Large tier: a catalog name, file or folder; `auto`: qwen2.5-coder-1.5b when it is
-    /// downloaded; `none`: no large tier.
+    /// Large tier: a catalog name, file or folder; `auto`: the large tier for this machine
+    /// among the models present (on the CPU the 1.5B; none when none is there); `none`: no
+    /// large tier.
     pub large: String,
     /// Serve the small tier from an OpenAI-compatible server instead (its base URL).
     pub small_remote: Option<String>,
@@ -88,7 +97,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             device: DevicePref::Auto,
-            small: catalog::DEFAULT_MODEL.to_owned(),
+            small: "auto".to_owned(),
             large: "auto".to_owned(),
             small_remote: None,
             large_remote: None,
@@ -116,14 +125,23 @@ impl Default for ServeConfig {
 
 /// A catalog name, GGUF file or model folder → its path, or the command that fixes it.
 pub fn resolve_model(name: &str) -> Result<PathBuf, ConfigError> {
+    resolve_model_in(name, &crate::paths::model_dir())
+}
+
+/// [`resolve_model`] with the catalog's models in `model_dir`.
+pub fn resolve_model_in(name: &str, model_dir: &Path) -> Result<PathBuf, ConfigError> {
     if let Some(m) = catalog::find(name) {
-        if !m.is_present() {
-            return Err(ConfigError(format!(
+        return match m.presence_in(model_dir) {
+            catalog::Presence::Present => Ok(m.path_in(model_dir)),
+            catalog::Presence::Missing => Err(ConfigError(format!(
                 "model {} is not downloaded: run `laya models fetch {}`",
                 m.name, m.name
-            )));
-        }
-        return Ok(m.local_path());
+            ))),
+            catalog::Presence::Unusable(why) => Err(ConfigError(format!(
+                "model {} is not usable ({why}): run `laya models fetch {}`",
+                m.name, m.name
+            ))),
+        };
     }
     let p = PathBuf::from(name);
     if !p.exists() {
@@ -219,8 +237,18 @@ impl ServeConfig {
     }
 
     /// The tiers (each model resolved to its file, or its server), with the name clients see
-    /// for each.
+    /// for each. `auto` is resolved for this machine ([`Machine::probe`], only then).
     pub fn pool(&self) -> Result<(PoolConfig, HashMap<Tier, String>), ConfigError> {
+        self.pool_in(&crate::paths::model_dir(), &|| Machine::probe(self.device))
+    }
+
+    /// [`ServeConfig::pool`] with the catalog's models in `model_dir` and `auto` resolved for
+    /// the machine `machine` gives (asked at most once, and only for `auto`).
+    pub fn pool_in(
+        &self,
+        model_dir: &Path,
+        probe: &dyn Fn() -> Machine,
+    ) -> Result<(PoolConfig, HashMap<Tier, String>), ConfigError> {
         let mut tiers = HashMap::new();
         let mut names = HashMap::new();
         let name_of = |spec: &str, path: &std::path::Path| match catalog::find(spec) {
@@ -234,14 +262,37 @@ impl ServeConfig {
             path,
             group_size: self.group_size,
         };
+        let probed = OnceCell::new();
+        let machine = || probed.get_or_init(probe);
+        let planned = OnceCell::new();
+        let plan = || {
+            planned.get_or_init(|| {
+                catalog::plan(machine(), |m| {
+                    m.presence_in(model_dir) == catalog::Presence::Present
+                })
+            })
+        };
         match &self.small_remote {
             Some(url) => {
                 tiers.insert(Tier::Small, TierSource::Remote(self.remote(url)));
                 names.insert(Tier::Small, url.clone());
             }
             None => {
-                let path = resolve_model(&self.small)?;
-                names.insert(Tier::Small, name_of(&self.small, &path));
+                let (spec, path) = match self.small.as_str() {
+                    "auto" => match plan().small {
+                        Some(m) => (m.name.to_owned(), m.path_in(model_dir)),
+                        None => {
+                            let want = catalog::recommend(machine())
+                                .small
+                                .map_or(catalog::CPU_SMALL, |m| m.name);
+                            return Err(ConfigError(format!(
+                                "no small model is downloaded: run `laya models fetch {want}` (`laya doctor` lists the tiers for this machine)"
+                            )));
+                        }
+                    },
+                    spec => (spec.to_owned(), resolve_model_in(spec, model_dir)?),
+                };
+                names.insert(Tier::Small, name_of(&spec, &path));
                 tiers.insert(Tier::Small, local(path));
             }
         }
@@ -252,10 +303,8 @@ impl ServeConfig {
                 None
             }
             (None, "none") => None,
-            (None, "auto") => catalog::find("qwen2.5-coder-1.5b")
-                .filter(|m| m.is_present())
-                .map(|m| (m.name.to_owned(), m.local_path())),
-            (None, spec) => Some((spec.to_owned(), resolve_model(spec)?)),
+            (None, "auto") => plan().large.map(|m| (m.name.to_owned(), m.path_in(model_dir))),
+            (None, spec) => Some((spec.to_owned(), resolve_model_in(spec, model_dir)?)),
         };
         if let Some((spec, path)) = large {
             names.insert(Tier::Large, name_of(&spec, &path));
@@ -284,6 +333,40 @@ impl ServeConfig {
             },
             names,
         ))
+    }
+
+    /// What `laya lsp` checks before it starts a daemon with these settings, without looking
+    /// at the GPU (the daemon resolves `auto` for its machine): each model named is there, and
+    /// for an `auto` small tier some small model is.
+    pub fn check_models(&self) -> Result<(), ConfigError> {
+        self.check_models_in(&crate::paths::model_dir())
+    }
+
+    /// [`ServeConfig::check_models`] with the catalog's models in `model_dir`.
+    pub fn check_models_in(&self, model_dir: &Path) -> Result<(), ConfigError> {
+        if self.small_remote.is_none() {
+            match self.small.as_str() {
+                "auto" => {
+                    let any = catalog::MODELS.iter().any(|m| {
+                        m.tiers.contains(&Tier::Small)
+                            && m.presence_in(model_dir) == catalog::Presence::Present
+                    });
+                    if !any {
+                        return Err(ConfigError(format!(
+                            "no small model is downloaded: run `laya models fetch {}` (`laya doctor` lists the tiers for this machine)",
+                            catalog::CPU_SMALL
+                        )));
+                    }
+                }
+                spec => {
+                    resolve_model_in(spec, model_dir)?;
+                }
+            }
+        }
+        if self.large_remote.is_none() && !matches!(self.large.as_str(), "auto" | "none") {
+            resolve_model_in(&self.large, model_dir)?;
+        }
+        Ok(())
     }
 
     /// The daemon these settings make, in the runtime directory of this environment; an
@@ -365,7 +448,7 @@ mod tests {
         let a = ServeConfig::default().to_args();
         assert!(!a.contains(&"--device".to_owned()), "{a:?}");
         for (flag, want) in [
-            ("--small", catalog::DEFAULT_MODEL),
+            ("--small", "auto"),
             ("--large", "auto"),
             ("--precision", "q8"),
             ("--http-addr", "127.0.0.1:7723"),
@@ -543,5 +626,141 @@ mod tests {
             .unwrap_err()
             .0
             .contains("--max-tokens must be"));
+    }
+
+    /// A model directory holding `names`: the GGUFs as sparse files of their catalog size, the
+    /// folders with a configuration of their shape, a tokenizer and a weight file.
+    fn models_dir(names: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for name in names {
+            let m = catalog::find(name).unwrap();
+            let path = m.path_in(dir.path());
+            match m.size {
+                Some(size) => std::fs::File::create(&path).unwrap().set_len(size).unwrap(),
+                None => {
+                    std::fs::create_dir(&path).unwrap();
+                    let s = m.shape;
+                    let model_type = match s.arch {
+                        crate::engine::models::Arch::Qwen2 => "qwen2",
+                        crate::engine::models::Arch::Qwen3 => "qwen3",
+                        crate::engine::models::Arch::Qwen3Moe => "qwen3_moe",
+                    };
+                    let (experts, used, width) = s.experts.unwrap_or((0, 0, 0));
+                    let config = serde_json::json!({
+                        "model_type": model_type, "hidden_size": s.hidden_size,
+                        "intermediate_size": s.intermediate_size, "num_hidden_layers": s.layers,
+                        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
+                        "vocab_size": s.vocab_size, "num_experts": experts,
+                        "num_experts_per_tok": used, "moe_intermediate_size": width,
+                    });
+                    std::fs::write(path.join("config.json"), config.to_string()).unwrap();
+                    std::fs::write(path.join("tokenizer.json"), "{}").unwrap();
+                    std::fs::write(path.join("model.safetensors"), b"").unwrap();
+                }
+            }
+        }
+        dir
+    }
+
+    fn served(
+        config: &ServeConfig,
+        dir: &Path,
+        machine: &Machine,
+    ) -> Result<(String, Option<String>), String> {
+        let (pool, names) = config.pool_in(dir, &|| machine.clone()).map_err(|e| e.0)?;
+        let path = |tier| match pool.tiers.get(&tier) {
+            Some(TierSource::Local { path, .. }) => {
+                Some(path.file_name().unwrap().to_string_lossy().into_owned())
+            }
+            _ => None,
+        };
+        assert_eq!(path(Tier::Small).is_some(), names.contains_key(&Tier::Small));
+        Ok((
+            names[&Tier::Small].clone(),
+            path(Tier::Large).and(names.get(&Tier::Large).cloned()),
+        ))
+    }
+
+    /// With no model named, the daemon serves the tiers recommended for the machine that are
+    /// present: the large tier that is there; the CPU keeps the 0.5B and the 1.5B.
+    #[test]
+    fn auto_serves_the_recommended_tiers_that_are_present() {
+        use crate::machine::Accelerator::{Cpu, Metal};
+        let auto = ServeConfig::default();
+        let mac = Machine::new(Metal, 64);
+        let cpu = Machine::new(Cpu, 64);
+        let all = models_dir(&[
+            "qwen2.5-coder-0.5b",
+            "qwen2.5-coder-1.5b",
+            "qwen2.5-coder-3b",
+            "qwen2.5-coder-7b",
+            "qwen3-coder-30b-a3b",
+        ]);
+        let large = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            served(&auto, all.path(), &mac),
+            Ok(("qwen2.5-coder-3b".into(), large("qwen3-coder-30b-a3b")))
+        );
+        assert_eq!(
+            served(&auto, all.path(), &cpu),
+            Ok(("qwen2.5-coder-0.5b".into(), large("qwen2.5-coder-1.5b")))
+        );
+        // The recommended large tier is missing: the one that is there.
+        let some = models_dir(&["qwen2.5-coder-0.5b", "qwen2.5-coder-3b", "qwen2.5-coder-7b"]);
+        assert_eq!(
+            served(&auto, some.path(), &mac),
+            Ok(("qwen2.5-coder-3b".into(), large("qwen2.5-coder-7b")))
+        );
+        // A 16 GB Mac: the 3B fits, no large model beside it.
+        assert_eq!(
+            served(&auto, all.path(), &Machine::new(Metal, 16)),
+            Ok(("qwen2.5-coder-3b".into(), None))
+        );
+        // Only the CPU defaults downloaded (what `scripts/setup.sh` fetches): they serve on a Mac too.
+        let cpu_defaults = models_dir(&["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]);
+        assert_eq!(
+            served(&auto, cpu_defaults.path(), &mac),
+            Ok(("qwen2.5-coder-1.5b".into(), None))
+        );
+        // Named models win over `auto`; `none` has no large tier.
+        let named = ServeConfig {
+            small: "qwen2.5-coder-0.5b".into(),
+            large: "none".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            served(&named, all.path(), &mac),
+            Ok(("qwen2.5-coder-0.5b".into(), None))
+        );
+        // Nothing there: the command that fetches the recommended small tier.
+        let empty = tempfile::tempdir().unwrap();
+        let err = served(&auto, empty.path(), &mac).unwrap_err();
+        assert!(err.contains("run `laya models fetch qwen2.5-coder-3b`"), "{err}");
+        let err = served(&auto, empty.path(), &cpu).unwrap_err();
+        assert!(
+            err.contains("run `laya models fetch qwen2.5-coder-0.5b`"),
+            "{err}"
+        );
+        // The machine is asked only for `auto`.
+        let (pool, _) = named
+            .pool_in(all.path(), &|| panic!("probed for named models"))
+            .unwrap();
+        assert!(!pool.tiers.contains_key(&Tier::Large));
+        // `laya lsp`'s check before it starts a daemon: no probe, some small model there.
+        assert!(auto.check_models_in(all.path()).is_ok());
+        assert!(auto
+            .check_models_in(empty.path())
+            .unwrap_err()
+            .0
+            .contains("no small model"));
+        let missing = ServeConfig {
+            large: "qwen2.5-coder-14b".into(),
+            ..Default::default()
+        };
+        assert!(missing
+            .check_models_in(all.path())
+            .unwrap_err()
+            .0
+            .contains("laya models fetch qwen2.5-coder-14b"));
     }
 }

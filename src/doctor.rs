@@ -1,10 +1,15 @@
-//! `laya doctor`: what is installed, what is missing, and the command that fixes each gap.
+//! `laya doctor`: what is installed, what is missing, and the command that fixes each gap;
+//! the machine's memory and the tiers laya recommends for it, with what each needs.
 
 use std::fmt::Write as _;
 
 use crate::{
-    catalog,
-    engine::runtime::{choose_device, DevicePref, MlxInfo},
+    catalog::{self, CatalogModel, Presence},
+    engine::{
+        runtime::{choose_device, DevicePref, MlxInfo},
+        Tier,
+    },
+    machine::{gib, Machine},
     paths,
 };
 
@@ -68,8 +73,12 @@ pub fn report(pref: DevicePref) -> Report {
         }
     });
     let _ = writeln!(w, "  libmlx        {lib}");
+    let machine = Machine::probe(pref);
+    let _ = writeln!(w, "  memory        {machine}");
     let model_dir = paths::model_dir();
     let _ = writeln!(w, "  model dir     {}", model_dir.display());
+    let presence = |m: &CatalogModel| m.presence_in(&model_dir);
+    w.push_str(&tiers(&machine, &presence));
     let _ = writeln!(w, "  models:");
     for m in catalog::MODELS {
         let default = if m.name == catalog::DEFAULT_MODEL {
@@ -77,18 +86,19 @@ pub fn report(pref: DevicePref) -> Report {
         } else {
             ""
         };
-        if m.is_present() {
-            let _ = writeln!(w, "    {:<20} present{default}", m.name);
-        } else {
-            if m.name == catalog::DEFAULT_MODEL {
-                problems += 1;
+        let fix = format!("run `laya models fetch {}`", m.name);
+        let state = match presence(m) {
+            Presence::Present => {
+                let _ = writeln!(w, "    {:<20} present{default}", m.name);
+                continue;
             }
-            let _ = writeln!(
-                w,
-                "    {:<20} missing{default}: run `laya models fetch {}`",
-                m.name, m.name
-            );
+            Presence::Missing => format!("missing{default}: {fix}"),
+            Presence::Unusable(why) => format!("unusable{default} ({why}): {fix}"),
+        };
+        if m.name == catalog::DEFAULT_MODEL {
+            problems += 1;
         }
+        let _ = writeln!(w, "    {:<20} {state}", m.name);
     }
     if problems == 0 {
         let _ = writeln!(w, "ready");
@@ -96,4 +106,119 @@ pub fn report(pref: DevicePref) -> Report {
         let _ = writeln!(w, "{problems} problem(s) above; each line names its fix");
     }
     Report { text: out, problems }
+}
+
+/// The tiers section: the recommended small and large model for `machine` with what each
+/// needs and whether it is there (the command that fetches it where not), and the models the
+/// `auto` defaults use now.
+pub fn tiers(machine: &Machine, presence: &dyn Fn(&CatalogModel) -> Presence) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let bits = |tier| {
+        catalog::tier_precisions(tier)
+            .iter()
+            .map(|p| p.label())
+            .collect::<Vec<_>>()
+            .join("+")
+    };
+    let recommended = catalog::recommend(machine);
+    let _ = writeln!(
+        w,
+        "  tiers         recommended for this machine (at the router's bits: small {}, large {}):",
+        bits(Tier::Small),
+        bits(Tier::Large)
+    );
+    for tier in [Tier::Small, Tier::Large] {
+        let Some(m) = recommended.get(tier) else {
+            let _ = writeln!(w, "    {:<6} none fits beside the small tier", tier.label());
+            continue;
+        };
+        let need = gib(m.tier_need(tier));
+        let state = match presence(m) {
+            Presence::Present => "present".to_owned(),
+            Presence::Missing => format!(
+                "missing: run `laya models fetch {}` (~{:.1} GB download)",
+                m.name,
+                m.download_bytes() as f64 / 1e9
+            ),
+            Presence::Unusable(why) => format!("unusable ({why}): run `laya models fetch {}`", m.name),
+        };
+        let _ = writeln!(
+            w,
+            "    {:<6} {:<20} needs {need:>9}  {state}",
+            tier.label(),
+            m.name
+        );
+    }
+    match recommended.budget {
+        Some(budget) => {
+            let _ = writeln!(
+                w,
+                "    together {} with {} of headroom, within {} the models may have here",
+                gib(recommended.need()),
+                gib(catalog::HEADROOM),
+                gib(budget)
+            );
+        }
+        None if machine.memory.is_none() => {
+            let _ = writeln!(w, "    the memory is not known: the CPU defaults");
+        }
+        None => {
+            let _ = writeln!(
+                w,
+                "    on the CPU the tiers are the 0.5B and the 1.5B, whatever the memory"
+            );
+        }
+    }
+    let in_use = catalog::plan(machine, |m| presence(m) == Presence::Present);
+    let name = |m: Option<&CatalogModel>| m.map_or("none", |m| m.name);
+    let _ = writeln!(
+        w,
+        "    `auto` (the default) serves now: small {}, large {}",
+        name(in_use.small),
+        name(in_use.large)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Accelerator;
+
+    #[test]
+    fn the_tiers_name_what_each_needs_and_the_commands_for_the_missing() {
+        let mac = Machine::new(Accelerator::Metal, 64);
+        let have = |m: &CatalogModel| {
+            if m.name == "qwen2.5-coder-3b" || m.name == "qwen2.5-coder-7b" {
+                Presence::Present
+            } else {
+                Presence::Missing
+            }
+        };
+        let text = tiers(&mac, &have);
+        assert!(text.contains("small q8+q4, large q6"), "{text}");
+        assert!(text.contains("small  qwen2.5-coder-3b     needs"), "{text}");
+        assert!(text.contains("present"), "{text}");
+        assert!(
+            text.contains("large  qwen3-coder-30b-a3b  needs")
+                && text.contains("missing: run `laya models fetch qwen3-coder-30b-a3b` (~61.1 GB download)"),
+            "{text}"
+        );
+        assert!(text.contains("within 48.0 GiB"), "{text}");
+        assert!(
+            text.contains("serves now: small qwen2.5-coder-3b, large qwen2.5-coder-7b"),
+            "{text}"
+        );
+        let cpu = tiers(&Machine::new(Accelerator::Cpu, 16), &|_| Presence::Missing);
+        assert!(
+            cpu.contains("on the CPU the tiers are the 0.5B and the 1.5B"),
+            "{cpu}"
+        );
+        assert!(
+            cpu.contains("run `laya models fetch qwen2.5-coder-1.5b`"),
+            "{cpu}"
+        );
+        assert!(cpu.contains("serves now: small none, large none"), "{cpu}");
+    }
 }

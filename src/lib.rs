@@ -11,6 +11,7 @@ pub mod document;
 pub mod engine;
 pub mod fetch;
 pub mod lsp;
+pub mod machine;
 pub mod paths;
 pub mod prompt;
 pub mod service;

@@ -146,10 +146,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Models {
             command: ModelsCommand::List,
         } => {
-            println!("model dir: {}", laya::paths::model_dir().display());
+            let dir = laya::paths::model_dir();
+            println!("model dir: {}", dir.display());
+            let machine = laya::machine::Machine::probe(device);
+            print!("{}", catalog::table(&machine, &|m| m.presence_in(&dir)));
+            println!();
             for m in catalog::MODELS {
-                let state = if m.is_present() { "present" } else { "missing" };
-                println!("  {:<20} {:<8} {}", m.name, state, m.description);
+                println!(
+                    "  {:<21} {} ({}; license: {})",
+                    m.name, m.description, m.hub_repo, m.license
+                );
             }
         }
         Command::Models {

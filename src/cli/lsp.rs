@@ -23,10 +23,20 @@ use super::this_program;
 pub fn run(serve: Result<ServeConfig>, remote: Option<RemoteConfig>, in_process: bool) -> Result<u8> {
     // Resolve the models before the editor connects, so a missing one is a clear error in the
     // editor's log right away (here, not in the daemon's). The server still runs: the editor
-    // keeps working, without completions, and shows why.
+    // keeps working, without completions, and shows why. For the daemon only the models named
+    // are checked: it resolves `auto` for its machine itself, so this process never touches
+    // the GPU.
     let source = match remote {
         Some(cfg) => EngineSource::Ready(Arc::new(RemoteEngine::new(cfg)) as Arc<dyn Engine>),
-        None => match serve.and_then(|s| Ok((s.pool()?.0, s))) {
+        None => match serve.and_then(|s| {
+            let pool = if in_process {
+                Some(s.pool()?.0)
+            } else {
+                s.check_models()?;
+                None
+            };
+            Ok((pool, s))
+        }) {
             Err(why) => {
                 let why = format!("{why:#}");
                 eprintln!("laya lsp: {why}; serving without completions");
@@ -35,7 +45,7 @@ pub fn run(serve: Result<ServeConfig>, remote: Option<RemoteConfig>, in_process:
                     Arc::new(Unavailable(why)) as Arc<dyn Engine>
                 }))
             }
-            Ok((pool, _)) if in_process => {
+            Ok((Some(pool), _)) => {
                 let default = pool.default;
                 EngineSource::Deferred(Box::new(move |report| {
                     let report = std::sync::Mutex::new(report);
@@ -53,7 +63,7 @@ pub fn run(serve: Result<ServeConfig>, remote: Option<RemoteConfig>, in_process:
                     }
                 }))
             }
-            Ok((_, serve)) => {
+            Ok((None, serve)) => {
                 let mut args = vec!["serve".to_owned()];
                 args.extend(serve.to_args());
                 let config = ClientConfig {

@@ -161,7 +161,8 @@ pub enum ServiceCommand {
 
 #[derive(Subcommand)]
 pub enum ModelsCommand {
-    /// Download models into the model directory (default: the two CPU tiers).
+    /// Download models into the model directory (default: the two CPU tiers), checked against
+    /// the catalog's or the hub's sizes and sha256; a broken download goes on where it stopped.
     Fetch {
         /// Model names from `laya models list`.
         names: Vec<String>,
@@ -169,7 +170,8 @@ pub enum ModelsCommand {
         #[arg(long, value_parser = one_of::<Source>(SOURCES), default_value = "auto")]
         source: Source,
     },
-    /// List known models and whether each is present.
+    /// Known models: tiers, parameters, memory at the router's bits, download size, whether
+    /// each is present, and the tiers recommended for this machine.
     List,
 }
 
@@ -253,11 +255,14 @@ impl RemoteArgs {
 /// starts the daemon with them when none is running. Defaults: [`ServeConfig::default`].
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder.
+    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder; `auto`: the
+    /// small tier `laya doctor` recommends for this machine's memory among the models present
+    /// (on the CPU qwen2.5-coder-0.5b).
     #[arg(long, alias = "model", default_value_t = ServeConfig::default().small)]
     small: String,
-    /// Large tier: a catalog name, file or folder; `auto`: qwen2.5-coder-1.5b when it is
-    /// downloaded; `none`: no large tier (requests for it go to the small one).
+    /// Large tier: a catalog name, file or folder; `auto`: the largest tier that fits this
+    /// machine beside the small one among the models present (on the CPU qwen2.5-coder-1.5b);
+    /// `none`: no large tier (requests for it go to the small one).
     #[arg(long, default_value_t = ServeConfig::default().large)]
     large: String,
     /// Serve the small tier from an OpenAI-compatible server instead (base URL, e.g.

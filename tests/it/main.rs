@@ -13,6 +13,7 @@ mod engine_load;
 mod engine_reference;
 mod engine_safetensors;
 mod faults;
+mod fetch_hub;
 mod fuzz_lsp;
 mod golden_prompts;
 mod lsp_server;

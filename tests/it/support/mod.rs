@@ -5,6 +5,7 @@
 pub mod daemon;
 pub mod engine;
 pub mod gguf;
+pub mod hub;
 pub mod lsp;
 pub mod panics;
 
