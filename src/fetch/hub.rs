@@ -426,10 +426,20 @@ pub fn fetch_file(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<(), Fe
     let pb = file_progress(format!("{} (hub)", model.name), want.size);
     let (len, sha) = hub
         .download(&hub.file_url(model.hub_repo, "main", file), &part, &want, &pb)
-        .map_err(|e| hub_error(model, hub, dest, e))?;
+        .map_err(|e| {
+            remove_if_empty(&part);
+            hub_error(model, hub, dest, e)
+        })?;
     pb.finish_and_clear();
     check(&part, len, &sha, &want)?;
     std::fs::rename(&part, dest).map_err(io_err(dest))
+}
+
+/// A part that holds nothing to go on from is not left behind.
+fn remove_if_empty(part: &Path) {
+    if std::fs::metadata(part).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(part);
+    }
 }
 
 /// `.<name>.<what>` beside `path`.
@@ -567,9 +577,10 @@ pub fn fetch_folder(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<Stri
             want.size,
         );
         let url = hub.file_url(model.hub_repo, &listing.sha, &s.rfilename);
-        let (len, sha) = hub
-            .download(&url, &part, &want, &pb)
-            .map_err(|e| hub_error(model, hub, dest, e))?;
+        let (len, sha) = hub.download(&url, &part, &want, &pb).map_err(|e| {
+            remove_if_empty(&part);
+            hub_error(model, hub, dest, e)
+        })?;
         pb.finish_and_clear();
         check(&part, len, &sha, &want)?;
         std::fs::rename(&part, &target).map_err(io_err(&target))?;

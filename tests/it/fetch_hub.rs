@@ -332,6 +332,18 @@ fn error_answers_name_the_fix_and_a_token_is_sent() {
         );
         assert!(text.contains(want), "{text}");
     }
+    // A file the hub will not give leaves no empty part behind.
+    srv.faults(Faults {
+        status: Some((format!("/{SHARD2}"), 403)),
+        ..Default::default()
+    });
+    let err = fetch_into(&FOLDER, Source::Hub, dir.path(), &hub(&srv.url, 1)).unwrap_err();
+    assert!(err.to_string().contains("answered 403"), "{err}");
+    assert!(!dir
+        .path()
+        .join(".Tiny.partial")
+        .join(format!("{SHARD2}.part"))
+        .exists());
     srv.faults(Faults::default());
     srv.clear_log();
     let with_token = hub(&srv.url, 1).with_token(Some("secret".into()));
