@@ -76,25 +76,9 @@ impl Shape {
         self.config().parameters()
     }
 
-    /// Parameters one token runs through: all of a dense model; for a mixture of experts the
-    /// attention, the router, the experts a token is sent to and the embedding and head (as
-    /// Qwen counts "activated" parameters).
+    /// Parameters one token runs through ([`ModelConfig::active_parameters`]).
     pub fn active_parameters(&self) -> u64 {
-        let Some((experts, used, width)) = self.experts else {
-            return self.parameters();
-        };
-        let [h, q, kv, d, v] = [
-            self.hidden_size,
-            self.heads,
-            self.kv_heads,
-            self.head_dim,
-            self.vocab_size,
-        ]
-        .map(|x| x.max(0) as u64);
-        let (e, k, w) = (experts.max(0) as u64, used.max(0) as u64, width.max(0) as u64);
-        let layer = 2 * h * q * d + 2 * h * kv * d + e * h + 3 * k * h * w;
-        let heads = if self.tied { 1 } else { 2 };
-        self.layers.max(0) as u64 * layer + heads * v * h
+        self.config().active_parameters()
     }
 
     /// Values the KV cache holds per token: keys and values of every layer's KV heads.

@@ -743,6 +743,7 @@ mod tests {
                     Tier::Small => 494_000_000,
                     Tier::Large => 1_540_000_000,
                 }),
+                active_parameters: None,
                 bits: 8,
                 runs_on: RunsOn::Remote,
                 family: Family::default(),

@@ -353,6 +353,7 @@ mod tests {
             } else {
                 494_000_000
             }),
+            active_parameters: None,
             bits: 6,
             runs_on,
             family: Default::default(),
@@ -377,6 +378,37 @@ mod tests {
         assert_eq!(route(&p, &invoked, on(RunsOn::Gpu)).model.tier, Tier::Large);
         // A remote server's speed is unknown until measured: the policy stands.
         assert_eq!(route(&p, &invoked, on(RunsOn::Remote)).model.tier, Tier::Large);
+    }
+
+    /// A mixture of experts is estimated by the parameters a token runs through: the
+    /// 30B-A3B (3.35B active) answers an invoked request on a GPU in its budget, where a dense
+    /// model of its 30.5B would not.
+    #[test]
+    fn a_mixture_of_experts_is_estimated_by_its_active_parameters() {
+        use crate::engine::{ModelFacts, RunsOn};
+        let p = RouterPolicy::default();
+        let estimate = |active: Option<u64>| {
+            move |k: ModelKey| {
+                ModelFacts {
+                    parameters: Some(if k.tier == Tier::Large {
+                        30_530_000_000
+                    } else {
+                        3_090_000_000
+                    }),
+                    active_parameters: active.filter(|_| k.tier == Tier::Large),
+                    bits: 6,
+                    runs_on: RunsOn::Gpu,
+                    family: Default::default(),
+                }
+                .estimated_speed()
+                .map(KnownSpeed::Estimated)
+            }
+        };
+        let invoked = input(Trigger::Invoked, CursorKind::Code, "python", true, 1500);
+        let r = route(&p, &invoked, estimate(Some(3_350_000_000)));
+        assert_eq!(r.model.tier, Tier::Large, "{}", r.reason);
+        let r = route(&p, &invoked, estimate(None));
+        assert_eq!(r.model.tier, Tier::Small, "{}", r.reason);
     }
 
     #[test]

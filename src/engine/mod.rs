@@ -138,6 +138,10 @@ pub enum RunsOn {
 pub struct ModelFacts {
     /// Parameter count: the loaded model's, or read from its file's header before loading.
     pub parameters: Option<u64>,
+    /// Parameters a token runs through, for a mixture of experts (read from its file); `None`
+    /// for a dense model, all of whose parameters run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_parameters: Option<u64>,
     /// Bits a weight is held in (4, 6, 8; 16 for the file's own precision).
     pub bits: u32,
     pub runs_on: RunsOn,
@@ -174,9 +178,12 @@ impl ModelFacts {
     ///   reads 4.8 TB/s) and prefill at 0.3 ms a token per billion parameters (a 3B prefilled
     ///   ~7,000 tokens/s on the H200; Apple GPUs are several times slower).
     ///
+    /// A mixture of experts is reckoned by the parameters a token runs through: the weights
+    /// a decode step reads and the work of a prefill token.
+    ///
     /// A remote server's speed is not estimated (`None`).
     pub fn estimated_speed(&self) -> Option<Speed> {
-        let params = self.parameters? as f64;
+        let params = self.active_parameters.or(self.parameters)? as f64;
         let mb = params * self.bits as f64 / 8.0 / 1e6;
         match self.runs_on {
             RunsOn::Cpu => Some(Speed {

@@ -41,6 +41,10 @@ pub struct PoolConfig {
     pub speculation: crate::engine::draft::SpeculationChoice,
 }
 
+/// What a model file's header tells before it loads: parameters (all, and a mixture's active
+/// ones) and prompt family.
+type FileFacts = (Option<u64>, Option<u64>, Family);
+
 /// Hears (model, state) on every change of any model of the pool.
 pub type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
 
@@ -50,7 +54,7 @@ pub struct ModelPool {
     report: PoolReport,
     /// Parameter counts and prompt families read from model files' headers, by path (read
     /// once, before loading).
-    file_facts: Mutex<HashMap<PathBuf, (Option<u64>, Family)>>,
+    file_facts: Mutex<HashMap<PathBuf, FileFacts>>,
     /// Where local models run: the device preference, `auto` resolved once (a flag query of
     /// the linked MLX, no device work).
     local_runs_on: RunsOn,
@@ -207,23 +211,29 @@ impl ModelPool {
         match self.config.tiers.get(&key.tier)? {
             TierSource::Remote(_) => Some(ModelFacts {
                 parameters: self.parameters_of(key),
+                active_parameters: None,
                 bits,
                 runs_on: RunsOn::Remote,
                 family: Family::default(),
             }),
             TierSource::Local { path, .. } => {
                 let loaded = self.parameters_of(key);
-                let (file_parameters, family) = *self
+                let (file_parameters, active_parameters, family) = *self
                     .file_facts
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .entry(path.clone())
                     .or_insert_with(|| {
                         let family = super::load::family_in(path).unwrap_or_default();
-                        (super::load::parameters_in(path), family)
+                        (
+                            super::load::parameters_in(path),
+                            super::load::active_parameters_in(path),
+                            family,
+                        )
                     });
                 Some(ModelFacts {
                     parameters: loaded.or(file_parameters),
+                    active_parameters,
                     bits,
                     runs_on: self.local_runs_on,
                     family,

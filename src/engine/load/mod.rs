@@ -226,6 +226,18 @@ pub fn parameters_in(path: &Path) -> Option<u64> {
     gguf_config(&g).ok().map(|c| c.parameters())
 }
 
+/// The parameters a token of the model at `path` runs through, for a mixture of experts
+/// ([`ModelConfig::active_parameters`], from the GGUF header or the folder's `config.json`);
+/// `None` for a dense model (all of its parameters) or a path that cannot be read.
+pub fn active_parameters_in(path: &Path) -> Option<u64> {
+    let cfg = if path.is_dir() {
+        safetensors_dir::config_of(path).ok()?
+    } else {
+        gguf_config(&GgufFile::open(path).ok()?).ok()?
+    };
+    cfg.moe.is_some().then(|| cfg.active_parameters())
+}
+
 /// Model hyper-parameters from GGUF metadata (`<arch>.*` keys).
 pub fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
     let arch_name = g.get_str("general.architecture")?.to_owned();
@@ -905,5 +917,33 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let want = logits(&Model::from_weights(cfg.clone(), quantized, 64).unwrap());
         let loaded = load(&mlx, &native()).unwrap().model;
         assert!(max_abs_diff(&logits(&loaded), &want) <= 1e-6);
+    }
+
+    /// A mixture's active parameters come from its configuration (the experts a token is sent
+    /// to, in the layers that have them); a dense model and a path that is not a model have none.
+    #[test]
+    fn active_parameters_of_a_mixture_are_read_from_its_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |model_type: &str| {
+            serde_json::json!({
+                "model_type": model_type, "hidden_size": 8, "intermediate_size": 32,
+                "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                "head_dim": 4, "vocab_size": 16, "num_experts": 8, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 16, "mlp_only_layers": [1],
+            })
+            .to_string()
+        };
+        let moe = dir.path().join("moe");
+        std::fs::create_dir(&moe).unwrap();
+        std::fs::write(moe.join("config.json"), config("qwen3_moe")).unwrap();
+        let cfg = safetensors_dir::config_of(&moe).unwrap();
+        // Layer 0 runs 2 of its 8 experts; layer 1 is dense.
+        assert_eq!(cfg.active_parameters(), cfg.parameters() - 6 * 3 * 8 * 16);
+        assert_eq!(active_parameters_in(&moe), Some(cfg.active_parameters()));
+        let dense = dir.path().join("dense");
+        std::fs::create_dir(&dense).unwrap();
+        std::fs::write(dense.join("config.json"), config("qwen3")).unwrap();
+        assert_eq!(active_parameters_in(&dense), None);
+        assert_eq!(active_parameters_in(&dir.path().join("nothing")), None);
     }
 }

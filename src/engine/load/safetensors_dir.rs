@@ -61,6 +61,59 @@ fn default_sparse_step() -> i32 {
 }
 
 pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), EngineLoadError> {
+    let (cfg, hf) = read_config(dir)?;
+    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?.with_declared_eog(declared_eog(dir));
+
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|source| EngineLoadError::Io {
+            file: dir.to_owned(),
+            source,
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(EngineLoadError::Invalid {
+            file: dir.to_owned(),
+            reason: "no *.safetensors files".into(),
+        });
+    }
+    // An mlx-community folder is already quantized: use it as stored.
+    let (group_size, requantize) = match &hf.quantization {
+        Some(q) => (q.group_size, false),
+        None => (opts.group_size, opts.precision != Precision::Native),
+    };
+    let mut weights = HashMap::new();
+    for file in &files {
+        let map = Array::load_safetensors(file).map_err(|e| EngineLoadError::Invalid {
+            file: file.clone(),
+            reason: e.to_string(),
+        })?;
+        for (name, array) in map {
+            if requantize {
+                insert_weight(&mut weights, name, array, opts, file)?;
+            } else {
+                weights.insert(name, array);
+            }
+        }
+    }
+    let model = Model::from_weights(cfg, weights, group_size).map_err(|source| EngineLoadError::Model {
+        file: dir.to_owned(),
+        source,
+    })?;
+    Ok((model, tokenizer, false))
+}
+
+/// The folder's `config.json` as the engine's configuration.
+pub fn config_of(dir: &Path) -> Result<ModelConfig, EngineLoadError> {
+    read_config(dir).map(|(cfg, _)| cfg)
+}
+
+/// The folder's `config.json` as the engine's configuration (and as written, for its
+/// quantization).
+fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|source| EngineLoadError::Io {
         file: config_path.clone(),
@@ -118,48 +171,7 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
         tie_word_embeddings: hf.tie_word_embeddings,
         moe,
     };
-    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?.with_declared_eog(declared_eog(dir));
-
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|source| EngineLoadError::Io {
-            file: dir.to_owned(),
-            source,
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(EngineLoadError::Invalid {
-            file: dir.to_owned(),
-            reason: "no *.safetensors files".into(),
-        });
-    }
-    // An mlx-community folder is already quantized: use it as stored.
-    let (group_size, requantize) = match &hf.quantization {
-        Some(q) => (q.group_size, false),
-        None => (opts.group_size, opts.precision != Precision::Native),
-    };
-    let mut weights = HashMap::new();
-    for file in &files {
-        let map = Array::load_safetensors(file).map_err(|e| EngineLoadError::Invalid {
-            file: file.clone(),
-            reason: e.to_string(),
-        })?;
-        for (name, array) in map {
-            if requantize {
-                insert_weight(&mut weights, name, array, opts, file)?;
-            } else {
-                weights.insert(name, array);
-            }
-        }
-    }
-    let model = Model::from_weights(cfg, weights, group_size).map_err(|source| EngineLoadError::Model {
-        file: dir.to_owned(),
-        source,
-    })?;
-    Ok((model, tokenizer, false))
+    Ok((cfg, hf))
 }
 
 /// The end-of-generation ids `generation_config.json` states (`eos_token_id`: one id or a

@@ -113,6 +113,24 @@ impl ModelConfig {
         layers + heads * v * h
     }
 
+    /// Parameters one token runs through: all of a dense model's; of a mixture of experts,
+    /// the experts a token is routed to instead of all of them (the rest as
+    /// [`ModelConfig::parameters`] counts it, embedding included, as Qwen counts "activated"
+    /// parameters).
+    pub fn active_parameters(&self) -> u64 {
+        let Some(m) = &self.moe else {
+            return self.parameters();
+        };
+        let (h, mi) = (
+            self.hidden_size.max(0) as u64,
+            m.moe_intermediate_size.max(0) as u64,
+        );
+        let experts = m.num_experts.max(0);
+        let idle = (experts - m.num_experts_per_tok.clamp(0, experts)) as u64;
+        let sparse = (0..self.num_hidden_layers).filter(|&l| m.is_sparse(l)).count() as u64;
+        self.parameters() - sparse * idle * 3 * h * mi
+    }
+
     fn validate(&self) -> Result<(), ModelError> {
         all_positive(&[
             ("hidden_size", self.hidden_size),
