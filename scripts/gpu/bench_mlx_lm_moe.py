@@ -12,14 +12,18 @@ Weights: mlx-lm's initialisation, cast to bf16, quantized as mlx-lm's converter 
 group size 64, the router `mlp.gate` at 8 bits: the model's own `quant_predicate`).
 
   python3 scripts/gpu/bench_mlx_lm_moe.py --bits 4,6,8 --prefill 128,512,2048 --decode 64 --json OUT
-  (--layers/--experts shrink the shape for a check on a CPU)
+  (--layers/--experts shrink the shape for a check on a CPU; --ops counts the primitives of
+  one decode step's graph, as laya's bench does)
 
 One JSON line per precision goes to --json (appended) and to stdout.
 """
 import argparse
 import importlib.util
 import json
+import os
+import re
 import sys
+import tempfile
 import time
 import types
 
@@ -116,6 +120,32 @@ def prefill_s(model, n: int) -> float:
     return time.perf_counter() - t
 
 
+VIEWS = {"AsStrided", "Broadcast", "ExpandDims", "Reshape", "Slice", "Split", "Squeeze", "Transpose"}
+
+
+def decode_step_ops(model) -> dict:
+    """The primitives of one decode step's graph (mlx-lm's `_step`: the forward, log-softmax
+    and argmax after a 128-token prompt), by name, counted before evaluation as laya's bench
+    counts its own (MLX's export_to_dot, each primitive once)."""
+    cache = make_prompt_cache(model)
+    mx.eval(model(random_ids(128, 5)[None], cache=cache))
+    logits = model(random_ids(1, 8)[None], cache=cache)[:, -1, :]
+    logprobs = logits - mx.logsumexp(logits, keepdims=True)
+    y = mx.argmax(logprobs, axis=-1)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "step.dot")
+        mx.export_to_dot(path, y)
+        with open(path) as f:
+            dot = f.read()
+    seen, counts = set(), {}
+    for line in dot.splitlines():
+        m = re.match(r'\{ (\S+) \[label ="([^"]+)", shape=rectangle\]', line)
+        if m and m.group(1) not in seen:
+            seen.add(m.group(1))
+            counts[m.group(2)] = counts.get(m.group(2), 0) + 1
+    return counts
+
+
 def decode_ms(model, tokens: int) -> float:
     prompt = random_ids(128, 7)
     mx.eval(prompt)
@@ -137,6 +167,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, help="fewer layers (a check on a CPU)")
     ap.add_argument("--experts", type=int, help="fewer experts (a check on a CPU)")
     ap.add_argument("--json", help="append one JSON line per precision here")
+    ap.add_argument("--ops", action="store_true", help="count the primitives of a decode step too")
     a = ap.parse_args()
     shape = dict(SHAPES[a.shape])
     if a.layers:
@@ -156,6 +187,7 @@ def main() -> None:
             first.append((n, n / prefill_s(model, n)))
             second.append((n, n / prefill_s(model, n)))
         decode = decode_ms(model, a.decode)
+        ops = decode_step_ops(model) if a.ops else {}
         nbytes = active_bytes(model, shape)
         floor = nbytes / (a.bandwidth_gbs * 1e9) * 1e3
         row = {
@@ -171,6 +203,8 @@ def main() -> None:
             "bandwidth_gbs": a.bandwidth_gbs,
             "floor_ms_per_token": floor,
             "share_of_floor": floor / decode,
+            "decode_step_ops": ops,
+            "decode_step_kernels": sum(n for k, n in ops.items() if k not in VIEWS),
             "peak_memory_gb": mx.get_peak_memory() / 1e9,
         }
         line = json.dumps(row)

@@ -16,7 +16,7 @@
 #   scripts/gpu/cuda-ops.sh bench [SHAPE...]
 #                                   # on the GPU machine: libs as for `run`, then `laya bench engine`
 #                                   # on synthetic weights of each SHAPE (default: qwen2.5-coder-3b
-#                                   # qwen3-4b qwen2.5-coder-32b) at q4,q6,q8, one process per shape;
+#                                   # qwen3-4b qwen2.5-coder-32b) at PRECISIONS (q4,q6,q8), one process per shape;
 #                                   # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                                   # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
 #   scripts/gpu/cuda-ops.sh mlx-lm [ARGS...]
@@ -145,7 +145,7 @@ bench)
   # the call's limit keeps every finished row. MLX's JIT cache (/tmp/mlx) carries over.
   for shape in "${shapes[@]}"; do
     echo "== laya bench engine --synthetic $shape ($(date +%T))"
-    "$OUTD/laya" --device gpu bench engine --synthetic "$shape" --precision q4,q6,q8 \
+    "$OUTD/laya" --device gpu bench engine --synthetic "$shape" --precision "${PRECISIONS:-q4,q6,q8}" \
       --prefill 128,512,2048 --decode 64 --json "$out/bench-h200-$shape.jsonl" || rc=$?
   done
   echo "== done ($(date +%T))"

@@ -26,7 +26,7 @@ use crate::{
         generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
         load::{self, LoadOptions, Precision},
         models::Model,
-        runtime::{use_device, DevicePref},
+        runtime::{graph_primitives, kernels, use_device, DevicePref},
         synthetic, Cancel,
     },
 };
@@ -230,6 +230,10 @@ pub struct Row {
     /// shape); empty where not measured.
     #[serde(default)]
     pub prefill_first_tok_s: Vec<(usize, f64)>,
+    /// The primitives of one decode step's graph by name (see [`decode_step_ops`]); empty
+    /// where not counted.
+    #[serde(default)]
+    pub decode_step_ops: std::collections::BTreeMap<String, usize>,
     pub decode_ms_per_token: f64,
     pub weight_bytes_per_token: u64,
     pub bandwidth_gbs: f64,
@@ -478,6 +482,19 @@ fn check_ms(model: &Model, positions: usize) -> anyhow::Result<f64> {
     Ok(total.as_secs_f64() * 1e3 / runs as f64)
 }
 
+/// The primitives of one decode step's graph (a token after a 128-token prompt: the model's
+/// forward and the argmax), counted before evaluation: the ops, and so nearly the kernels,
+/// a token costs on any device.
+pub fn decode_step_ops(model: &Model) -> anyhow::Result<std::collections::BTreeMap<String, usize>> {
+    let mut caches = model.new_caches();
+    let p = prefill(model, &mut caches, &random_ids(128, 5), &Cancel::new())?;
+    anyhow::ensure!(p.is_some(), "the prompt did not run");
+    let step = Array::from_slice(&[random_ids(1, 8)[0] as i32], &[1, 1]);
+    let logits = model.forward(&step, &mut caches)?;
+    let next = mlx_rs::ops::indexing::argmax_axis(&logits, -1, false)?;
+    Ok(graph_primitives(&[&next])?)
+}
+
 fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
     let mut caches = model.new_caches();
     let req = GenerateRequest::greedy(tokens);
@@ -534,6 +551,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 prefill.push((n, n as f64 / d.as_secs_f64()));
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
+            let decode_step_ops = decode_step_ops(&model)?;
             let cancel = cancel_to_free(&model)?;
             let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
             let bytes = model.weight_bytes_per_token() as u64;
@@ -546,6 +564,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 load_s,
                 prefill_tok_s: prefill,
                 prefill_first_tok_s: prefill_first,
+                decode_step_ops,
                 decode_ms_per_token: decode,
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
@@ -592,6 +611,19 @@ pub fn format_row(r: &Row) -> String {
             first.join(" ")
         )
     };
+    let ops = if r.decode_step_ops.is_empty() {
+        String::new()
+    } else {
+        let mut top: Vec<(&String, &usize)> = r.decode_step_ops.iter().collect();
+        top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let top: Vec<String> = top.iter().take(8).map(|(k, n)| format!("{k} {n}")).collect();
+        format!(
+            "\n  one decode step: {} ops, {} of them views ({})",
+            r.decode_step_ops.values().sum::<usize>(),
+            r.decode_step_ops.values().sum::<usize>() - kernels(&r.decode_step_ops),
+            top.join(", ")
+        )
+    };
     let check = r
         .draft_check
         .map(|(positions, ms)| {
@@ -617,6 +649,7 @@ pub fn format_row(r: &Row) -> String {
         r.floor_ms_per_token,
         r.share_of_floor * 100.0
     ) + &first
+        + &ops
         + &cancel
         + &check
 }

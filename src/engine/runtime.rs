@@ -211,8 +211,114 @@ pub fn gpu_in_use() -> bool {
     GPU_IN_USE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The primitives of the graph that computes `outputs` (built, not evaluated), by name, as
+/// MLX's `export_to_dot` lists them: what one evaluation runs, op by op, on any device.
+/// Views (reshapes, slices, transposes, broadcasts) are among them but launch no kernel.
+pub fn graph_primitives(
+    outputs: &[&mlx_rs::Array],
+) -> std::io::Result<std::collections::BTreeMap<String, usize>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "laya-graph-{}-{}.dot",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let c_path = std::ffi::CString::new(path.to_string_lossy().into_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: the FILE is opened, written by MLX and closed here; the vector and namer are
+    // created and freed here; the arrays outlive the call.
+    let rc = unsafe {
+        let fp = mlx_sys::fopen(c_path.as_ptr(), c"w".as_ptr());
+        if fp.is_null() {
+            return Err(std::io::Error::last_os_error());
+        }
+        let vec = mlx_sys::mlx_vector_array_new();
+        for a in outputs {
+            mlx_sys::mlx_vector_array_append_value(vec, a.as_ptr());
+        }
+        let namer = mlx_sys::mlx_node_namer_new();
+        let rc = mlx_sys::mlx_export_to_dot(fp, namer, vec);
+        mlx_sys::fclose(fp);
+        mlx_sys::mlx_node_namer_free(namer);
+        mlx_sys::mlx_vector_array_free(vec);
+        rc
+    };
+    let dot = std::fs::read_to_string(&path);
+    if std::env::var_os("LAYA_DOT_KEEP").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    if rc != 0 {
+        return Err(std::io::Error::other("mlx_export_to_dot failed"));
+    }
+    Ok(primitives_of_dot(&dot?))
+}
+
+/// MLX primitives that make a view of their input (no kernel, no copy).
+pub const VIEWS: &[&str] = &[
+    "AsStrided",
+    "Broadcast",
+    "ExpandDims",
+    "Reshape",
+    "Slice",
+    "Split",
+    "Squeeze",
+    "Transpose",
+];
+
+/// The primitives of `counts` that launch work: all but [`VIEWS`].
+pub fn kernels(counts: &std::collections::BTreeMap<String, usize>) -> usize {
+    counts
+        .iter()
+        .filter(|(name, _)| !VIEWS.contains(&name.as_str()))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// `{ ID [label ="Name", shape=rectangle]; }` lines, counted by name once per ID.
+fn primitives_of_dot(dot: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut seen = std::collections::HashSet::new();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in dot.lines().filter(|l| l.contains("shape=rectangle")) {
+        let id = line
+            .trim_start_matches(['{', ' '])
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        let Some(label) = line.split("label =\"").nth(1).and_then(|r| r.split('"').next()) else {
+            continue;
+        };
+        if seen.insert(id.to_owned()) {
+            *counts.entry(label.to_owned()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// The graph's primitives are counted once each, by MLX's name for them, before any
+    /// evaluation; evaluated inputs are not part of it.
+    #[test]
+    fn graph_primitives_count_the_ops_of_a_graph() {
+        use mlx_rs::{ops, transforms::eval, Array};
+        let a = Array::from_slice(&[1f32, 2., 3., 4.], &[2, 2]);
+        eval([&a]).unwrap();
+        let b = a.add(&a).unwrap();
+        let c = b.multiply(&a).unwrap().add(&b).unwrap();
+        let d = ops::sum(&c, None).unwrap();
+        let counts = graph_primitives(&[&d, &b]).unwrap();
+        eprintln!("{counts:?}");
+        assert_eq!(counts.get("Add"), Some(&2), "{counts:?}");
+        assert_eq!(counts.get("Multiply"), Some(&1), "{counts:?}");
+        // sum over every axis ends in a view, the reshape to a scalar.
+        assert_eq!(counts.get("Squeeze"), Some(&1), "{counts:?}");
+        assert_eq!(counts.values().sum::<usize>(), 5, "{counts:?}");
+        assert_eq!(kernels(&counts), 4);
+        eval([&d]).unwrap();
+        assert!(graph_primitives(&[&d]).unwrap().is_empty());
+    }
     use super::*;
 
     #[test]
