@@ -16,7 +16,7 @@
 #   scripts/gpu/cuda-ops.sh bench [SHAPE...]
 #                                   # on the GPU machine: libs as for `run`, then `laya bench engine`
 #                                   # on synthetic weights of each SHAPE (default: qwen2.5-coder-3b
-#                                   # qwen3-4b qwen2.5-coder-32b) at PRECISIONS (q4,q6,q8), one process per shape;
+#                                   # qwen2.5-coder-32b qwen3-coder-30b-a3b) at PRECISIONS (q4,q6,q8), one process per shape;
 #                                   # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                                   # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
 #   scripts/gpu/cuda-ops.sh mlx-lm [ARGS...]
@@ -135,7 +135,7 @@ bench)
   setup_libs "$OUTD/laya"
   out=${OUT:-/tmp}
   shapes=("$@")
-  [[ ${#shapes[@]} -gt 0 ]] || shapes=(qwen2.5-coder-3b qwen3-4b qwen2.5-coder-32b)
+  [[ ${#shapes[@]} -gt 0 ]] || shapes=(qwen2.5-coder-3b qwen2.5-coder-32b qwen3-coder-30b-a3b)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader || true
   # Evidence that the GPU is used: sample the GPU's compute processes while the benches run.
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader -lms 200 >/tmp/laya-cuda-apps.txt 2>&1 &

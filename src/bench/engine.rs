@@ -35,7 +35,7 @@ pub struct Config {
     /// Models to load (catalog names, GGUF files or folders); with no `synthetic` either:
     /// the two CPU tiers.
     pub models: Vec<String>,
-    /// Random weights of these real shapes (`synthetic::SHAPES`).
+    /// Random weights of these real shapes (the catalog's models).
     pub synthetic: Vec<String>,
     pub precisions: Vec<Precision>,
     pub group_size: i32,
@@ -91,11 +91,9 @@ pub fn run(cfg: &Config, mut on_line: impl FnMut(&str)) -> Result<Report, String
         });
     }
     for s in &cfg.synthetic {
-        if synthetic::shape(s).is_none() {
-            return Err(format!(
-                "unknown shape `{s}`; known: {}",
-                synthetic::SHAPES.join(", ")
-            ));
+        if crate::catalog::find(s).is_none() {
+            let known: Vec<&str> = crate::catalog::MODELS.iter().map(|m| m.name).collect();
+            return Err(format!("unknown shape `{s}`; known: {}", known.join(", ")));
         }
         targets.push(Target {
             label: s.clone(),
@@ -201,7 +199,7 @@ pub struct Target {
 pub enum Source {
     /// A GGUF file or model folder.
     File(std::path::PathBuf),
-    /// Random weights of a named real shape (`synthetic::SHAPES`).
+    /// Random weights of a named real shape (the catalog's models).
     Synthetic(String),
 }
 
@@ -530,8 +528,10 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                     (load::load(path, &opts)?.model, false)
                 }
                 Source::Synthetic(name) => {
-                    let cfg =
-                        synthetic::shape(name).ok_or_else(|| anyhow::anyhow!("unknown shape {name}"))?;
+                    let cfg = crate::catalog::find(name)
+                        .ok_or_else(|| anyhow::anyhow!("unknown shape {name}"))?
+                        .shape
+                        .config();
                     (
                         synthetic::random_model(&cfg, precision, s.group_size, s.synthetic_dtype, 1)?,
                         true,

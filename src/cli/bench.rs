@@ -34,7 +34,7 @@ pub enum BenchCommand {
         /// Models to load (catalog names, GGUF files or folders); default: the two CPU tiers.
         #[arg(long = "model")]
         models: Vec<String>,
-        /// Random weights of a real shape instead (qwen2.5-coder-3b, qwen3-4b, qwen2.5-coder-32b, …).
+        /// Random weights of a catalog model's shape instead (qwen2.5-coder-3b, qwen3-coder-30b-a3b, …).
         #[arg(long = "synthetic")]
         synthetic: Vec<String>,
         #[arg(long, value_parser = precision(), value_delimiter = ',', default_value = "q8")]

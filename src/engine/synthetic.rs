@@ -1,5 +1,5 @@
-//! Models with random weights of real shapes, for speed measurements where the real weights
-//! cannot travel (a GPU machine reached through a 64 MiB pipe). Numbers from them are labeled
+//! Models with random weights of real shapes (the catalog's, [`crate::catalog::Shape`]), for
+//! speed measurements where the real weights cannot travel (a GPU machine reached through a 64 MiB pipe). Numbers from them are labeled
 //! synthetic: speed depends on shapes and bit widths, not on the values.
 
 use std::collections::HashMap;
@@ -8,78 +8,8 @@ use mlx_rs::{ops, random, transforms::eval, Array, Dtype};
 
 use super::{
     load::{bits_for, quantizable, Precision},
-    models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
+    models::{Arch, Model, ModelConfig, ModelError},
 };
-
-/// The architectures laya targets, by name.
-pub fn shape(name: &str) -> Option<ModelConfig> {
-    let qwen2 = |hidden, inter, layers, heads, kv, vocab, tied| ModelConfig {
-        arch: Arch::Qwen2,
-        hidden_size: hidden,
-        intermediate_size: inter,
-        num_hidden_layers: layers,
-        num_attention_heads: heads,
-        num_key_value_heads: kv,
-        head_dim: hidden / heads,
-        vocab_size: vocab,
-        rope_theta: 1_000_000.0,
-        rms_norm_eps: 1e-6,
-        tie_word_embeddings: tied,
-        moe: None,
-    };
-    Some(match name {
-        "qwen2.5-coder-0.5b" => qwen2(896, 4864, 24, 14, 2, 151936, true),
-        "qwen2.5-coder-1.5b" => qwen2(1536, 8960, 28, 12, 2, 151936, true),
-        "qwen2.5-coder-3b" => qwen2(2048, 11008, 36, 16, 2, 151936, true),
-        "qwen2.5-coder-32b" => qwen2(5120, 27648, 64, 40, 8, 152064, false),
-        "qwen3-4b" => ModelConfig {
-            arch: Arch::Qwen3,
-            hidden_size: 2560,
-            intermediate_size: 9728,
-            num_hidden_layers: 36,
-            num_attention_heads: 32,
-            num_key_value_heads: 8,
-            head_dim: 128,
-            vocab_size: 151936,
-            rope_theta: 1_000_000.0,
-            rms_norm_eps: 1e-6,
-            tie_word_embeddings: true,
-            moe: None,
-        },
-        // Qwen3-Coder-30B-A3B: 48 layers, every one sparse, 8 of 128 experts a token.
-        "qwen3-coder-30b-a3b" => ModelConfig {
-            arch: Arch::Qwen3Moe,
-            hidden_size: 2048,
-            intermediate_size: 6144,
-            num_hidden_layers: 48,
-            num_attention_heads: 32,
-            num_key_value_heads: 4,
-            head_dim: 128,
-            vocab_size: 151936,
-            rope_theta: 10_000_000.0,
-            rms_norm_eps: 1e-6,
-            tie_word_embeddings: false,
-            moe: Some(MoeConfig {
-                num_experts: 128,
-                num_experts_per_tok: 8,
-                moe_intermediate_size: 768,
-                norm_topk_prob: true,
-                decoder_sparse_step: 1,
-                mlp_only_layers: vec![],
-            }),
-        },
-        _ => return None,
-    })
-}
-
-pub const SHAPES: &[&str] = &[
-    "qwen2.5-coder-0.5b",
-    "qwen2.5-coder-1.5b",
-    "qwen2.5-coder-3b",
-    "qwen3-4b",
-    "qwen2.5-coder-32b",
-    "qwen3-coder-30b-a3b",
-];
 
 /// A model of random weights; see [`random_weights`].
 pub fn random_model(
@@ -263,33 +193,13 @@ pub fn write_folder(
 mod tests {
     use super::*;
 
-    /// The counts `ModelConfig::parameters` gives the shapes match the sizes their model
-    /// cards state (0.49B, 1.54B, 3.09B, 4.0B, 32.5B, 30.5B) within 2 %.
-    #[test]
-    fn parameter_counts_match_the_model_cards() {
-        for (name, card) in [
-            ("qwen2.5-coder-0.5b", 0.49e9),
-            ("qwen2.5-coder-1.5b", 1.54e9),
-            ("qwen2.5-coder-3b", 3.09e9),
-            ("qwen3-4b", 4.0e9),
-            ("qwen2.5-coder-32b", 32.5e9),
-            ("qwen3-coder-30b-a3b", 30.5e9),
-        ] {
-            let n = shape(name).unwrap().parameters() as f64;
-            assert!(
-                (n / card - 1.0).abs() < 0.02,
-                "{name}: {n} parameters, card {card}"
-            );
-        }
-    }
-
     /// Every shape builds at reduced depth and width (the real sizes are for GPUs): the MoE
     /// shape's experts are stacked and quantized as asked, its router kept at 8 bits as the
     /// loader keeps it, and a forward gives finite logits.
     #[test]
     fn every_shape_builds_and_runs_reduced() {
-        for name in SHAPES {
-            let mut cfg = shape(name).unwrap();
+        for m in crate::catalog::MODELS {
+            let (name, mut cfg) = (m.name, m.shape.config());
             cfg.num_hidden_layers = 2;
             cfg.vocab_size = 512;
             cfg.hidden_size = 256;

@@ -558,7 +558,10 @@ mod tests {
     /// step reads the experts of one token only.
     #[test]
     fn parameters_and_bytes_read_per_token() {
-        let coder = crate::engine::synthetic::shape("qwen3-coder-30b-a3b").unwrap();
+        let coder = crate::catalog::find("qwen3-coder-30b-a3b")
+            .unwrap()
+            .shape
+            .config();
         let n = coder.parameters() as f64;
         assert!((n / 30.5e9 - 1.0).abs() < 0.01, "{n}");
 
