@@ -126,10 +126,12 @@ VIEWS = {"AsStrided", "Broadcast", "ExpandDims", "Reshape", "Slice", "Split", "S
 def decode_step_ops(model) -> dict:
     """The primitives of one decode step's graph (mlx-lm's `_step`: the forward, log-softmax
     and argmax after a 128-token prompt), by name, counted before evaluation as laya's bench
-    counts its own (MLX's export_to_dot, each primitive once)."""
+    counts its own (MLX's export_to_dot, one line per application of a primitive)."""
     cache = make_prompt_cache(model)
     mx.eval(model(random_ids(128, 5)[None], cache=cache))
-    logits = model(random_ids(1, 8)[None], cache=cache)[:, -1, :]
+    step = random_ids(1, 8)
+    mx.eval(step)
+    logits = model(step[None], cache=cache)[:, -1, :]
     logprobs = logits - mx.logsumexp(logits, keepdims=True)
     y = mx.argmax(logprobs, axis=-1)
     with tempfile.TemporaryDirectory() as d:
@@ -137,12 +139,11 @@ def decode_step_ops(model) -> dict:
         mx.export_to_dot(path, y)
         with open(path) as f:
             dot = f.read()
-    seen, counts = set(), {}
+    counts = {}
     for line in dot.splitlines():
-        m = re.match(r'\{ (\S+) \[label ="([^"]+)", shape=rectangle\]', line)
-        if m and m.group(1) not in seen:
-            seen.add(m.group(1))
-            counts[m.group(2)] = counts.get(m.group(2), 0) + 1
+        m = re.match(r'\{ \S+ \[label ="([^"]+)", shape=rectangle\]', line)
+        if m:  # one line per application of a primitive
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
     return counts
 
 

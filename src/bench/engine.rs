@@ -484,10 +484,12 @@ fn check_ms(model: &Model, positions: usize) -> anyhow::Result<f64> {
 /// forward and the argmax), counted before evaluation: the ops, and so nearly the kernels,
 /// a token costs on any device.
 pub fn decode_step_ops(model: &Model) -> anyhow::Result<std::collections::BTreeMap<String, usize>> {
+    let vocab = model.config().vocab_size as u32;
+    let ids: Vec<u32> = random_ids(129, 5).into_iter().map(|i| i % vocab).collect();
     let mut caches = model.new_caches();
-    let p = prefill(model, &mut caches, &random_ids(128, 5), &Cancel::new())?;
+    let p = prefill(model, &mut caches, &ids[..128], &Cancel::new())?;
     anyhow::ensure!(p.is_some(), "the prompt did not run");
-    let step = Array::from_slice(&[random_ids(1, 8)[0] as i32], &[1, 1]);
+    let step = Array::from_slice(&[ids[128] as i32], &[1, 1]);
     let logits = model.forward(&step, &mut caches)?;
     let next = mlx_rs::ops::indexing::argmax_axis(&logits, -1, false)?;
     Ok(graph_primitives(&[&next])?)
@@ -686,4 +688,45 @@ pub fn peer_llama_cpp(
         .find(|l| l.starts_with('{'))
         .unwrap_or_default();
     Ok(serde_json::from_str(last)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{load::Precision, synthetic};
+
+    /// A decode step of the 30B-A3B's layers (reduced for a CPU to 16 experts, a 1,024-token
+    /// vocabulary and a quarter of the widths: the ops are the same) runs two gathered products
+    /// a layer: the experts' gate and up
+    /// rows in one, their down rows in the other. Prints what a layer adds to the step (the
+    /// count set beside mlx-lm's in docs/benchmarks.md; the CPU writes MLX's fast kernels out
+    /// as plain ops, so a GPU counts fewer).
+    #[test]
+    fn a_moe_decode_step_gathers_twice_a_layer() {
+        let base = crate::catalog::find("qwen3-coder-30b-a3b")
+            .unwrap()
+            .shape
+            .config();
+        let mut steps = vec![];
+        for layers in [1, 2] {
+            let mut cfg = base.clone();
+            cfg.num_hidden_layers = layers;
+            cfg.vocab_size = 1024;
+            cfg.hidden_size /= 4;
+            cfg.num_attention_heads /= 4;
+            cfg.moe.as_mut().unwrap().num_experts = 16;
+            cfg.moe.as_mut().unwrap().moe_intermediate_size /= 4;
+            let model = synthetic::random_model(&cfg, Precision::Q4, 64, Dtype::Float32, 1).unwrap();
+            let ops = decode_step_ops(&model).unwrap();
+            assert_eq!(ops.get("GatherQMM"), Some(&(2 * layers as usize)), "{ops:?}");
+            steps.push(ops);
+        }
+        let total = |m: &std::collections::BTreeMap<String, usize>| m.values().sum::<usize>();
+        eprintln!(
+            "a layer adds {} ops, {} of them not views; 2 layers: {:?}",
+            total(&steps[1]) - total(&steps[0]),
+            kernels(&steps[1]) - kernels(&steps[0]),
+            steps[1]
+        );
+    }
 }

@@ -275,20 +275,13 @@ pub fn kernels(counts: &std::collections::BTreeMap<String, usize>) -> usize {
         .sum()
 }
 
-/// `{ ID [label ="Name", shape=rectangle]; }` lines, counted by name once per ID.
+/// `{ ID [label ="Name", shape=rectangle]; }` lines, counted by name: MLX writes one per
+/// application of a primitive (a multi-output one once; a compiled function reused by several
+/// calls once per call, under the one ID they share).
 fn primitives_of_dot(dot: &str) -> std::collections::BTreeMap<String, usize> {
-    let mut seen = std::collections::HashSet::new();
     let mut counts = std::collections::BTreeMap::new();
     for line in dot.lines().filter(|l| l.contains("shape=rectangle")) {
-        let id = line
-            .trim_start_matches(['{', ' '])
-            .split_whitespace()
-            .next()
-            .unwrap_or("");
-        let Some(label) = line.split("label =\"").nth(1).and_then(|r| r.split('"').next()) else {
-            continue;
-        };
-        if seen.insert(id.to_owned()) {
+        if let Some(label) = line.split("label =\"").nth(1).and_then(|r| r.split('"').next()) {
             *counts.entry(label.to_owned()).or_insert(0) += 1;
         }
     }
@@ -298,8 +291,9 @@ fn primitives_of_dot(dot: &str) -> std::collections::BTreeMap<String, usize> {
 #[cfg(test)]
 mod tests {
 
-    /// The graph's primitives are counted once each, by MLX's name for them, before any
-    /// evaluation; evaluated inputs are not part of it.
+    /// The graph's primitives are counted by MLX's name for them, before any evaluation, one
+    /// per application (a split's two outputs once, a compiled function's two calls twice);
+    /// evaluated inputs are not part of it.
     #[test]
     fn graph_primitives_count_the_ops_of_a_graph() {
         use mlx_rs::{ops, transforms::eval, Array};
@@ -307,15 +301,29 @@ mod tests {
         eval([&a]).unwrap();
         let b = a.add(&a).unwrap();
         let c = b.multiply(&a).unwrap().add(&b).unwrap();
-        let d = ops::sum(&c, None).unwrap();
+        let halves = c.split(2, 0).unwrap();
+        let mut twice = mlx_rs::transforms::compile::compile(
+            |(x, y): (&Array, &Array)| x.multiply(ops::sigmoid(x)?)?.multiply(y),
+            true,
+        );
+        let e = twice((&halves[0], &halves[1])).unwrap();
+        let e = twice((&e, &halves[1])).unwrap();
+        let d = ops::sum(&e, None).unwrap();
         let counts = graph_primitives(&[&d, &b]).unwrap();
         eprintln!("{counts:?}");
         assert_eq!(counts.get("Add"), Some(&2), "{counts:?}");
         assert_eq!(counts.get("Multiply"), Some(&1), "{counts:?}");
+        assert_eq!(counts.get("Split"), Some(&1), "{counts:?}");
+        let compiled: usize = counts
+            .iter()
+            .filter(|(k, _)| k.starts_with("Compiled"))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(compiled, 2, "{counts:?}");
         // sum over every axis ends in a view, the reshape to a scalar.
         assert_eq!(counts.get("Squeeze"), Some(&1), "{counts:?}");
-        assert_eq!(counts.values().sum::<usize>(), 5, "{counts:?}");
-        assert_eq!(kernels(&counts), 4);
+        assert_eq!(counts.values().sum::<usize>(), 8, "{counts:?}");
+        assert_eq!(kernels(&counts), 6);
         eval([&d]).unwrap();
         assert!(graph_primitives(&[&d]).unwrap().is_empty());
     }
