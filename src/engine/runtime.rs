@@ -301,7 +301,7 @@ mod tests {
         eval([&a]).unwrap();
         let b = a.add(&a).unwrap();
         let c = b.multiply(&a).unwrap().add(&b).unwrap();
-        let halves = c.split(2, 0).unwrap();
+        let halves = c.split_equal(2, 0).unwrap();
         let mut twice = mlx_rs::transforms::compile::compile(
             |(x, y): (&Array, &Array)| x.multiply(ops::sigmoid(x)?)?.multiply(y),
             true,
