@@ -19,6 +19,7 @@
 #                                   # qwen2.5-coder-32b qwen3-coder-30b-a3b) at PRECISIONS (q4,q6,q8), one process per shape;
 #                                   # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                                   # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
+#   scripts/gpu/cuda-ops.sh wheels  # here: mlx 0.32.2's Python bindings and mlx-lm 0.32.0 into .whl/
 #   scripts/gpu/cuda-ops.sh mlx-lm [ARGS...]
 #                                   # on the GPU machine: mlx-lm's Qwen3-MoE on random weights of the same
 #                                   # shape (scripts/gpu/bench_mlx_lm_moe.py ARGS), rows to
@@ -157,10 +158,19 @@ bench)
   cat "$out/bench-h200.jsonl"
   exit "$rc"
   ;;
+wheels)
+  # Here: the wheels `mlx-lm` needs there, into .whl/ (ignored by git; carry it): mlx's Python
+  # bindings of laya's MLX, and mlx-lm 0.32.0 (0.32.1 on passes gather_qmm an argument MLX
+  # 0.32.2 lacks; their Qwen3-MoE code is the same). The GPU machine's Python is 3.12.
+  rm -rf .whl
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    -d .whl "mlx==$MLX_VERSION" "mlx-lm==0.32.0"
+  ls -la .whl
+  ;;
 mlx-lm)
   # mlx-lm's own model on the same GPU (the peer row): mlx's Python bindings (the same 0.32.2)
-  # and mlx-lm from wheels carried in .whl/ (python3 -m pip download --no-deps mlx==0.32.2
-  # mlx-lm==0.32.2 for cp312 manylinux), their libmlx the carried one.
+  # and mlx-lm from the wheels `wheels` put in .whl/, their libmlx the carried one.
   shift
   setup_libs
   site=/tmp/mlx-site
