@@ -41,10 +41,6 @@ pub struct PoolConfig {
     pub speculation: crate::engine::draft::SpeculationChoice,
 }
 
-/// What a model file's header tells before it loads: parameters (all, and a mixture's active
-/// ones) and prompt family.
-type FileFacts = (Option<u64>, Option<u64>, Family);
-
 /// Hears (model, state) on every change of any model of the pool.
 pub type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
 
@@ -54,7 +50,7 @@ pub struct ModelPool {
     report: PoolReport,
     /// Parameter counts and prompt families read from model files' headers, by path (read
     /// once, before loading).
-    file_facts: Mutex<HashMap<PathBuf, FileFacts>>,
+    file_facts: Mutex<HashMap<PathBuf, super::load::FileFacts>>,
     /// Where local models run: the device preference, `auto` resolved once (a flag query of
     /// the linked MLX, no device work).
     local_runs_on: RunsOn,
@@ -218,25 +214,18 @@ impl ModelPool {
             }),
             TierSource::Local { path, .. } => {
                 let loaded = self.parameters_of(key);
-                let (file_parameters, active_parameters, family) = *self
+                let file = *self
                     .file_facts
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .entry(path.clone())
-                    .or_insert_with(|| {
-                        let family = super::load::family_in(path).unwrap_or_default();
-                        (
-                            super::load::parameters_in(path),
-                            super::load::active_parameters_in(path),
-                            family,
-                        )
-                    });
+                    .or_insert_with(|| super::load::facts_in(path));
                 Some(ModelFacts {
-                    parameters: loaded.or(file_parameters),
-                    active_parameters,
+                    parameters: loaded.or(file.parameters),
+                    active_parameters: file.active_parameters,
                     bits,
                     runs_on: self.local_runs_on,
-                    family,
+                    family: file.family.unwrap_or_default(),
                 })
             }
         }

@@ -178,64 +178,72 @@ pub fn family(arch: Arch) -> Family {
     }
 }
 
-/// The prompt family of the model at `path` without loading it: from a GGUF file's
-/// `general.architecture` or a folder's `config.json` `model_type`. `None` when the path
-/// cannot be read as either or names another architecture.
-pub fn family_in(path: &Path) -> Option<Family> {
-    let arch = if path.is_dir() {
-        let config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(path.join("config.json")).ok()?).ok()?;
-        config["model_type"].as_str()?.replace('_', "")
-    } else {
-        GgufFile::open(path)
-            .ok()?
-            .get_str("general.architecture")
-            .ok()?
-            .to_owned()
-    };
-    Some(family(match arch.as_str() {
-        "qwen2" => Arch::Qwen2,
-        "qwen3" => Arch::Qwen3,
-        "qwen3moe" => Arch::Qwen3Moe,
-        _ => return None,
-    }))
+/// What a model file tells before it loads, read once (a GGUF header is opened once for all
+/// three).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FileFacts {
+    /// The parameter count: from a GGUF file's header (its configuration's shapes), or for a
+    /// safetensors folder from its weight files' size (two bytes a parameter, or the bits
+    /// `config.json`'s `quantization` names plus its scales).
+    pub parameters: Option<u64>,
+    /// The parameters a token runs through, for a mixture of experts
+    /// ([`ModelConfig::active_parameters`]); `None` for a dense model (all of its parameters).
+    pub active_parameters: Option<u64>,
+    /// The prompt family: from a GGUF file's `general.architecture` or a folder's
+    /// `config.json` `model_type`; `None` for another architecture.
+    pub family: Option<Family>,
 }
 
-/// The parameter count of the model at `path` without loading it: from a GGUF file's header
-/// (its configuration's shapes), or for a safetensors folder from its weight files' size (two
-/// bytes a parameter, or the bits `config.json`'s `quantization` names plus its scales).
-/// `None` when the path cannot be read as either.
-pub fn parameters_in(path: &Path) -> Option<u64> {
+/// [`FileFacts`] of the model at `path`; each `None` where the path cannot be read as a GGUF
+/// file or a model folder.
+pub fn facts_in(path: &Path) -> FileFacts {
+    let active = |cfg: &ModelConfig| cfg.moe.is_some().then(|| cfg.active_parameters());
     if path.is_dir() {
+        let config: Option<serde_json::Value> = std::fs::read(path.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok());
+        let Some(config) = config else {
+            return FileFacts::default();
+        };
         let bytes: u64 = std::fs::read_dir(path)
-            .ok()?
+            .into_iter()
+            .flatten()
             .filter_map(Result::ok)
             .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
             .filter_map(|e| e.metadata().ok())
             .map(|m| m.len())
             .sum();
-        let config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(path.join("config.json")).ok()?).ok()?;
         let bits = config["quantization"]["bits"]
             .as_f64()
             .map(|b| b + 0.5)
             .unwrap_or(16.0);
-        return (bytes > 0).then(|| (bytes as f64 * 8.0 / bits) as u64);
+        return FileFacts {
+            parameters: (bytes > 0).then(|| (bytes as f64 * 8.0 / bits) as u64),
+            active_parameters: safetensors_dir::config_of(path).ok().as_ref().and_then(active),
+            family: config["model_type"]
+                .as_str()
+                .and_then(|t| family_of_name(&t.replace('_', ""))),
+        };
     }
-    let g = GgufFile::open(path).ok()?;
-    gguf_config(&g).ok().map(|c| c.parameters())
+    let Ok(g) = GgufFile::open(path) else {
+        return FileFacts::default();
+    };
+    let cfg = gguf_config(&g).ok();
+    FileFacts {
+        parameters: cfg.as_ref().map(ModelConfig::parameters),
+        active_parameters: cfg.as_ref().and_then(active),
+        family: g.get_str("general.architecture").ok().and_then(family_of_name),
+    }
 }
 
-/// The parameters a token of the model at `path` runs through, for a mixture of experts
-/// ([`ModelConfig::active_parameters`], from the GGUF header or the folder's `config.json`);
-/// `None` for a dense model (all of its parameters) or a path that cannot be read.
-pub fn active_parameters_in(path: &Path) -> Option<u64> {
-    let cfg = if path.is_dir() {
-        safetensors_dir::config_of(path).ok()?
-    } else {
-        gguf_config(&GgufFile::open(path).ok()?).ok()?
-    };
-    cfg.moe.is_some().then(|| cfg.active_parameters())
+/// The prompt family of an architecture as GGUF names it (`qwen2`, `qwen3`, `qwen3moe`).
+fn family_of_name(arch: &str) -> Option<Family> {
+    Some(family(match arch {
+        "qwen2" => Arch::Qwen2,
+        "qwen3" => Arch::Qwen3,
+        "qwen3moe" => Arch::Qwen3Moe,
+        _ => return None,
+    }))
 }
 
 /// Model hyper-parameters from GGUF metadata (`<arch>.*` keys).
@@ -660,7 +668,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
 
         let local = LocalModel::load(&file, &native()).unwrap();
         assert_eq!(local.specials.family, Family::Qwen3Coder);
-        assert_eq!(family_in(&file), Some(Family::Qwen3Coder));
+        assert_eq!(facts_in(&file).family, Some(Family::Qwen3Coder));
         let model = &local.loaded.model;
         let moe = model.config().moe.clone().unwrap();
         assert_eq!(model.config().arch, Arch::Qwen3Moe);
@@ -786,7 +794,10 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
     #[test]
     fn families_follow_the_architecture() {
         use super::gguf::tests::{real_model_path, MODEL_05B};
-        assert_eq!(family_in(&real_model_path(MODEL_05B)), Some(Family::Qwen25Coder));
+        assert_eq!(
+            facts_in(&real_model_path(MODEL_05B)).family,
+            Some(Family::Qwen25Coder)
+        );
         assert_eq!(family(Arch::Qwen2), Family::Qwen25Coder);
         assert_eq!(family(Arch::Qwen3), Family::Qwen3Coder);
         assert_eq!(family(Arch::Qwen3Moe), Family::Qwen3Coder);
@@ -795,8 +806,8 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let mut w = GgufWriter::new();
         w.str("general.architecture", "llama");
         std::fs::write(&gguf, w.bytes()).unwrap();
-        assert_eq!(family_in(&gguf), None);
-        assert_eq!(family_in(&dir.path().join("absent.gguf")), None);
+        assert_eq!(facts_in(&gguf).family, None);
+        assert_eq!(facts_in(&dir.path().join("absent.gguf")).family, None);
     }
 
     /// A folder with config.json, tokenizer.json (a byte-level vocabulary) and `weights` in
@@ -855,7 +866,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let want = logits(&Model::from_weights(cfg.clone(), bf16, 64).unwrap());
         let loaded = load(&hf, &native()).unwrap();
         assert_eq!(
-            (loaded.family, family_in(&hf)),
+            (loaded.family, facts_in(&hf).family),
             (Family::Qwen3Coder, Some(Family::Qwen3Coder))
         );
         let eog = loaded.tokenizer.special_tokens(loaded.family).unwrap().eog;
@@ -939,11 +950,11 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let cfg = safetensors_dir::config_of(&moe).unwrap();
         // Layer 0 runs 2 of its 8 experts; layer 1 is dense.
         assert_eq!(cfg.active_parameters(), cfg.parameters() - 6 * 3 * 8 * 16);
-        assert_eq!(active_parameters_in(&moe), Some(cfg.active_parameters()));
+        assert_eq!(facts_in(&moe).active_parameters, Some(cfg.active_parameters()));
         let dense = dir.path().join("dense");
         std::fs::create_dir(&dense).unwrap();
         std::fs::write(dense.join("config.json"), config("qwen3")).unwrap();
-        assert_eq!(active_parameters_in(&dense), None);
-        assert_eq!(active_parameters_in(&dir.path().join("nothing")), None);
+        assert_eq!(facts_in(&dense).active_parameters, None);
+        assert_eq!(facts_in(&dir.path().join("nothing")).active_parameters, None);
     }
 }
