@@ -590,27 +590,21 @@ pub fn header() -> String {
 }
 
 pub fn format_row(r: &Row) -> String {
-    let prefill: Vec<String> = r
-        .prefill_tok_s
-        .iter()
-        .map(|(n, v)| format!("{n}:{v:.0}"))
-        .collect();
+    let per_length = |runs: &[(usize, f64)]| {
+        let v: Vec<String> = runs.iter().map(|(n, v)| format!("{n}:{v:.0}")).collect();
+        v.join(" ")
+    };
     let cancel = r
         .cancel
         .as_ref()
         .map(|c| format!("\n  {}", format_cancel(c)))
         .unwrap_or_default();
-    let first: Vec<String> = r
-        .prefill_first_tok_s
-        .iter()
-        .map(|(n, v)| format!("{n}:{v:.0}"))
-        .collect();
-    let first = if first.is_empty() {
+    let first = if r.prefill_first_tok_s.is_empty() {
         String::new()
     } else {
         format!(
             "\n  prefill tok/s of the first run at each length: {}",
-            first.join(" ")
+            per_length(&r.prefill_first_tok_s)
         )
     };
     let ops = if r.decode_step_ops.is_empty() {
@@ -619,10 +613,10 @@ pub fn format_row(r: &Row) -> String {
         let mut top: Vec<(&String, &usize)> = r.decode_step_ops.iter().collect();
         top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let top: Vec<String> = top.iter().take(8).map(|(k, n)| format!("{k} {n}")).collect();
+        let total: usize = r.decode_step_ops.values().sum();
         format!(
-            "\n  one decode step: {} ops, {} of them views ({})",
-            r.decode_step_ops.values().sum::<usize>(),
-            r.decode_step_ops.values().sum::<usize>() - kernels(&r.decode_step_ops),
+            "\n  one decode step: {total} ops, {} of them views ({})",
+            total - kernels(&r.decode_step_ops),
             top.join(", ")
         )
     };
@@ -645,7 +639,7 @@ pub fn format_row(r: &Row) -> String {
         r.device,
         r.precision,
         r.load_s,
-        prefill.join(" "),
+        per_length(&r.prefill_tok_s),
         r.decode_ms_per_token,
         r.weight_bytes_per_token as f64 / 1e6,
         r.floor_ms_per_token,
@@ -697,10 +691,9 @@ mod tests {
 
     /// A decode step of the 30B-A3B's layers (reduced for a CPU to 16 experts, a 1,024-token
     /// vocabulary and a quarter of the widths: the ops are the same) runs two gathered products
-    /// a layer: the experts' gate and up
-    /// rows in one, their down rows in the other. Prints what a layer adds to the step (the
-    /// count set beside mlx-lm's in docs/benchmarks.md; the CPU writes MLX's fast kernels out
-    /// as plain ops, so a GPU counts fewer).
+    /// a layer: the experts' gate and up rows in one, their down rows in the other. Prints what
+    /// a layer adds to the step (the count set beside mlx-lm's in docs/benchmarks.md; the CPU
+    /// writes MLX's fast kernels out as plain ops, so a GPU counts fewer).
     #[test]
     fn a_moe_decode_step_gathers_twice_a_layer() {
         let base = crate::catalog::find("qwen3-coder-30b-a3b")

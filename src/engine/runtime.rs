@@ -245,9 +245,7 @@ pub fn graph_primitives(
         rc
     };
     let dot = std::fs::read_to_string(&path);
-    if std::env::var_os("LAYA_DOT_KEEP").is_none() {
-        let _ = std::fs::remove_file(&path);
-    }
+    let _ = std::fs::remove_file(&path);
     if rc != 0 {
         return Err(std::io::Error::other("mlx_export_to_dot failed"));
     }
@@ -290,6 +288,7 @@ fn primitives_of_dot(dot: &str) -> std::collections::BTreeMap<String, usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// The graph's primitives are counted by MLX's name for them, before any evaluation, one
     /// per application (a split's two outputs once, a compiled function's two calls twice);
@@ -327,7 +326,6 @@ mod tests {
         eval([&d]).unwrap();
         assert!(graph_primitives(&[&d]).unwrap().is_empty());
     }
-    use super::*;
 
     #[test]
     fn mlx_defaults_fill_only_what_the_environment_leaves_unset() {

@@ -1,6 +1,7 @@
 //! Models with random weights of real shapes (the catalog's, [`crate::catalog::Shape`]), for
-//! speed measurements where the real weights cannot travel (a GPU machine reached through a 64 MiB pipe). Numbers from them are labeled
-//! synthetic: speed depends on shapes and bit widths, not on the values.
+//! speed measurements where the real weights cannot travel (a GPU machine reached through a
+//! 64 MiB pipe). Numbers from them are labeled synthetic: speed depends on shapes and bit
+//! widths, not on the values.
 
 use std::collections::HashMap;
 

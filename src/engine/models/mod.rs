@@ -562,13 +562,16 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
-        let [gate, up]: [Array; 2] = self
-            .gate_up
-            .forward(x)?
-            .try_into()
-            .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))?;
+        let [gate, up] = gate_and_up(self.gate_up.forward(x)?)?;
         self.down_proj.forward(&swiglu(&gate, &up, self.fused_swiglu)?)
     }
+}
+
+/// The two halves of a fused gate/up product, as a pair.
+fn gate_and_up(parts: Vec<Array>) -> Result<[Array; 2]> {
+    parts
+        .try_into()
+        .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))
 }
 
 /// Whether MLX's default device (where the model runs) is a GPU.
