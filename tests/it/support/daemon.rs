@@ -281,13 +281,19 @@ pub fn kill(pid: u32) {
     }
 }
 
-/// Kill `pid` and wait until no `laya serve` for `dir` has that pid any more.
+/// Kill `pid` and wait until it is gone and its socket in `dir` refuses connections.
 pub fn kill_daemon(dir: &Path, pid: u32) {
     kill(pid);
     let deadline = Instant::now() + Duration::from_secs(10);
     // A dying process loses its command line (so `daemons_for` no longer lists it) before
-    // its files close: until then its socket still accepts a connection, then resets it.
-    while daemons_for(dir).contains(&pid) || !exited(pid) {
+    // its files close, and its first thread turns zombie while the others still hold the
+    // files they share: until the last one ends, its socket accepts a connection, then
+    // resets it.
+    let socket = dir.join(laya::daemon::paths::SOCKET);
+    while daemons_for(dir).contains(&pid)
+        || !exited(pid)
+        || std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    {
         assert!(Instant::now() < deadline, "the daemon did not die");
         std::thread::sleep(Duration::from_millis(20));
     }
