@@ -65,9 +65,27 @@ fn skip_teardown(code: &ExitCode) -> ! {
     unsafe { libc::_exit(status) }
 }
 
+/// Let a closed standard output end the process quietly, as it ends other Unix tools (`laya
+/// doctor | head`), instead of a panic in `println!`. Only for commands that write a report
+/// and talk to nothing else: the servers and the benchmarks keep SIGPIPE ignored, so that a
+/// client or child that goes away is an error they handle, not their death.
+fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to its default, before any thread that could
+    // write to a pipe exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     let device = cli.device;
     let msg = anyhow::Error::msg;
+    if matches!(
+        cli.command,
+        Command::Doctor | Command::Models { .. } | Command::Service { .. } | Command::Complete { .. }
+    ) {
+        default_sigpipe();
+    }
     match cli.command {
         Command::Doctor => {
             let report = doctor::report(device);

@@ -65,6 +65,34 @@ fn models_list_shows_tiers_parameters_and_memory() {
     );
 }
 
+/// A reader that leaves early (`laya models list | head -1`) ends a report quietly, as it ends
+/// other Unix tools: no panic on stderr.
+#[test]
+fn a_closed_standard_output_ends_a_report_without_a_panic() {
+    let empty = tempfile::tempdir().unwrap();
+    for args in [&["models", "list"][..], &["doctor"]] {
+        let mut child = laya()
+            .args(args)
+            .env("LAYA_MODEL_DIR", empty.path())
+            .env_remove("LAYA_DEVICE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before the first line is written
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+    }
+}
+
 /// Where the hub cannot be reached, `models fetch` says what to do instead: the PyPI mirror
 /// for the GGUFs that have one, the files to place by hand for a repository.
 #[test]
