@@ -1,9 +1,12 @@
 //! The workspace index's life in the server: built in the background after `initialized`
-//! (reported through `$/progress`, never delaying `initialize` or a completion), kept current
-//! from `didSave`, from the text of open documents edited since the last request, and from
-//! `workspace/didChangeWatchedFiles` (registered dynamically where the client allows it).
+//! (reported through `$/progress`, never delaying `initialize` or a completion), built again
+//! over the new folders after `workspace/didChangeWorkspaceFolders` (the old index serves
+//! until the new one is ready), kept current from `didSave`, from the text of open documents
+//! edited since the last request, and from `workspace/didChangeWatchedFiles` (registered
+//! dynamically where the client allows it).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashSet;
@@ -18,6 +21,11 @@ use crate::workspace::{file_path, Limits, WorkspaceIndex};
 pub struct Indexing {
     index: std::sync::RwLock<Option<Arc<WorkspaceIndex>>>,
     dirty: DashSet<String>,
+    /// Open documents edited since they were last saved: a new build reads the disk, so it
+    /// takes their editor text again.
+    edited: DashSet<String>,
+    /// The latest build started: a build that ends after a newer one started is dropped.
+    generation: AtomicU64,
 }
 
 impl Indexing {
@@ -27,9 +35,12 @@ impl Indexing {
     }
 
     /// Build the index over `roots` on a blocking thread, reporting progress to the client
-    /// (when it takes progress), then keep it. Returns at once.
+    /// (when it takes progress), then keep it in place of the one before, unless another
+    /// build started meanwhile. No roots: no index. Returns at once.
     pub fn start(self: &Arc<Self>, client: Client, roots: Vec<PathBuf>) {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if roots.is_empty() {
+            *self.index.write().unwrap_or_else(|p| p.into_inner()) = None;
             return;
         }
         let this = self.clone();
@@ -46,7 +57,13 @@ impl Indexing {
                 let stats = index.build(threads, |done, total| {
                     let _ = tx.send((done, total));
                 });
-                *keep.index.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(index));
+                let mut slot = keep.index.write().unwrap_or_else(|p| p.into_inner());
+                if keep.generation.load(Ordering::SeqCst) == generation {
+                    *slot = Some(Arc::new(index));
+                    for uri in keep.edited.iter() {
+                        keep.dirty.insert(uri.clone());
+                    }
+                }
                 stats
             });
             let progress = super::progress::Progress::create(&client, "laya/index").await;
@@ -120,6 +137,7 @@ impl Indexing {
     /// An open document changed: its text is read into the index before the next request.
     pub fn changed(&self, uri: &str) {
         self.dirty.insert(uri.to_owned());
+        self.edited.insert(uri.to_owned());
     }
 
     /// Read the open documents changed since the last call into the index.
@@ -138,6 +156,7 @@ impl Indexing {
     /// takes what is on disk (or the saved text).
     pub fn saved(&self, uri: &str, text: Option<&str>) {
         self.dirty.remove(uri);
+        self.edited.remove(uri);
         let (Some(index), Some(path)) = (self.index(), file_path(uri)) else {
             return;
         };

@@ -554,12 +554,23 @@ impl LanguageServer for LayaServer {
     }
 
     async fn did_change_workspace_folders(&self, p: DidChangeWorkspaceFoldersParams) {
-        let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
-        for f in &p.event.removed {
-            st.workspace.remove(f.uri.as_str());
-        }
-        for f in &p.event.added {
-            st.workspace.add(f.uri.as_str());
+        let (roots, wanted) = {
+            let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+            let before = st.workspace.file_roots();
+            for f in &p.event.removed {
+                st.workspace.remove(f.uri.as_str());
+            }
+            for f in &p.event.added {
+                st.workspace.add(f.uri.as_str());
+            }
+            let roots = st.workspace.file_roots();
+            (
+                (roots != before).then_some(roots),
+                st.settings.completion.workspace_context,
+            )
+        };
+        if let (Some(roots), true) = (roots, wanted) {
+            self.indexing.start(self.client.clone(), roots);
         }
     }
 

@@ -122,3 +122,66 @@ async fn the_setting_off_builds_no_index_and_lends_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Folders added after start are indexed, folders removed stop lending, and an open document's
+/// unsaved text survives the rebuild (the new index reads the disk, then the editor's text).
+#[tokio::test]
+async fn added_and_removed_workspace_folders_change_what_is_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (app, lib) = (root.join("app"), root.join("lib"));
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("cart.py"), CART).unwrap();
+    let fixture = "from cart import Cart\nfrom stock import restock\n\ndef checkout(cart: Cart):\n    restock(cart, \"a\")\n    cart.$0";
+    std::fs::write(app.join("views.py"), fixture.replace("$0", "")).unwrap();
+    let on_disk = "def restock(count):\n    pass\n";
+    std::fs::write(app.join("stock.py"), on_disk).unwrap();
+
+    let mut c = InProcess::new(FakeEngine::answering("x").shared());
+    let folder = |p: &std::path::Path| json!({ "uri": format!("file://{}", p.display()), "name": "f" });
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    c.initialize(true, init, json!([folder(&app)])).await;
+    let uri = format!("file://{}", app.join("views.py").display());
+    let pos = c.open(&uri, "python", fixture).await;
+    // An open file of the first folder, edited and not saved: the editor's text is indexed.
+    let stock = format!("file://{}", app.join("stock.py").display());
+    c.open(&stock, "python", &format!("{on_disk}$0")).await;
+    c.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": stock, "version": 2 },
+            "contentChanges": [{ "text": "def restock(cart: Cart, sku: str):\n    pass\n" }],
+        }),
+    )
+    .await;
+    let edited = "def restock(cart: Cart, sku: str):";
+    let prompt = prompt_until(&mut c, &uri, pos, |p| p.contains(edited)).await;
+    assert!(
+        prompt.contains(edited) && !prompt.contains("add_item"),
+        "{prompt}"
+    );
+
+    c.notify(
+        "workspace/didChangeWorkspaceFolders",
+        json!({ "event": { "added": [folder(&lib)], "removed": [] } }),
+    )
+    .await;
+    let prompt = prompt_until(&mut c, &uri, pos, |p| p.contains("def add_item(")).await;
+    assert!(
+        prompt.contains("<|file_sep|>cart.py\nclass Cart:\n    def add_item("),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(edited) && !prompt.contains("restock(count)"),
+        "the rebuilt index keeps the editor's text: {prompt}"
+    );
+
+    c.notify(
+        "workspace/didChangeWorkspaceFolders",
+        json!({ "event": { "added": [], "removed": [folder(&lib)] } }),
+    )
+    .await;
+    let prompt = prompt_until(&mut c, &uri, pos, |p| !p.contains("add_item")).await;
+    assert!(!prompt.contains("add_item"), "{prompt}");
+}
