@@ -115,15 +115,31 @@ impl ModelPool {
         &self.config
     }
 
-    /// A remote tier's bit width is fixed by its server: keys differing only in bits are one.
+    /// The bit width of a remote tier is fixed by its server, that of a folder quantized as
+    /// stored by its files: keys differing only in bits are one model, not copies.
     fn canonical(&self, key: ModelKey) -> ModelKey {
-        match self.config.tiers.get(&key.tier) {
-            Some(TierSource::Remote(_)) => ModelKey {
+        let fixed = match self.config.tiers.get(&key.tier) {
+            Some(TierSource::Remote(_)) => true,
+            Some(TierSource::Local { path, .. }) => self.file_facts(path).stored_bits.is_some(),
+            None => false,
+        };
+        match fixed {
+            true => ModelKey {
                 tier: key.tier,
                 precision: Precision::Native,
             },
-            _ => key,
+            false => key,
         }
+    }
+
+    /// What the model file at `path` tells before it loads, read once.
+    fn file_facts(&self, path: &std::path::Path) -> super::load::FileFacts {
+        *self
+            .file_facts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(path.to_owned())
+            .or_insert_with(|| super::load::facts_in(path))
     }
 
     /// The engine of `key`, started (loading) if it was not yet. A local model that failed to
@@ -214,16 +230,11 @@ impl ModelPool {
             }),
             TierSource::Local { path, .. } => {
                 let loaded = self.parameters_of(key);
-                let file = *self
-                    .file_facts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(path.clone())
-                    .or_insert_with(|| super::load::facts_in(path));
+                let file = self.file_facts(path);
                 Some(ModelFacts {
                     parameters: loaded.or(file.parameters),
                     active_parameters: file.active_parameters,
-                    bits,
+                    bits: file.stored_bits.unwrap_or(bits),
                     runs_on: self.local_runs_on,
                     family: file.family.unwrap_or_default(),
                 })

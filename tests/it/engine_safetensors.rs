@@ -88,6 +88,57 @@ fn mlx_community_quantized_folder_loads_as_stored() {
     support::assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
 }
 
+/// A tier on a folder quantized as stored is one model whatever bits the router asks for:
+/// q8 and q4 are not two identical copies, and its facts give the stored bits.
+#[test]
+fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
+    use laya::engine::{
+        pool::{ModelPool, PoolConfig, TierSource},
+        ModelKey, ModelState, Tier,
+    };
+    let (_g, _b) = support::mlx();
+    let cfg = tiny_config();
+    let weights = synthetic::random_weights(&cfg, Precision::Q4, 64, Dtype::Bfloat16, 4).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_folder(dir.path(), &cfg, &weights, Some((64, 4)));
+    let key = |precision| ModelKey {
+        tier: Tier::Small,
+        precision,
+    };
+    let pool = ModelPool::new(
+        PoolConfig {
+            tiers: HashMap::from([(
+                Tier::Small,
+                TierSource::Local {
+                    path: dir.path().to_owned(),
+                    group_size: 64,
+                },
+            )]),
+            default: key(Precision::Q8),
+            preload: vec![],
+            device: laya::engine::runtime::DevicePref::Cpu,
+            prefix: Default::default(),
+            speculation: Default::default(),
+        },
+        std::sync::Arc::new(|_, _| {}),
+    )
+    .unwrap();
+    let (a, _) = pool.resolve(key(Precision::Q8)).unwrap();
+    let (b, _) = pool.resolve(key(Precision::Q4)).unwrap();
+    assert_eq!((a, b), (key(Precision::Native), key(Precision::Native)));
+    let facts = laya::engine::Engine::facts(&pool, key(Precision::Q8)).unwrap();
+    assert_eq!(facts.bits, 4);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while matches!(pool.states()[..], [(_, ModelState::Loading)]) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let states = pool.states();
+    assert!(
+        matches!(states[..], [(k, ModelState::Ready { .. })] if k == key(Precision::Native)),
+        "one model, loaded: {states:?}"
+    );
+}
+
 #[test]
 fn folder_with_a_missing_tensor_names_it() {
     let (_g, _b) = support::mlx();

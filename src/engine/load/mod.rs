@@ -192,6 +192,9 @@ pub struct FileFacts {
     /// The prompt family: from a GGUF file's `general.architecture` or a folder's
     /// `config.json` `model_type`; `None` for another architecture.
     pub family: Option<Family>,
+    /// The bits of a folder quantized as stored (mlx-community, `quantization` in
+    /// `config.json`): it loads at those whatever precision is asked.
+    pub stored_bits: Option<u32>,
 }
 
 /// [`FileFacts`] of the model at `path`; each `None` where the path cannot be read as a GGUF
@@ -213,16 +216,15 @@ pub fn facts_in(path: &Path) -> FileFacts {
             .filter_map(|e| e.metadata().ok())
             .map(|m| m.len())
             .sum();
-        let bits = config["quantization"]["bits"]
-            .as_f64()
-            .map(|b| b + 0.5)
-            .unwrap_or(16.0);
+        let stored_bits = config["quantization"]["bits"].as_u64().map(|b| b as u32);
+        let bits = stored_bits.map_or(16.0, |b| b as f64 + 0.5);
         return FileFacts {
             parameters: (bytes > 0).then(|| (bytes as f64 * 8.0 / bits) as u64),
             active_parameters: safetensors_dir::config_of(path).ok().as_ref().and_then(active),
             family: config["model_type"]
                 .as_str()
                 .and_then(|t| family_of_name(&t.replace('_', ""))),
+            stored_bits,
         };
     }
     let Ok(g) = GgufFile::open(path) else {
@@ -233,6 +235,7 @@ pub fn facts_in(path: &Path) -> FileFacts {
         parameters: cfg.as_ref().map(ModelConfig::parameters),
         active_parameters: cfg.as_ref().and_then(active),
         family: g.get_str("general.architecture").ok().and_then(family_of_name),
+        stored_bits: None,
     }
 }
 
