@@ -6,7 +6,7 @@ mod cli;
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Parser;
 use laya::{catalog, doctor, fetch, service};
 
@@ -189,7 +189,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let known: Vec<_> = catalog::MODELS.iter().map(|m| m.name).collect();
                     bail!("unknown model `{name}`; known: {}", known.join(", "));
                 };
-                match fetch::fetch(model, source).with_context(|| format!("fetching {name}"))? {
+                // Most fetch errors name the model; the others (a file's path) get its name.
+                let fetched = fetch::fetch(model, source).map_err(|e| match e.to_string() {
+                    m if m.starts_with(&format!("{name}: ")) => anyhow::Error::msg(m),
+                    m => anyhow::Error::msg(format!("fetching {name}: {m}")),
+                })?;
+                match fetched {
                     fetch::Fetched::AlreadyPresent(p) => {
                         println!("{name}: already present and verified ({})", p.display())
                     }

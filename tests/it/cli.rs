@@ -108,6 +108,11 @@ fn fetch_without_a_hub_names_the_fallback_or_the_files() {
     let (code, _, err) = fetch(&["qwen2.5-coder-7b"]);
     assert_eq!(code, 1, "{err}");
     assert!(
+        err.starts_with("error: qwen2.5-coder-7b: the model hub")
+            && err.matches("qwen2.5-coder-7b:").count() == 1,
+        "the model named once: {err}"
+    );
+    assert!(
         err.contains("the model hub (http://127.0.0.1:1) could not be reached"),
         "{err}"
     );
