@@ -354,6 +354,8 @@ struct Context {
     other_files: Vec<Snippet>,
     /// The files the workspace index lent and the names that brought each in.
     drawn_on: Vec<ContextFile>,
+    /// The document was parsed: the workspace index may be asked (`add_workspace`).
+    parsed: bool,
 }
 
 impl Context {
@@ -366,6 +368,7 @@ impl Context {
                 local: vec![],
                 other_files: vec![],
                 drawn_on: vec![],
+                parsed: false,
             };
         };
         let language = r.doc.language.map(|l| l.config());
@@ -384,38 +387,46 @@ impl Context {
                 }),
             }
         }
-        let mut drawn_on = vec![];
-        let index = r.workspace.filter(|_| r.settings.workspace_context);
+        Context {
+            cursor_kind: c.cursor_kind,
+            imports: c.imports.clone(),
+            local,
+            other_files,
+            drawn_on: vec![],
+            parsed: true,
+        }
+    }
+
+    /// Add what the workspace index lends at the cursor (for a prompt built afresh only: a
+    /// continued one keeps its anchor's).
+    fn add_workspace(&mut self, r: &Request) {
+        let text: &str = &r.doc.text;
+        let index = r
+            .workspace
+            .filter(|_| r.settings.workspace_context && self.parsed);
         if let (Some(index), Some(path), Some(language)) = (index, file_path(&r.doc.uri), r.doc.language) {
             let budget = &r.settings.budget;
             let max = (budget.max_tokens * prompt::BYTES_PER_TOKEN) as f32 * budget.context_share;
-            let used: usize = other_files.iter().map(|s| s.text.len()).sum();
+            let used: usize = self.other_files.iter().map(|s| s.text.len()).sum();
             let found = retrieve(
                 index,
                 &path,
                 language,
                 text,
                 r.cursor,
-                &c.imports,
+                &self.imports,
                 (max as usize).saturating_sub(used),
             );
             for (s, (_, names)) in found.snippets.into_iter().zip(found.symbols) {
-                if other_files.iter().any(|o| o.path == s.path) {
+                if self.other_files.iter().any(|o| o.path == s.path) {
                     continue;
                 }
-                drawn_on.push(ContextFile {
+                self.drawn_on.push(ContextFile {
                     path: s.path.clone(),
                     symbols: names,
                 });
-                other_files.push(s);
+                self.other_files.push(s);
             }
-        }
-        Context {
-            cursor_kind: c.cursor_kind,
-            imports: c.imports.clone(),
-            local,
-            other_files,
-            drawn_on,
         }
     }
 }
@@ -524,7 +535,7 @@ impl Pipeline {
     fn plan(&self, r: &Request) -> Plan {
         let (text, cursor, settings): (&str, usize, &CompletionSettings) =
             (&r.doc.text, r.cursor, r.settings);
-        let context = Context::gather(r);
+        let mut context = Context::gather(r);
         let surroundings = Surroundings::at(text, cursor);
         let mid_line = !surroundings.line_suffix.trim().is_empty();
         let block =
@@ -579,11 +590,14 @@ impl Pipeline {
         let (prompt, anchored, drawn_on) = match continued.filter(|((b, f), ..)| *b == budget && *f == family)
         {
             Some((_, prompt, _, drawn_on)) => (prompt, true, drawn_on),
-            None => (
-                self.fresh_prompt(r, &context, budget, family),
-                false,
-                context.drawn_on.clone(),
-            ),
+            None => {
+                context.add_workspace(r);
+                (
+                    self.fresh_prompt(r, &context, budget, family),
+                    false,
+                    context.drawn_on.clone(),
+                )
+            }
         };
         let n = settings.candidates.max(1);
         Plan {
@@ -808,6 +822,56 @@ mod tests {
             } else {
                 assert!(c.context_files.is_empty());
             }
+        }
+    }
+
+    /// A prompt continuing its anchor keeps the anchor's workspace context and does not ask
+    /// the index again; a prompt built afresh does.
+    #[tokio::test]
+    async fn a_continued_prompt_does_not_ask_the_workspace_index() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("shop")).unwrap();
+        std::fs::write(
+            dir.path().join("shop/cart.py"),
+            "class Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n        pass\n",
+        )
+        .unwrap();
+        let current = "from .cart import Cart\n\ndef checkout(cart: Cart):\n    cart.";
+        let index = WorkspaceIndex::new(vec![dir.path().to_owned()], crate::workspace::Limits::default());
+        index.build(1, |_, _| {});
+        let root = index.roots()[0].clone();
+        let uri = format!("file://{}", root.join("shop/views.py").display());
+        let engine = Arc::new(TwoTiers::default());
+        let pipeline = Pipeline::new(engine.clone());
+        let settings = CompletionSettings {
+            typing_through: false,
+            ..CompletionSettings::default()
+        };
+        let lent = vec![ContextFile {
+            path: "shop/cart.py".into(),
+            symbols: vec!["Cart".into()],
+        }];
+        for (version, typed, anchored, retrievals) in
+            [(1, "", false, 1), (2, "a", true, 1), (3, "ad", true, 1)]
+        {
+            let text = format!("{current}{typed}");
+            let doc = Document::new(&text, version, "python").snapshot(&uri);
+            let request = Request {
+                doc: &doc,
+                others: &[],
+                cursor: text.len(),
+                trigger: Trigger::Automatic,
+                settings: &settings,
+                workspace_root: None,
+                workspace: Some(&index),
+            };
+            let c = pipeline.complete(request, Cancel::new()).await.unwrap();
+            assert_eq!(
+                (c.anchored, index.retrievals()),
+                (anchored, retrievals),
+                "typed {typed:?}"
+            );
+            assert_eq!(c.context_files, lent, "typed {typed:?}");
         }
     }
 

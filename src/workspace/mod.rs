@@ -123,6 +123,8 @@ pub struct WorkspaceIndex {
     roots: Vec<PathBuf>,
     limits: Limits,
     data: RwLock<Data>,
+    /// Retrievals asked of it ([`retrieve`]).
+    retrievals: AtomicUsize,
 }
 
 impl WorkspaceIndex {
@@ -136,7 +138,13 @@ impl WorkspaceIndex {
             roots,
             limits,
             data: RwLock::new(Data::default()),
+            retrievals: AtomicUsize::new(0),
         }
+    }
+
+    /// How many retrievals were asked of the index.
+    pub fn retrievals(&self) -> usize {
+        self.retrievals.load(Ordering::Relaxed)
     }
 
     pub fn roots(&self) -> &[PathBuf] {

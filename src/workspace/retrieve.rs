@@ -43,6 +43,9 @@ pub fn retrieve(
     imports: &[String],
     max_bytes: usize,
 ) -> Retrieved {
+    index
+        .retrievals
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if max_bytes == 0 || index.root_of(path).is_none() {
         return Retrieved::default();
     }
