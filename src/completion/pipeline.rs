@@ -618,10 +618,12 @@ impl Pipeline {
         }
     }
 
-    /// The router's choice, weighing each model's measured speed, or its estimated one.
+    /// The router's choice, weighing each model's measured speed, or its estimated one (the
+    /// latencies' lock is not held while the engine is asked: its first answer for a model may
+    /// read the model file's header).
     fn route(&self, settings: &CompletionSettings, input: &RouteInput) -> Route {
-        let latencies = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
-        let route = router::route(&settings.router, input, |key| match latencies.get(key) {
+        let measured = |key| self.latencies.lock().unwrap_or_else(|p| p.into_inner()).get(key);
+        let route = router::route(&settings.router, input, |key| match measured(key) {
             Some(speed) => Some(KnownSpeed::Measured(speed)),
             None => self
                 .engine
