@@ -767,11 +767,9 @@ mod tests {
         }
     }
 
-    /// A file of the workspace that is not open lends the definitions the cursor's code uses,
-    /// in Qwen's repository-level form before the current file; `laya/explain` names it and
-    /// the names that brought it in; with `workspaceContext` off the prompt has none of it.
-    #[tokio::test]
-    async fn the_workspace_index_lends_definitions_of_files_not_open() {
+    /// A workspace of `shop/cart.py` (class `Cart`) and `shop/views.py` (the returned text,
+    /// which completes at its end after `cart.`), indexed.
+    fn shop_workspace() -> (tempfile::TempDir, WorkspaceIndex, &'static str) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("shop")).unwrap();
         std::fs::write(
@@ -783,6 +781,15 @@ mod tests {
         std::fs::write(dir.path().join("shop/views.py"), current).unwrap();
         let index = WorkspaceIndex::new(vec![dir.path().to_owned()], crate::workspace::Limits::default());
         index.build(1, |_, _| {});
+        (dir, index, current)
+    }
+
+    /// A file of the workspace that is not open lends the definitions the cursor's code uses,
+    /// in Qwen's repository-level form before the current file; `laya/explain` names it and
+    /// the names that brought it in; with `workspaceContext` off the prompt has none of it.
+    #[tokio::test]
+    async fn the_workspace_index_lends_definitions_of_files_not_open() {
+        let (_dir, index, current) = shop_workspace();
         let root = index.roots()[0].clone();
         let uri = format!("file://{}", root.join("shop/views.py").display());
         let root_uri = format!("file://{}", root.display());
@@ -831,16 +838,7 @@ mod tests {
     /// the index again; a prompt built afresh does.
     #[tokio::test]
     async fn a_continued_prompt_does_not_ask_the_workspace_index() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("shop")).unwrap();
-        std::fs::write(
-            dir.path().join("shop/cart.py"),
-            "class Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n        pass\n",
-        )
-        .unwrap();
-        let current = "from .cart import Cart\n\ndef checkout(cart: Cart):\n    cart.";
-        let index = WorkspaceIndex::new(vec![dir.path().to_owned()], crate::workspace::Limits::default());
-        index.build(1, |_, _| {});
+        let (_dir, index, current) = shop_workspace();
         let root = index.roots()[0].clone();
         let uri = format!("file://{}", root.join("shop/views.py").display());
         let engine = Arc::new(TwoTiers::default());
