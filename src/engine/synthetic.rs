@@ -190,6 +190,41 @@ pub fn write_folder(
     Ok(())
 }
 
+/// The shape of the tiny model folders the fetch and verification tests write (a Qwen2 of
+/// hidden size 8, 2 layers, a vocabulary of 32).
+pub const TINY_SHAPE: crate::catalog::Shape = crate::catalog::Shape {
+    arch: Arch::Qwen2,
+    hidden_size: 8,
+    intermediate_size: 16,
+    layers: 2,
+    heads: 2,
+    kv_heads: 1,
+    head_dim: 4,
+    vocab_size: 32,
+    tied: true,
+    experts: None,
+};
+
+/// A safetensors file of bf16 `tensors` (name, shape), its bytes a pattern (so that a byte
+/// out of place changes its hash): for tests of what is read from headers and downloads.
+pub fn safetensors_file(tensors: &[(&str, &[u64])]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0u64;
+    for (name, shape) in tensors {
+        let bytes = 2 * shape.iter().product::<u64>();
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]}),
+        );
+        offset += bytes;
+    }
+    let text = serde_json::to_vec(&header).expect("a JSON map serializes");
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend(text);
+    out.extend((0..offset).map(|i| (i % 251) as u8));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

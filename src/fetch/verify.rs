@@ -295,38 +295,10 @@ pub fn safetensors_header(path: &Path) -> Result<BTreeMap<String, TensorEntry>, 
 mod tests {
     use super::*;
 
-    /// A safetensors file of `tensors` (name, shape), bf16 zeros.
-    pub(crate) fn write_safetensors(path: &Path, tensors: &[(&str, &[u64])]) {
-        let mut header = serde_json::Map::new();
-        let mut offset = 0u64;
-        for (name, shape) in tensors {
-            let bytes = 2 * shape.iter().product::<u64>();
-            header.insert(
-                name.to_string(),
-                serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]}),
-            );
-            offset += bytes;
-        }
-        let text = serde_json::to_vec(&header).unwrap();
-        let mut out = (text.len() as u64).to_le_bytes().to_vec();
-        out.extend(text);
-        out.extend(vec![0u8; offset as usize]);
-        std::fs::write(path, out).unwrap();
-    }
+    use crate::engine::synthetic::{safetensors_file, TINY_SHAPE};
 
-    fn tiny_shape() -> Shape {
-        Shape {
-            arch: Arch::Qwen2,
-            hidden_size: 8,
-            intermediate_size: 16,
-            layers: 2,
-            heads: 2,
-            kv_heads: 1,
-            head_dim: 4,
-            vocab_size: 32,
-            tied: true,
-            experts: None,
-        }
+    fn write_safetensors(path: &Path, tensors: &[(&str, &[u64])]) {
+        std::fs::write(path, safetensors_file(tensors)).unwrap();
     }
 
     fn tiny_folder(dir: &Path) {
@@ -361,8 +333,8 @@ mod tests {
     fn a_whole_folder_passes() {
         let dir = tempfile::tempdir().unwrap();
         tiny_folder(dir.path());
-        verify_folder(dir.path(), Some(&tiny_shape())).unwrap();
-        folder_presence(dir.path(), Some(&tiny_shape())).unwrap();
+        verify_folder(dir.path(), Some(&TINY_SHAPE)).unwrap();
+        folder_presence(dir.path(), Some(&TINY_SHAPE)).unwrap();
         let header = safetensors_header(&dir.path().join("model-00001-of-00002.safetensors")).unwrap();
         assert_eq!(header["model.embed_tokens.weight"].shape, [32, 8]);
     }
@@ -449,7 +421,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             tiny_folder(dir.path());
             break_it(dir.path());
-            let err = verify_folder(dir.path(), Some(&tiny_shape())).unwrap_err();
+            let err = verify_folder(dir.path(), Some(&TINY_SHAPE)).unwrap_err();
             assert!(err.contains(want), "{want}: {err}");
         }
     }

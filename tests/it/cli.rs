@@ -136,7 +136,8 @@ fn fetch_without_a_hub_names_the_fallback_or_the_files() {
 /// catalog's model is refused, by name, before its weights are downloaded.
 #[test]
 fn fetch_refuses_a_repository_of_another_model() {
-    use crate::support::hub::{safetensors, FakeHub, File};
+    use crate::support::hub::{FakeHub, File};
+    use laya::engine::synthetic::safetensors_file;
     let srv = FakeHub::start();
     let config = r#"{"model_type": "qwen2", "hidden_size": 2048, "intermediate_size": 11008,
         "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936}"#;
@@ -153,7 +154,7 @@ fn fetch_refuses_a_repository_of_another_model() {
             (
                 "model.safetensors",
                 File {
-                    bytes: safetensors(&[("model.embed_tokens.weight", &[4, 4])]),
+                    bytes: safetensors_file(&[("model.embed_tokens.weight", &[4, 4])]),
                     lfs: true,
                 },
             ),

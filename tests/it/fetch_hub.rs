@@ -8,26 +8,14 @@
 use std::path::Path;
 
 use laya::{
-    catalog::{CatalogModel, Presence, Shape},
-    engine::{models::Arch, Tier},
+    catalog::{CatalogModel, Presence},
+    engine::Tier,
     fetch::{fetch_into, hub::Hub, FetchError, Fetched, Source},
     prompt::Family,
 };
 
-use crate::support::hub::{safetensors, FakeHub, Faults, File};
-
-const SHAPE: Shape = Shape {
-    arch: Arch::Qwen2,
-    hidden_size: 8,
-    intermediate_size: 16,
-    layers: 2,
-    heads: 2,
-    kv_heads: 1,
-    head_dim: 4,
-    vocab_size: 32,
-    tied: true,
-    experts: None,
-};
+use crate::support::hub::{FakeHub, Faults, File};
+use laya::engine::synthetic::{safetensors_file, TINY_SHAPE};
 
 /// A catalog entry for the loopback hub's `test/tiny`.
 const FOLDER: CatalogModel = CatalogModel {
@@ -41,7 +29,7 @@ const FOLDER: CatalogModel = CatalogModel {
     pypi: None,
     tiers: &[Tier::Small],
     family: Family::Qwen25Coder,
-    shape: SHAPE,
+    shape: TINY_SHAPE,
     license: "test",
 };
 
@@ -80,14 +68,17 @@ fn tiny_repo(hidden: u32) -> Vec<(&'static str, File)> {
         ),
         (
             SHARD1,
-            lfs(safetensors(&[
+            lfs(safetensors_file(&[
                 ("model.embed_tokens.weight", &[32, 8]),
                 ("model.layers.0.mlp.up_proj.weight", &[16, 8]),
             ])),
         ),
         (
             SHARD2,
-            lfs(safetensors(&[("model.layers.1.mlp.up_proj.weight", &[16, 8])])),
+            lfs(safetensors_file(&[(
+                "model.layers.1.mlp.up_proj.weight",
+                &[16, 8],
+            )])),
         ),
     ]
 }
@@ -142,7 +133,7 @@ fn a_repository_arrives_checked_and_a_broken_download_goes_on_where_it_stopped()
     assert!(!staging.exists());
     let provenance = std::fs::read_to_string(path.join(".laya-fetch.json")).unwrap();
     assert!(provenance.contains("\"commit\": \"c0ffee\""), "{provenance}");
-    laya::fetch::verify::verify_folder(&path, Some(&SHAPE)).unwrap();
+    laya::fetch::verify::verify_folder(&path, Some(&TINY_SHAPE)).unwrap();
     assert_eq!(FOLDER.presence_in(dir.path()), Presence::Present);
     assert!(matches!(
         fetch_into(&FOLDER, Source::Hub, dir.path(), &hub(&srv.url, 1)),

@@ -259,23 +259,3 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         None => respond(&mut conn, status, &headers, body),
     }
 }
-
-/// A safetensors file of bf16 `tensors` (name, shape), its bytes a pattern (so that a byte
-/// out of place changes its hash).
-pub fn safetensors(tensors: &[(&str, &[u64])]) -> Vec<u8> {
-    let mut header = serde_json::Map::new();
-    let mut offset = 0u64;
-    for (name, shape) in tensors {
-        let bytes = 2 * shape.iter().product::<u64>();
-        header.insert(
-            name.to_string(),
-            serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]}),
-        );
-        offset += bytes;
-    }
-    let text = serde_json::to_vec(&header).unwrap();
-    let mut out = (text.len() as u64).to_le_bytes().to_vec();
-    out.extend(text);
-    out.extend((0..offset).map(|i| (i % 251) as u8));
-    out
-}
