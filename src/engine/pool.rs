@@ -132,12 +132,14 @@ impl ModelPool {
         }
     }
 
-    /// What the model file at `path` tells before it loads, read once.
+    /// What the model file at `path` tells before it loads, read once (asked at every
+    /// request: a lookup, no copy of the path once it is known).
     fn file_facts(&self, path: &std::path::Path) -> super::load::FileFacts {
-        *self
-            .file_facts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut known = self.file_facts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(facts) = known.get(path) {
+            return *facts;
+        }
+        *known
             .entry(path.to_owned())
             .or_insert_with(|| super::load::facts_in(path))
     }
