@@ -89,7 +89,8 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Sync) -> Result<Report, String> {
             continue;
         };
         // A cursor two thirds down the file, at a line start.
-        let cursor = text[..text.len() * 2 / 3].rfind('\n').map_or(0, |i| i + 1);
+        let two_thirds = crate::syntax::context::floor_char_boundary(&text, text.len() * 2 / 3);
+        let cursor = text[..two_thirds].rfind('\n').map_or(0, |i| i + 1);
         // The imports as the pipeline reads them (the syntax layer's `@import` captures).
         let language_id = language.config().language_ids[0];
         let doc = Document::new(&text, 1, language_id).snapshot(&format!("file://{}", path.display()));
@@ -105,4 +106,27 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Sync) -> Result<Report, String> {
         retrieve_ms,
         with_snippets,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose two-thirds point falls inside a character (generated tables of Unicode
+    /// names are common in crates) is measured, not a panic.
+    #[test]
+    fn a_cursor_is_placed_in_files_of_any_characters() {
+        let dir = tempfile::tempdir().unwrap();
+        // 2 + 4·4 + 1 bytes: two thirds of 19 is byte 12, inside the third four-byte character.
+        std::fs::write(dir.path().join("names.rs"), "//𑌓𑌓𑌓𑌓\n").unwrap();
+        std::fs::write(dir.path().join("lib.rs"), "fn used() {}\n").unwrap();
+        let cfg = Config {
+            dir: dir.path().to_owned(),
+            threads: 1,
+            samples: 10,
+            max_bytes: 1024,
+        };
+        let report = run(&cfg, |_| {}).unwrap();
+        assert_eq!(report.retrieve_ms.len(), 2);
+    }
 }

@@ -963,7 +963,8 @@ fn import_texts(ranges: Vec<Range<usize>>, text: &str, limits: &Limits) -> Vec<S
     out
 }
 
-fn floor_char_boundary(text: &str, at: usize) -> usize {
+/// The largest char boundary of `text` at or before byte `at` (at most its length).
+pub(crate) fn floor_char_boundary(text: &str, at: usize) -> usize {
     let mut at = at.min(text.len());
     while !text.is_char_boundary(at) {
         at -= 1;
