@@ -63,6 +63,7 @@ run can be watched and a killed one keeps what it had.
 """
 
 import argparse
+import codecs
 import json
 import os
 import socket
@@ -227,6 +228,9 @@ def main():
     ap.add_argument("--batch-size", type=int, default=4096,
                     help="llama-server's batch: /infill keeps the prefix's last 3/4 of it and fills the rest with suffix")
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--stop", action="append", default=[],
+                    help="a stop string for llama-server's /infill (repeatable; backslash escapes such as "
+                         "'\\n' are read): the same end as laya's line answers, for a like-for-like latency")
     ap.add_argument("--server-log", help="the server's stdout/stderr (default: discarded)")
     ap.add_argument("--budget", type=int,
                     help="cut prefix and suffix to /infill's shares of this many tokens "
@@ -335,10 +339,11 @@ def native(args):
     with LlamaServer(args.server_bin, model, free_port(), args.n_ctx, args.server_arg, args.server_log,
                      batch=args.batch_size) as srv:
         version = srv.version()
+        stops = [codecs.decode(x, "unicode_escape") for x in args.stop]
         srv.infill("def add(a, b):\n    ", "\n", args.max_tokens)  # warm-up, untimed
         for n, case in enumerate(cases, 1):
             t = time.perf_counter()
-            text, r = srv.infill(case["prefix"], case["suffix"], args.max_tokens)
+            text, r = srv.infill(case["prefix"], case["suffix"], args.max_tokens, stops)
             ms = (time.perf_counter() - t) * 1000
             results.append({"id": case["id"], "output": text, "ms": round(ms, 1),
                             "prompt_tokens": r.get("tokens_evaluated"),
@@ -363,7 +368,8 @@ def document(args, model, fim_ids, results, done, version=None, endpoint=ENDPOIN
            "prompt_format": f"{FIM_PREFIX}{{prefix}}{FIM_SUFFIX}{{suffix}}{FIM_MIDDLE}",
            "fim_token_ids": fim_ids,
            "sampling": {"max_tokens": args.max_tokens, "temperature": 0.0,
-                        "repeat_penalty": 1.0, "stop": None},
+                        "repeat_penalty": 1.0,
+                        "stop": [codecs.decode(x, "unicode_escape") for x in args.stop] or None},
            "threads": args.threads, "n_ctx": args.n_ctx,
            "n_batch": args.batch_size if args.server_bin else None,
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

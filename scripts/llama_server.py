@@ -63,11 +63,13 @@ class LlamaServer:
         except (urllib.error.URLError, ValueError):
             return "llama-server"
 
-    def infill(self, prefix, suffix, n_predict):
-        """Greedy /infill; returns (text, the server's response)."""
+    def infill(self, prefix, suffix, n_predict, stop=None):
+        """Greedy /infill, ending at any of `stop` (strings); returns (text, the server's response)."""
         body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": [],
                 "n_predict": n_predict, "cache_prompt": True, "temperature": 0.0,
                 "top_k": 1, "repeat_penalty": 1.0, "stream": False}
+        if stop:
+            body["stop"] = list(stop)
         req = urllib.request.Request(self.base + "/infill", data=json.dumps(body).encode("utf-8"),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=900) as r:

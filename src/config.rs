@@ -85,7 +85,7 @@ pub struct ServeConfig {
     pub prefill_cache_bytes: usize,
     /// Load and warm the default model at start (false: on the first request).
     pub warmup: bool,
-    /// Decode with n-gram drafts checked several tokens a forward: `auto` on a GPU only.
+    /// Decode with n-gram drafts checked several tokens a forward: `auto` is off (measured on the CPU and on an H100).
     pub speculation: SpeculationChoice,
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""mlx-lm's own Qwen3-MoE on random weights of a real shape: the peer row beside
-`laya bench engine --synthetic qwen3-coder-30b-a3b`, on the same GPU in the same run.
+"""mlx-lm's own models on random weights of a real shape: the peer row beside
+`laya bench engine --synthetic SHAPE`, on the same GPU in the same run (Qwen3-MoE for
+qwen3-coder-30b-a3b, Qwen2 for the Qwen2.5-Coder shapes).
 
 Measured as laya's engine bench measures itself:
   prefill  a forward of N random ids on a fresh cache, logits evaluated; the first run at each
@@ -38,7 +39,7 @@ if _spec is None:
 _pkg = types.ModuleType("mlx_lm")
 _pkg.__path__ = list(_spec.submodule_search_locations)
 sys.modules["mlx_lm"] = _pkg
-from mlx_lm.models import qwen3_moe  # noqa: E402
+from mlx_lm.models import qwen2, qwen3_moe  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
 
 try:
@@ -71,16 +72,34 @@ SHAPES = {
 }
 
 
+def _qwen25(hidden, inter, layers, heads, kv, vocab, tie):
+    """A Qwen2.5-Coder shape as laya's catalog gives it (`src/catalog.rs`, the same tied head or
+    not, so both engines run the same weights); RoPE theta 1e6."""
+    return dict(model_type="qwen2", hidden_size=hidden, num_hidden_layers=layers, intermediate_size=inter,
+                num_attention_heads=heads, num_key_value_heads=kv, rms_norm_eps=1e-6, vocab_size=vocab,
+                rope_theta=1_000_000.0, tie_word_embeddings=tie, max_position_embeddings=32768)
+
+
+SHAPES.update({
+    "qwen2.5-coder-0.5b": _qwen25(896, 4864, 24, 14, 2, 151936, False),
+    "qwen2.5-coder-1.5b": _qwen25(1536, 8960, 28, 12, 2, 151936, False),
+    "qwen2.5-coder-3b": _qwen25(2048, 11008, 36, 16, 2, 151936, True),
+    "qwen2.5-coder-32b": _qwen25(5120, 27648, 64, 40, 8, 152064, False),
+})
+MODULES = {"qwen3_moe": qwen3_moe, "qwen2": qwen2}
+
+
 def build(shape: dict, bits: int, group_size: int):
     mx.random.seed(1)
-    model = qwen3_moe.Model(qwen3_moe.ModelArgs(**shape))
+    module = MODULES[shape["model_type"]]
+    model = module.Model(module.ModelArgs(**shape))
     model.set_dtype(mx.bfloat16)
-    own = model.quant_predicate
+    own = getattr(model, "quant_predicate", None)
 
     def predicate(path, module):
         if not hasattr(module, "to_quantized") or module.weight.shape[-1] % group_size:
             return False
-        return own(path, module)
+        return own(path, module) if own else True
 
     nn.quantize(model, group_size=group_size, bits=bits, class_predicate=predicate)
     # Layer by layer, so the f32 initial values of one layer at most are alive at a time.
@@ -94,8 +113,8 @@ def active_bytes(model, shape: dict) -> int:
     """Bytes one decode step reads: every parameter but the embedding table (one row is
     read) and the experts a token is not routed to."""
     total = 0
-    experts = shape["num_experts"]
-    k = shape["num_experts_per_tok"]
+    experts = shape.get("num_experts", 1)
+    k = shape.get("num_experts_per_tok", 1)
     for name, a in nn.utils.tree_flatten(model.parameters()):
         if "embed_tokens" in name:
             continue

@@ -233,6 +233,10 @@ pub struct Row {
     #[serde(default)]
     pub decode_step_ops: std::collections::BTreeMap<String, usize>,
     pub decode_ms_per_token: f64,
+    /// Decode ms a token after a long prompt (its length first): what a completion at the end
+    /// of a file's window pays, attention over that many keys included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_long: Option<(usize, f64)>,
     pub weight_bytes_per_token: u64,
     pub bandwidth_gbs: f64,
     pub floor_ms_per_token: f64,
@@ -264,6 +268,8 @@ pub struct CancelFree {
 
 /// Points of a piece at which the flag is set.
 const CANCEL_SAMPLES: usize = 4;
+/// The prompt length decode is timed after as well: about a file window's prompt.
+const LONG_CONTEXT: usize = 1536;
 
 /// Waits until `count(meter)` reaches `at`, timing the piece before it (from `at - 1`), then
 /// sets `cancel` after `share` of that piece. Returns when it set the flag and the piece's
@@ -495,13 +501,19 @@ pub fn decode_step_ops(model: &Model) -> anyhow::Result<std::collections::BTreeM
     Ok(graph_primitives(&[&next])?)
 }
 
+/// Mean time of a decode step after a 128-token prompt.
 fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
+    decode_ms_after(model, 128, tokens)
+}
+
+/// Mean time of a decode step after a prompt of `prompt` random tokens.
+fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> anyhow::Result<f64> {
     let mut caches = model.new_caches();
     let req = GenerateRequest::greedy(tokens);
     let out = generate(
         model,
         &mut caches,
-        &random_ids(128, 7),
+        &random_ids(prompt, 7),
         &req,
         &Cancel::new(),
         |_, _| Control::Continue,
@@ -553,6 +565,10 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 prefill.push((n, n as f64 / d.as_secs_f64()));
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
+            let decode_long = Some((
+                LONG_CONTEXT,
+                decode_ms_after(&model, LONG_CONTEXT, s.decode_tokens)?,
+            ));
             let decode_step_ops = decode_step_ops(&model)?;
             let cancel = cancel_to_free(&model)?;
             let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
@@ -568,6 +584,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 prefill_first_tok_s: prefill_first,
                 decode_step_ops,
                 decode_ms_per_token: decode,
+                decode_long,
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
                 floor_ms_per_token: floor,
@@ -620,6 +637,10 @@ pub fn format_row(r: &Row) -> String {
             top.join(", ")
         )
     };
+    let long = r
+        .decode_long
+        .map(|(n, ms)| format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token"))
+        .unwrap_or_default();
     let check = r
         .draft_check
         .map(|(positions, ms)| {
@@ -646,6 +667,7 @@ pub fn format_row(r: &Row) -> String {
         r.share_of_floor * 100.0
     ) + &first
         + &ops
+        + &long
         + &cancel
         + &check
 }

@@ -177,7 +177,41 @@ pub fn speed(r: &Results) -> String {
             tokens as f64 / forwards as f64
         );
     }
+    if let Some(stages) = stage_medians(r) {
+        s += &format!("\n{}: {stages}", r.engine);
+    }
     s
+}
+
+/// The medians of each stage over the cases that carry them, and the median time outside the
+/// engine: where a typical request's time goes.
+pub fn stage_medians(r: &Results) -> Option<String> {
+    let timed: Vec<(&CaseResult, &Stages)> = r
+        .results
+        .iter()
+        .filter_map(|c| c.stages.as_ref().map(|s| (c, s)))
+        .collect();
+    if timed.is_empty() {
+        return None;
+    }
+    let p50 = |f: &dyn Fn(&CaseResult, &Stages) -> f64| {
+        super::percentile(&timed.iter().map(|(c, s)| f(c, s)).collect::<Vec<_>>(), 50.0)
+    };
+    Some(format!(
+        "medians over {} cases: prompt {:.0} tokens ({:.0} reused, {:.0} run), prefill {:.1} ms, first token {:.1} ms, \
+         decode {:.1} ms for {:.0} tokens ({:.2} ms a token), engine {:.1} ms, outside the engine {:.1} ms",
+        timed.len(),
+        p50(&|_, s| s.prompt_tokens as f64),
+        p50(&|_, s| s.reused_tokens as f64),
+        p50(&|_, s| s.prefilled_tokens as f64),
+        p50(&|_, s| s.prefill_ms),
+        p50(&|_, s| s.first_token_ms),
+        p50(&|_, s| s.decode_ms),
+        p50(&|c, _| c.tokens as f64),
+        p50(&|c, s| if c.tokens > 1 { s.decode_ms / (c.tokens - 1) as f64 } else { 0.0 }),
+        p50(&|_, s| s.engine_ms),
+        p50(&|c, s| (c.ms - s.engine_ms).max(0.0)),
+    ))
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -278,6 +312,41 @@ pub struct CaseResult {
     pub tokens: usize,
     #[serde(default)]
     pub forwards: usize,
+    /// Where the request's time went, for answers this engine made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Stages>,
+}
+
+/// Where one case's request time went: the prompt and the engine's share of it; the rest of
+/// `ms` was spent outside the engine (context, prompt building, post-processing, queueing).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Stages {
+    pub prompt_tokens: usize,
+    /// Prompt tokens taken from the prefix store (no compute).
+    pub reused_tokens: usize,
+    /// Prompt tokens run through the model.
+    pub prefilled_tokens: usize,
+    pub prefill_ms: f64,
+    /// From the engine's start to the first token read back.
+    pub first_token_ms: f64,
+    pub decode_ms: f64,
+    /// The engine's whole time (tokenizing, prefill, decode, detokenizing).
+    pub engine_ms: f64,
+}
+
+impl Stages {
+    pub fn of(t: &crate::engine::Timing) -> Stages {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        Stages {
+            prompt_tokens: t.prompt_tokens,
+            reused_tokens: t.reused_tokens,
+            prefilled_tokens: t.prefilled_tokens,
+            prefill_ms: ms(t.prefill),
+            first_token_ms: ms(t.first_token),
+            decode_ms: ms(t.decode),
+            engine_ms: ms(t.total),
+        }
+    }
 }
 
 /// One of the pipeline's edits for a case.
@@ -418,10 +487,12 @@ pub async fn run_cases(
         if let Some((index, file, _)) = &repo {
             index.reload(file);
         }
-        let (mut tokens, mut forwards) = (0, 0);
+        let (mut tokens, mut forwards, mut stages) = (0, 0, None);
         let (output, error, alternatives) = match completion {
             Ok(c) => {
                 (tokens, forwards) = (c.timing.generated_tokens, c.timing.forwards());
+                // A typed-through answer or a remote one has no engine time to split.
+                stages = (c.timing.total > std::time::Duration::ZERO).then(|| Stages::of(&c.timing));
                 let output = c.edits.first().map(|e| e.text.clone()).unwrap_or_default();
                 let alternatives = if c.edits.len() > 1 || c.origins.iter().any(|o| o.logprob.is_some()) {
                     c.edits
@@ -452,6 +523,7 @@ pub async fn run_cases(
             alternatives,
             tokens,
             forwards,
+            stages,
         };
         progress(i, case, &r);
         out.push(r);
@@ -579,7 +651,55 @@ mod tests {
             alternatives: vec![],
             tokens: 0,
             forwards: 0,
+            stages: None,
         }
+    }
+
+    #[test]
+    fn stage_medians_split_a_request_and_leave_out_answers_without_an_engine_time() {
+        let timed = |id: &str, ms: f64, prefill: f64, decode: f64, tokens: usize| CaseResult {
+            ms,
+            tokens,
+            stages: Some(Stages {
+                prompt_tokens: 1000,
+                reused_tokens: 400,
+                prefilled_tokens: 600,
+                prefill_ms: prefill,
+                first_token_ms: prefill + 1.0,
+                decode_ms: decode,
+                engine_ms: prefill + 1.0 + decode,
+            }),
+            ..result(id, "x")
+        };
+        let r = Results {
+            engine: "laya".into(),
+            model: String::new(),
+            settings: None,
+            results: vec![
+                timed("a", 40.0, 10.0, 20.0, 11),
+                timed("b", 60.0, 20.0, 30.0, 11),
+                timed("c", 90.0, 30.0, 40.0, 11),
+                result("typed", "y"),
+            ],
+        };
+        let m = stage_medians(&r).unwrap();
+        assert!(
+            m.starts_with("medians over 3 cases: prompt 1000 tokens (400 reused, 600 run)"),
+            "{m}"
+        );
+        assert!(
+            m.contains(
+                "prefill 20.0 ms, first token 21.0 ms, decode 30.0 ms for 11 tokens (3.00 ms a token)"
+            ),
+            "{m}"
+        );
+        // 60 - 51 = 9 ms outside the engine for the median case.
+        assert!(m.contains("engine 51.0 ms, outside the engine 9.0 ms"), "{m}");
+        assert!(stage_medians(&Results {
+            results: vec![result("a", "x")],
+            ..r
+        })
+        .is_none());
     }
 
     #[test]

@@ -538,8 +538,14 @@ impl Pipeline {
         let mut context = Context::gather(r);
         let surroundings = Surroundings::at(text, cursor);
         let mid_line = !surroundings.line_suffix.trim().is_empty();
-        let block =
-            !(mid_line || r.trigger == Trigger::Automatic && !surroundings.line_prefix.trim().is_empty());
+        // An invoked request anywhere but mid-line asks for a block; an automatic one only
+        // where the cursor starts an empty block: elsewhere it completes the line, and stops
+        // at its end (a block answer there was mostly lines the user had not reached, and
+        // each costs a decode step while the user waits).
+        let block = match r.trigger {
+            Trigger::Invoked => !mid_line,
+            Trigger::Automatic => surroundings.starts_empty_block(),
+        };
         let max_tokens = if block {
             settings.max_tokens_block
         } else {
@@ -607,8 +613,9 @@ impl Pipeline {
                 max_tokens,
                 n,
                 sampling: SamplingParams::default(),
-                // A blank line after code ends a block in every supported language's style.
-                stop: vec![if mid_line { "\n" } else { "\n\n\n" }.into()],
+                // A blank line after code ends a block in every supported language's style; a
+                // line ends at its line break.
+                stop: vec![if block { "\n\n\n" } else { "\n" }.into()],
                 branch_first: n > 1,
             },
             route,
@@ -728,6 +735,7 @@ mod tests {
     #[derive(Default)]
     struct TwoTiers {
         seen: Mutex<Vec<(Option<ModelKey>, String)>>,
+        asked: Mutex<Vec<CompletionRequest>>,
     }
 
     #[async_trait::async_trait]
@@ -737,6 +745,7 @@ mod tests {
             req: CompletionRequest,
             _cancel: Cancel,
         ) -> Result<CompletionOutput, EngineError> {
+            self.asked.lock().unwrap().push(req.clone());
             self.seen.lock().unwrap().push((req.model, req.prompt));
             Ok(CompletionOutput {
                 served_by: req.model,
@@ -877,13 +886,86 @@ mod tests {
 
     /// Route first, then the prompt: a request the router sends to the large tier is built in
     /// the large model's budget (its longer suffix), one sent to the small tier in the small's.
+    /// What an automatic request asks for: a block (the block's token limit, ending at a
+    /// blank line) where the cursor starts an empty block, the rest of the line (the line's
+    /// limit, ending at the line break) on a blank line inside a written block, at the end of
+    /// a line and mid-line; an invoked request on a blank line asks for a block.
+    #[tokio::test]
+    async fn an_automatic_request_asks_for_a_block_only_where_one_starts() {
+        let engine = Arc::new(TwoTiers::default());
+        let pipeline = Pipeline::new(engine.clone());
+        let settings = CompletionSettings {
+            anchor_max_bytes: 0,
+            typing_through: false,
+            ..CompletionSettings::default()
+        };
+        let cases = [
+            (
+                "def f(x):\n    $0\n\ndef g():\n    pass\n",
+                Trigger::Automatic,
+                true,
+            ),
+            (
+                "def f(x):\n    y = 1\n    $0\n    return y\n",
+                Trigger::Automatic,
+                false,
+            ),
+            (
+                "def f(x):\n    y = 1$0\n    return y\n",
+                Trigger::Automatic,
+                false,
+            ),
+            (
+                "def f(x):\n    y = g($0)\n    return y\n",
+                Trigger::Automatic,
+                false,
+            ),
+            (
+                "def f(x):\n    y = 1\n    $0\n    return y\n",
+                Trigger::Invoked,
+                true,
+            ),
+            (
+                "def f(x):\n    y = g($0)\n    return y\n",
+                Trigger::Invoked,
+                false,
+            ),
+        ];
+        for (i, (fixture, trigger, block)) in cases.iter().enumerate() {
+            let cursor = fixture.find("$0").unwrap();
+            let doc = Document::new(&fixture.replace("$0", ""), 1, "python").snapshot("file:///w/f.py");
+            let request = Request {
+                doc: &doc,
+                others: &[],
+                cursor,
+                trigger: *trigger,
+                settings: &settings,
+                workspace_root: None,
+                workspace: None,
+            };
+            pipeline.complete(request, Cancel::new()).await.unwrap();
+            let asked = engine.asked.lock().unwrap()[i].clone();
+            let (limit, stop) = if *block {
+                (settings.max_tokens_block, "\n\n\n")
+            } else {
+                (settings.max_tokens_line, "\n")
+            };
+            assert_eq!(
+                (asked.max_tokens, asked.stop),
+                (limit, vec![stop.to_owned()]),
+                "{fixture:?} {trigger:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn the_prompt_is_built_in_the_budget_of_the_model_routed_to() {
         let suffix: String = (0..60)
             .map(|i| format!("    total = total + value_{i}\n"))
             .collect();
-        let text = format!("def f(values):\n    total = 0\n    \n{suffix}    return total\n");
-        let cursor = "def f(values):\n    total = 0\n    ".len();
+        let text =
+            format!("def f(values):\n    \n\ndef g(values):\n    total = 0\n{suffix}    return total\n");
+        let cursor = "def f(values):\n    ".len();
         let doc = Document::new(&text, 1, "python").snapshot("file:///w/f.py");
         let engine = Arc::new(TwoTiers::default());
         let pipeline = Pipeline::new(engine.clone());
@@ -901,8 +983,8 @@ mod tests {
             workspace_root: None,
             workspace: None,
         };
-        // The cursor on a line of only indentation: a block, which the policy gives the large
-        // tier; typed mid-line text stays small.
+        // The cursor starting an empty block: a block, which the policy gives the large tier;
+        // typed mid-line text stays small.
         pipeline
             .complete(request(Trigger::Automatic), Cancel::new())
             .await

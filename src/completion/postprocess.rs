@@ -15,6 +15,8 @@
 /// The text around the cursor that the rules look at.
 #[derive(Clone, Copy, Debug)]
 pub struct Surroundings<'a> {
+    /// Everything before the cursor's line (its line break included).
+    pub before_line: &'a str,
     /// Text of the cursor's line before the cursor.
     pub line_prefix: &'a str,
     /// Text of the cursor's line after the cursor (without the line break).
@@ -27,11 +29,13 @@ impl<'a> Surroundings<'a> {
     /// Split `text` at byte `cursor` (which must be a char boundary).
     pub fn at(text: &'a str, cursor: usize) -> Self {
         let (before, after) = text.split_at(cursor);
-        let line_prefix = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let (before_line, line_prefix) = before.split_at(line_start);
         let eol = after.find('\n').unwrap_or(after.len());
         let line_suffix = after[..eol].strip_suffix('\r').unwrap_or(&after[..eol]);
         let after_line = after.get(eol + 1..).unwrap_or("");
         Surroundings {
+            before_line,
             line_prefix,
             line_suffix,
             after_line,
@@ -41,6 +45,41 @@ impl<'a> Surroundings<'a> {
     fn mid_line(&self) -> bool {
         !self.line_suffix.trim().is_empty() && !only_closers(self.line_suffix.trim())
     }
+
+    /// Whether the cursor starts the body of a block that holds nothing yet, where the text to
+    /// come is several lines: at the end of a line that opens a block, or on a line of only
+    /// whitespace after one, with the next line that carries text indented no deeper than the
+    /// opener (or none); or on a line of only whitespace with nothing but whitespace after it.
+    /// Elsewhere a blank line inside code is one more line of a block already written.
+    pub fn starts_empty_block(&self) -> bool {
+        if !self.line_suffix.trim().is_empty() {
+            return false;
+        }
+        let next = self.after_line.lines().find(|l| !l.trim().is_empty());
+        let opener = if self.line_prefix.trim().is_empty() {
+            if next.is_none() {
+                return true;
+            }
+            match self.before_line.lines().rev().find(|l| !l.trim().is_empty()) {
+                Some(l) => l,
+                None => return false,
+            }
+        } else {
+            self.line_prefix
+        };
+        opens_block(opener) && next.is_none_or(|n| indent_of(n).len() <= indent_of(opener).len())
+    }
+}
+
+/// Whether a line of code ends by opening a block or a bracketed list.
+fn opens_block(line: &str) -> bool {
+    let code = line.trim();
+    code.ends_with(['{', '(', '[', ':'])
+        || code.ends_with("=>")
+        || code.ends_with("->")
+        || [" do", " then", " else"].iter().any(|k| code.ends_with(k))
+        || code == "else"
+        || code == "do"
 }
 
 /// What to insert at the cursor, and how many bytes after the cursor it replaces.
@@ -192,6 +231,41 @@ mod tests {
             text: text.to_owned(),
             replace_len,
         })
+    }
+
+    #[test]
+    fn a_block_is_wanted_only_where_the_cursor_starts_an_empty_one_or_ends_the_file() {
+        let at = |doc: &str| {
+            let cursor = doc.find("$0").expect("fixture needs $0");
+            let text = doc.replace("$0", "");
+            Surroundings::at(&text, cursor).starts_empty_block()
+        };
+        let cases: &[(&str, bool)] = &[
+            ("def f(x):\n    $0\n\ndef g():\n    pass\n", true),
+            ("fn f() {\n    $0\n}\n", true),
+            ("if (x) {\n\t$0\n}\nfoo();\n", true),
+            ("match x {\n    Some(y) =>\n        $0\n    None => 0,\n}\n", true),
+            ("items.each do\n  $0\nend\n", true),
+            ("x = 1\n$0", true),
+            ("x = 1\n$0\n   \n", true),
+            // A blank line inside a body already written: one more line.
+            ("def f(x):\n    y = 1\n    $0\n    return y\n", false),
+            ("def f(x):\n    $0\n    return x\n", false),
+            ("fn f() {\n    let a = 1;\n    $0\n    a\n}\n", false),
+            // At the end of a line that opens an empty block.
+            ("fn f() {$0\n}\n", true),
+            ("def f(x):$0\n\ndef g():\n    pass\n", true),
+            ("def f(x):$0\n    return x\n", false),
+            // Text on the cursor's line that opens nothing, or text after the cursor.
+            ("def f(x):\n    y = $0\n\n", false),
+            ("def f(x):\n    y = 1$0\n    return y\n", false),
+            ("def f(x):\n    $0y\n", false),
+            // Nothing opens a block before the cursor.
+            ("$0\nx = 1\n", false),
+        ];
+        for (doc, want) in cases {
+            assert_eq!(at(doc), *want, "{doc:?}");
+        }
     }
 
     #[test]

@@ -9,8 +9,11 @@
 pub const NGRAM_MAX: usize = 3;
 /// Shortest n-gram matched: a single token repeats too often to predict what follows it.
 pub const NGRAM_MIN: usize = 2;
-/// Most tokens drafted for one forward.
-pub const DRAFT_MAX: usize = 8;
+/// Most tokens drafted for one forward. With the fed token a checking forward is then 7 rows,
+/// which MLX's CUDA backend still runs through its matrix-vector kernel for quantized weights
+/// (`M * B < 8` in `mlx/backend/cuda/quantized/quantized.cpp`; 8 rows and more go to a tiled
+/// matrix kernel, or the naive one for f32 activations).
+pub const DRAFT_MAX: usize = 6;
 
 /// When decoding drafts tokens for the model to verify.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,12 +33,16 @@ impl Speculation {
     }
 }
 
-/// What a user picks: drafts where they pay (`auto`), always, or never.
+/// What a user picks: drafts where they pay (`auto`, which is nowhere measured so far), always,
+/// or never.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SpeculationChoice {
-    /// On a GPU, where a forward of a few more positions costs about what one costs; off on
-    /// the CPU, where each position costs a full token's time.
+    /// Off on every device measured: on the CPU each position costs a full token's time; on
+    /// an H100 a forward checking a full draft cost 2.1-2.4 decode steps and line answers of
+    /// about 10 tokens took 1.5-1.6 tokens a forward, so requests were no faster (0.5B p50 84
+    /// against 87 ms, 1.5B 121 against 119 ms) and slower at p99 (317 against 271 ms, 338
+    /// against 319 ms; docs/decisions.md).
     #[default]
     Auto,
     On,
@@ -43,11 +50,10 @@ pub enum SpeculationChoice {
 }
 
 impl SpeculationChoice {
-    /// What decoding does on a GPU (`gpu`) or the CPU.
-    pub fn resolve(self, gpu: bool) -> Speculation {
+    /// What decoding does: `auto` is off on every device measured.
+    pub fn resolve(self) -> Speculation {
         match self {
             SpeculationChoice::On => Speculation::NGRAM,
-            SpeculationChoice::Auto if gpu => Speculation::NGRAM,
             SpeculationChoice::Auto | SpeculationChoice::Off => Speculation::Off,
         }
     }

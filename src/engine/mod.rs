@@ -345,30 +345,38 @@ impl LocalModel {
             loaded,
             specials,
             prefix: std::sync::Mutex::new(prefix::PrefixStore::new(opts.prefix)),
-            speculation: opts.speculation.resolve(models::on_gpu()),
+            speculation: opts.speculation.resolve(),
         })
     }
 
     /// Run a short request once, so the first real one does not pay for kernel compilation
     /// and buffer allocation (MLX compiles GPU kernels at first use); its prompt starts with
-    /// [`warm_up_source`]. Returns its duration.
+    /// [`warm_up_source`]. On a GPU a second, long one follows ([`long_warm_up_source`]): a
+    /// prompt of several prefill chunks whose answer is decoded over more than 1,024 keys
+    /// (MLX's CUDA attention switches kernels there) and, with drafts, checked several tokens
+    /// a forward. Returns the whole duration.
     pub fn warmup(&self) -> Result<Duration, EngineError> {
         let start = Instant::now();
-        let body = warm_up_source();
-        let req = CompletionRequest {
-            model: None,
-            prompt: self
-                .specials
-                .family
-                .fim()
-                .fim(&format!("{body}def add(a, b):\n    return"), "\n"),
-            max_tokens: 2,
-            n: 1,
-            sampling: SamplingParams::default(),
-            stop: vec![],
-            branch_first: false,
-        };
-        self.complete(&req, &Cancel::new())?;
+        let mut bodies = vec![(warm_up_source(), 2)];
+        if models::on_gpu() {
+            bodies.push((long_warm_up_source(), 8));
+        }
+        for (body, max_tokens) in bodies {
+            let req = CompletionRequest {
+                model: None,
+                prompt: self
+                    .specials
+                    .family
+                    .fim()
+                    .fim(&format!("{body}def add(a, b):\n    return"), "\n"),
+                max_tokens,
+                n: 1,
+                sampling: SamplingParams::default(),
+                stop: vec![],
+                branch_first: false,
+            };
+            self.complete(&req, &Cancel::new())?;
+        }
         Ok(start.elapsed())
     }
 
@@ -540,7 +548,16 @@ impl<'t> StopScanner<'t> {
 /// matrix-product kernel for more than 16 rows, which every cold prompt uses (3.3 s on an H200
 /// when a real request paid for it). Empty on the CPU, which compiles nothing.
 pub fn warm_up_source() -> String {
-    let n = if models::on_gpu() { 12 } else { 0 };
+    scale_functions(if models::on_gpu() { 12 } else { 0 })
+}
+
+/// Python code for the long warm-up prompt on a GPU (about 2,300 tokens: more than four
+/// 512-token prefill chunks); empty on the CPU.
+pub fn long_warm_up_source() -> String {
+    scale_functions(if models::on_gpu() { 100 } else { 0 })
+}
+
+fn scale_functions(n: usize) -> String {
     (0..n)
         .map(|i| format!("def scale_{i}(values, factor={i}):\n    return [v * factor for v in values]\n\n\n"))
         .collect()

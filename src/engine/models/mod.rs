@@ -245,6 +245,19 @@ impl Model {
                 "group_size must be positive, is {group_size}"
             )));
         }
+        let mut weights = weights;
+        let float = crate::engine::runtime::activation_dtype().map_err(ModelError::Config)?;
+        if let Some(dtype) = float {
+            // Quantized weights stay integers; their scales and biases and every float tensor
+            // take the type, and the activations follow them.
+            for a in weights.values_mut() {
+                if matches!(a.dtype(), Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
+                    && a.dtype() != dtype
+                {
+                    *a = a.as_dtype(dtype)?;
+                }
+            }
+        }
         let mut w = Weights {
             map: weights,
             group_size,

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# One GPU session as a queue of measurements that runs in the background on the GPU machine
+# while the model files are still being carried to it, one part a call (a call carries at
+# most 64 MiB with the working tree; the 0.5B and 1.5B GGUFs are 1.6 GB).
+#
+# Here, before the session:
+#   scripts/gpu/cuda-ops.sh build laya         # libmlx's parts and the laya binary in .device/
+#   scripts/gpu/session.sh pack                 # .stage/: laya.xz, the GGUFs in parts, MANIFEST,
+#                                               # the case subsets; prints the part names
+# On the GPU machine, one call each, in order (each names its parts in `carry`):
+#   scripts/gpu/session.sh stage FILE...        # keep carried .stage/FILEs (and .device/mlx parts)
+#   scripts/gpu/session.sh start                # the queue, in its own process session
+#   scripts/gpu/session.sh decide ACT [CUDNN]   # the activation type the later jobs run with, and
+#                                               # MLX's cuDNN attention (1) or not (0, the default)
+#   scripts/gpu/session.sh status               # the log's end and the results so far
+#   scripts/gpu/session.sh collect              # results and logs into $OUT/session.tgz
+#
+# The queue (`run`), each job waiting for the files it needs: `diag` (the synthetic 0.5B with
+# f32, bf16 and f16 activations, MLX's cuDNN attention on and off), then, once `decide` has
+# named the activation type: `real-0.5b`, `synthetic` (3B / 32B / 30B-A3B beside mlx-lm),
+# `real-1.5b`, `stall` (the first request of each new prompt size after `laya serve` is ready).
+# Results go to /tmp/laya-session/results.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+S=/tmp/laya-session
+R=$S/results
+M=$S/models
+mkdir -p "$S/parts" "$R" "$M"
+
+log() { echo "== $* ($(date +%T))"; }
+
+wait_for() { # wait_for FILE...: until every FILE exists
+  for f in "$@"; do
+    until [[ -e $f ]]; do sleep 2; done
+  done
+}
+
+# Joins the parts of model $1 once all of them are here, checking size and sha256.
+assemble() {
+  local name=$1 out=$M/$1
+  [[ -f $out ]] && return 0
+  local count sha
+  read -r count sha < <(awk -v n="$name" '$1 == n { print $2, $3 }' "$S/MANIFEST")
+  until [[ $(ls "$S/parts/$name".* 2>/dev/null | wc -l) -ge $count ]]; do sleep 2; done
+  cat "$S/parts/$name".* >"$out.tmp"
+  if [[ $(sha256sum "$out.tmp" | cut -d' ' -f1) != "$sha" ]]; then
+    log "$name: sha256 mismatch"
+    return 1
+  fi
+  mv "$out.tmp" "$out" && rm -f "$S/parts/$name".*
+  log "$name assembled"
+}
+
+case "${1:-}" in
+pack)
+  mkdir -p .stage
+  rm -f .stage/*
+  xz -T2 -6 -c .device/laya >.stage/laya.xz
+  : >.stage/MANIFEST
+  part_mb=${PART_MB:-46}
+  for g in qwen2.5-coder-0.5b-instruct-q4_k_m.gguf qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; do
+    src=${LAYA_MODEL_DIR:-$HOME/.cache/laya/models}/$g
+    split -b "${part_mb}m" -d -a 2 "$src" ".stage/$g."
+    echo "$g $(ls .stage/"$g".* | wc -l) $(sha256sum "$src" | cut -d' ' -f1)" >>.stage/MANIFEST
+  done
+  # Held-out file windows: every other case (50 a language); the tuning set's: every fourth.
+  xz -dc bench/quality/cases-xl-file.jsonl.xz | awk 'NR % 2 == 1' >.stage/xl-file-300.jsonl
+  xz -dc bench/quality/cases-large-file.jsonl.xz | awk 'NR % 4 == 1' >.stage/large-file-150.jsonl
+  xz -dc bench/quality/cases-repo-xl.jsonl.xz >.stage/repo-xl.jsonl
+  cat .stage/MANIFEST
+  ls -la .stage
+  ;;
+stage)
+  shift
+  for f in "$@"; do
+    case $f in
+    mlx.tar.xz.*) mkdir -p /tmp/laya-cuda && cp ".device/$f" /tmp/laya-cuda/ ;;
+    *.gguf.*) cp ".stage/$f" "$S/parts/" ;;
+    *) cp ".stage/$f" "$S/" ;;
+    esac
+  done
+  if [[ -f $S/laya.xz && ! -x $S/laya ]]; then xz -dc "$S/laya.xz" >"$S/laya" && chmod +x "$S/laya"; fi
+  if [[ -f .peer/llama-server-cuda-sm90.xz && ! -x $S/llama-server ]]; then
+    xz -dc .peer/llama-server-cuda-sm90.xz >"$S/llama-server" && chmod +x "$S/llama-server"
+  fi
+  echo "staged: $(ls "$S/parts" | wc -l) parts, $(ls "$M" | wc -l) models; $(du -sh "$S" | cut -f1)"
+  ;;
+start)
+  # The queue runs from a copy of the scripts and case files: later calls replace the checkout.
+  rm -rf "$S/repo" && mkdir -p "$S/repo"
+  cp -r scripts examples "$S/repo/" && mkdir -p "$S/repo/bench/quality" && cp -r bench/quality/repos "$S/repo/bench/quality/"
+  [[ -d .whl ]] && cp -r .whl "$S/repo/"
+  setsid nohup bash "$S/repo/scripts/gpu/session.sh" run >"$S/runner.log" 2>&1 </dev/null &
+  echo "queue started (pid $!)"
+  ;;
+decide)
+  echo "$2 ${3:-0}" >"$S/act"
+  echo "activations: $2, cuDNN attention: ${3:-0}"
+  ;;
+status)
+  tail -n "${2:-30}" "$S/runner.log"
+  [[ -n ${OUT:-} ]] && tar -C "$S" -czf "$OUT/session.tgz" results runner.log
+  ls -la "$R"
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+  ;;
+collect)
+  tar -C "$S" -czf "${OUT:-/tmp}/session.tgz" results runner.log
+  ls -la "${OUT:-/tmp}/session.tgz"
+  ;;
+run)
+  # Here: $S/repo (scripts, examples, bench/quality/repos, .whl).
+  L=$S/laya
+  wait_for "$L" /tmp/laya-cuda/mlx.tar.xz.aa /tmp/laya-cuda/mlx.tar.xz.ab
+  cx() { scripts/gpu/cuda-ops.sh exec "$@"; }
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  G05=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+  G15=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+  XL=$S/xl-file-300.jsonl TUNE=$S/large-file-150.jsonl REPO=$S/repo-xl.jsonl
+
+  # A session that has decided already (`decide` before `start`) skips the comparison.
+  [[ -f $S/act ]] && DIAG=() || DIAG=(f32:1 bf16:1 bf16:0 f16:0)
+  for v in "${DIAG[@]}"; do
+    act=${v%:*} cudnn=${v#*:}
+    log "diag $act cudnn=$cudnn"
+    LAYA_ACTIVATIONS=$act MLX_CUDA_USE_CUDNN_SDPA=$cudnn cx "$L" --device gpu bench engine \
+      --synthetic qwen2.5-coder-0.5b --precision q8 --prefill 128,700,1352,2048 --decode 32 \
+      --json "$R/diag-$act-cudnn$cudnn.jsonl" 2>&1 | grep -v "^\s*$" | tail -25
+  done
+  log "diag done; waiting for decide"
+  wait_for "$S/act"
+  read -r ACT CUDNN <"$S/act"
+  export LAYA_ACTIVATIONS=$ACT MLX_CUDA_USE_CUDNN_SDPA=${CUDNN:-0}
+  log "activations $ACT, cuDNN attention $MLX_CUDA_USE_CUDNN_SDPA"
+
+  real() { # real TAG GGUF [short]: short leaves out the f32 rows and the tuning set
+    local tag=$1 g=$2 short=${3:-}
+    log "$tag: engine bench ($ACT, then f32)"
+    cx "$L" --device gpu bench engine --model "$g" --precision q8 --prefill 128,512,2048 --decode 64 \
+      --json "$R/engine-$tag-$ACT.jsonl" 2>&1 | tail -30
+    for stop in 48 line; do
+      extra=(); [[ $stop == line ]] && extra=(--stop '\n')
+      log "$tag: llama-server /infill, held-out file windows ($stop)"
+      python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$XL" \
+        --n-ctx 8192 --batch-size 2048 "${extra[@]}" --server-log "$R/llama-server-$tag-$stop.log" \
+        --out "$R/llama-server-$tag-xl-$stop.json" 2>&1 | tail -2
+    done
+    log "$tag: llama-server /infill, cross-file held-out (plain FIM)"
+    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$REPO" \
+      --n-ctx 8192 --batch-size 2048 --stop '\n' --out "$R/llama-server-$tag-repo-line.json" 2>&1 | tail -2
+    runs=("$ACT-spec-on:$ACT:on" "$ACT-spec-off:$ACT:off")
+    [[ -n $short ]] || runs+=("f32-spec-off:f32:off")
+    for v in "${runs[@]}"; do
+      IFS=: read -r name a spec <<<"$v"
+      log "$tag: laya held-out file windows ($name)"
+      LAYA_ACTIVATIONS=$a cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$XL" \
+        --speculation "$spec" --compare "$R/llama-server-$tag-xl-line.json" \
+        --out "$R/laya-$tag-xl-$name.json" 2>>"$R/laya-$tag.err" | tail -14
+    done
+    [[ -n $short ]] && runs=()
+    for v in "${runs[@]}"; do
+      IFS=: read -r name a spec <<<"$v"
+      log "$tag: laya tuning file windows ($name)"
+      LAYA_ACTIVATIONS=$a cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$TUNE" \
+        --speculation "$spec" --out "$R/laya-$tag-tune-$name.json" 2>>"$R/laya-$tag.err" | tail -4
+    done
+    for ws in on off; do
+      settings='{}'; [[ $ws == off ]] && settings='{"workspaceContext":false}'
+      log "$tag: laya cross-file held-out (workspace $ws)"
+      cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$REPO" --repos bench/quality/repos \
+        --settings "$settings" --compare "$R/llama-server-$tag-repo-line.json" \
+        --out "$R/laya-$tag-repo-ws-$ws.json" 2>>"$R/laya-$tag.err" | tail -14
+    done
+  }
+
+  assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf && real 0.5b "$G05"
+
+  log "stall: the first request of each new prompt size after laya serve is ready"
+  python3 scripts/gpu/first_request.py --laya "$L" --model "$G05" --cases "$XL" --out "$R/stall-0.5b.json" \
+    --wrap scripts/gpu/cuda-ops.sh 2>&1 | tail -20
+  assemble qwen2.5-coder-1.5b-instruct-q4_k_m.gguf && real 1.5b "$G15" short
+  log "synthetic shapes beside mlx-lm"
+  site=/tmp/mlx-site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+    .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
+  for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
+  for shape in qwen2.5-coder-3b qwen2.5-coder-32b qwen3-coder-30b-a3b; do
+    log "laya --synthetic $shape"
+    cx "$L" --device gpu bench engine --synthetic "$shape" --precision q4,q8 --prefill 128,2048 --decode 32 \
+      --json "$R/synthetic-$shape.jsonl" 2>&1 | tail -8
+    log "mlx-lm $shape"
+    PYTHONPATH="$site" cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape "$shape" --bits 4,8 --prefill 128,2048 \
+      --decode 32 --ops --json "$R/mlx-lm-$shape.jsonl" 2>&1 | tail -3
+  done
+
+
+  log "all done"
+  ;;
+*)
+  sed -n '2,22p' "$0"
+  exit 2
+  ;;
+esac
