@@ -108,11 +108,10 @@ struct Leave<'a> {
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        self.inflight
-            .remove_if_mut(self.uri, |_, list| {
-                list.retain(|r| !r.cancel.same(&self.cancel));
-                list.is_empty()
-            });
+        self.inflight.remove_if_mut(self.uri, |_, list| {
+            list.retain(|r| !r.cancel.same(&self.cancel));
+            list.is_empty()
+        });
     }
 }
 

@@ -130,9 +130,7 @@ async fn follow(client: Client, supported: bool, mut events: mpsc::UnboundedRece
                     }))
                     .await;
                 open = Some((progress, false));
-                client
-                    .log_message(MessageType::INFO, "laya: loading model")
-                    .await;
+                client.log_message(MessageType::INFO, "laya: loading model").await;
             }
             continue;
         }

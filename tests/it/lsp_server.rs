@@ -703,7 +703,12 @@ async fn loading_server(load: &Arc<Load>, progress: bool, answer_after: Duration
 }
 
 /// Sends `method` to the service now and returns its answer's task (the answer as JSON).
-async fn spawn_call(c: &mut InProcess, method: &str, id: Option<i64>, params: Value) -> tokio::task::JoinHandle<Value> {
+async fn spawn_call(
+    c: &mut InProcess,
+    method: &str,
+    id: Option<i64>,
+    params: Value,
+) -> tokio::task::JoinHandle<Value> {
     let mut request = Request::build(method.to_owned()).params(params);
     if let Some(id) = id {
         request = request.id(id);
@@ -735,7 +740,11 @@ async fn until_sent(sent: &Sent, what: impl Fn(&str, &Value) -> bool) {
         }
     })
     .await;
-    assert!(found.is_ok(), "not sent; the server sent {:?}", sent.lock().unwrap());
+    assert!(
+        found.is_ok(),
+        "not sent; the server sent {:?}",
+        sent.lock().unwrap()
+    );
 }
 
 /// `$/progress` of the model's token: each value's kind.
@@ -763,11 +772,20 @@ async fn the_first_request_waits_for_the_model_to_load_and_is_answered() {
     let initialized = spawn_call(&mut c, "initialized", None, json!({})).await;
     let uri = "file:///work/demo/a.py";
     c.open(uri, "python", "a = $0\n").await;
-    let first = spawn_call(&mut c, "textDocument/inlineCompletion", Some(7), inline_params(uri, true)).await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, true),
+    )
+    .await;
     until_sent(&sent, is_waiting_report).await;
     assert!(!first.is_finished(), "answered before the model loaded");
     load.finish();
-    let answer = tokio::time::timeout(Duration::from_secs(10), first).await.unwrap().unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(answer["result"][0]["insertText"], "z", "{answer}");
     initialized.await.unwrap();
     until_sent(&sent, |m, p| {
@@ -775,9 +793,11 @@ async fn the_first_request_waits_for_the_model_to_load_and_is_answered() {
     })
     .await;
     assert_eq!(model_progress(&sent), ["begin", "report", "end"]);
-    let created = sent.lock().unwrap().iter().position(|(m, p)| {
-        m == "window/workDoneProgress/create" && p["token"] == "laya/model"
-    });
+    let created = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|(m, p)| m == "window/workDoneProgress/create" && p["token"] == "laya/model");
     let begun = sent.lock().unwrap().iter().position(|(m, _)| m == "$/progress");
     assert!(created.is_some() && created < begun, "{:?}", sent.lock().unwrap());
 }
@@ -791,9 +811,18 @@ async fn no_progress_goes_to_a_client_that_did_not_offer_it() {
     c.notify("initialized", json!({})).await;
     let uri = "file:///work/demo/a.py";
     c.open(uri, "python", "a = $0\n").await;
-    let first = spawn_call(&mut c, "textDocument/inlineCompletion", Some(7), inline_params(uri, false)).await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, false),
+    )
+    .await;
     load.finish();
-    let answer = tokio::time::timeout(Duration::from_secs(10), first).await.unwrap().unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(answer["result"][0]["insertText"], "z", "{answer}");
     until_sent(&sent, |m, p| {
         m == "window/logMessage" && p["message"].as_str().is_some_and(|t| t.contains("model ready"))
@@ -817,9 +846,18 @@ async fn a_request_before_the_engine_exists_waits_for_it() {
     let (mut c, _sent) = loading_server(&load, true, Duration::ZERO).await;
     let uri = "file:///work/demo/a.py";
     c.open(uri, "python", "a = $0\n").await;
-    let first = spawn_call(&mut c, "textDocument/inlineCompletion", Some(7), inline_params(uri, true)).await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, true),
+    )
+    .await;
     c.notify("initialized", json!({})).await;
-    let answer = tokio::time::timeout(Duration::from_secs(10), first).await.unwrap().unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(answer["result"][0]["insertText"], "z", "{answer}");
 }
 
@@ -832,7 +870,13 @@ async fn a_cancel_during_the_load_answers_at_once() {
     c.notify("initialized", json!({})).await;
     let uri = "file:///work/demo/a.py";
     c.open(uri, "python", "a = $0\n").await;
-    let first = spawn_call(&mut c, "textDocument/inlineCompletion", Some(7), inline_params(uri, true)).await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, true),
+    )
+    .await;
     until_sent(&sent, is_waiting_report).await;
     c.notify("$/cancelRequest", json!({ "id": 7 })).await;
     let answer = tokio::time::timeout(Duration::from_secs(10), first)
@@ -854,7 +898,13 @@ async fn only_automatic_requests_are_superseded_while_the_model_loads() {
     c.notify("initialized", json!({})).await;
     let uri = "file:///work/demo/a.py";
     c.open(uri, "python", "a = $0\n").await;
-    let invoked = spawn_call(&mut c, "textDocument/inlineCompletion", Some(1), inline_params(uri, true)).await;
+    let invoked = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(1),
+        inline_params(uri, true),
+    )
+    .await;
     until_sent(&sent, is_waiting_report).await;
     // Sent in this order: the older one's handler starts first (as the transport starts them).
     let older = c
@@ -886,7 +936,13 @@ async fn only_automatic_requests_are_superseded_while_the_model_loads() {
     .unwrap();
     assert_eq!(older["error"]["code"], -32800, "{older}");
     let newer = serde_json::to_value(newer.unwrap()).unwrap();
-    for r in [tokio::time::timeout(Duration::from_secs(10), invoked).await.unwrap().unwrap(), newer] {
+    for r in [
+        tokio::time::timeout(Duration::from_secs(10), invoked)
+            .await
+            .unwrap()
+            .unwrap(),
+        newer,
+    ] {
         assert_eq!(r["result"][0]["insertText"], "z", "{r}");
     }
 }
