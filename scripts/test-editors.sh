@@ -109,19 +109,45 @@ test_smoke() {
   stop_stub
 }
 
+# cold_start NAME INIT_OPTIONS ARG...: the editor's first request on a cold daemon, as NAME
+# starts laya (`$LAYA_BIN ARG...`): editors/testing/cold_start.py in a runtime directory of its
+# own, the real 0.5B (`--large none`, no HTTP port), few tokens (the CPU decodes ~0.6 s a token).
+cold_start() {
+  local name="$1" init="$2"
+  shift 2
+  python3 editors/testing/cold_start.py --progress --snippets --init-options "$init" -- \
+    "$LAYA_BIN" "$@" --large none --no-http > "$ARTIFACTS/$name-cold.log" 2>&1
+}
+
+# Laya's settings with few tokens a suggestion: the JSON object given, completion's
+# maxTokensLine and maxTokensBlock set to 4.
+few_tokens() {
+  python3 -c 'import json, sys; s = json.loads(sys.argv[1]); s.setdefault("completion", {}).update(maxTokensLine=4, maxTokensBlock=4); print(json.dumps(s))' "$1"
+}
+
 test_helix() {
   local t=$SECONDS
   if ! python3 -c 'import tomllib' 2> /dev/null; then
     record helix SKIP "python3 without tomllib (3.11+ needed)" $((SECONDS - t))
     return
   fi
-  if run_logged helix python3 editors/helix/test_languages.py -v; then
-    local skipped=""
-    have hx || skipped="hx not installed: snippet checked against Helix's schema, no hx --health"
-    record helix PASS "$skipped" $((SECONDS - t))
-  else
+  if ! run_logged helix python3 editors/helix/test_languages.py -v; then
     record helix FAIL "see $ARTIFACTS/helix.log" $((SECONDS - t))
+    return
   fi
+  # The snippet's command line and settings, from a cold daemon.
+  if ! laya_ok; then record helix FAIL "$laya_reason" $((SECONDS - t)); return; fi
+  local server args=() init
+  server="$(python3 -c 'import json, tomllib; s = tomllib.load(open("editors/helix/languages.toml", "rb"))["language-server"]["laya"]; print(json.dumps([s["args"], s.get("config", {})]))')"
+  mapfile -t args < <(python3 -c 'import json, sys; print("\n".join(json.loads(sys.argv[1])[0]))' "$server")
+  init="$(few_tokens "$(python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[1]))' "$server")")"
+  if ! cold_start helix "$init" "${args[@]}"; then
+    record helix FAIL "first request on a cold daemon, see $ARTIFACTS/helix-cold.log" $((SECONDS - t))
+    return
+  fi
+  local skipped="the snippet's laya lsp answered its first request on a cold daemon"
+  have hx || skipped="$skipped; hx not installed: snippet checked against Helix's schema, no hx --health"
+  record helix PASS "$skipped" $((SECONDS - t))
 }
 
 test_zed() {
@@ -131,6 +157,13 @@ test_zed() {
   if run_logged zed bash -c 'python3 editors/zed/test_manifest.py -v &&
     CARGO_TARGET_DIR="$1" cargo test --locked --manifest-path editors/zed/Cargo.toml' _ "$CACHE/zed-target"; then
     local note="manifest check, unit tests and host build; Zed itself is not installable here"
+    # The extension's default command (`laya lsp`) and settings, from a cold daemon.
+    if ! laya_ok; then record zed FAIL "$laya_reason" $((SECONDS - t)); return; fi
+    if ! cold_start zed "$(few_tokens '{}')" lsp; then
+      record zed FAIL "first request on a cold daemon, see $ARTIFACTS/zed-cold.log" $((SECONDS - t))
+      return
+    fi
+    note="$note; its laya lsp answered the first request on a cold daemon"
     if rustup target list --installed 2> /dev/null | grep -q wasm32-wasip1; then
       if env CARGO_TARGET_DIR="$CACHE/zed-target" cargo build --locked --release \
         --target wasm32-wasip1 --manifest-path editors/zed/Cargo.toml >> "$ARTIFACTS/zed.log" 2>&1; then

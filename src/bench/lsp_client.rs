@@ -23,6 +23,10 @@ pub struct LspProcess {
     pub logs: Vec<String>,
     /// `window/showMessage` texts seen so far (also in `logs`, prefixed `shown: `).
     pub shown: Vec<String>,
+    /// `$/progress` notifications seen so far (their params), and the tokens the server asked
+    /// to create (`window/workDoneProgress/create`), each in the order it came.
+    pub progress: Vec<Value>,
+    pub progress_created: Vec<Value>,
     /// Answers that came for no request being waited for: a second answer to one request,
     /// or a late one to a request that timed out.
     pub stray_answers: usize,
@@ -112,6 +116,8 @@ impl LspProcess {
             next_id: 1,
             logs: vec![],
             shown: vec![],
+            progress: vec![],
+            progress_created: vec![],
             stray_answers: 0,
         })
     }
@@ -139,6 +145,9 @@ impl LspProcess {
     fn other(&mut self, m: Value) -> Result<(), String> {
         match (m.get("method").and_then(Value::as_str), m.get("id")) {
             (Some(method), Some(id)) => {
+                if method == "window/workDoneProgress/create" {
+                    self.progress_created.push(m["params"]["token"].clone());
+                }
                 let result = if method == "workspace/configuration" {
                     let n = m["params"]["items"].as_array().map(Vec::len).unwrap_or(1);
                     Value::Array(vec![Value::Null; n])
@@ -151,6 +160,10 @@ impl LspProcess {
                 if let Some(t) = m["params"]["message"].as_str() {
                     self.logs.push(t.to_owned());
                 }
+                Ok(())
+            }
+            (Some("$/progress"), None) => {
+                self.progress.push(m["params"].clone());
                 Ok(())
             }
             (Some("window/showMessage"), None) => {

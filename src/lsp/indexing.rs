@@ -37,7 +37,7 @@ impl Indexing {
     /// Build the index over `roots` on a blocking thread, reporting progress to the client
     /// (when it takes progress), then keep it in place of the one before, unless another
     /// build started meanwhile. No roots: no index. Returns at once.
-    pub fn start(self: &Arc<Self>, client: Client, roots: Vec<PathBuf>) {
+    pub fn start(self: &Arc<Self>, client: Client, roots: Vec<PathBuf>, progress: bool) {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if roots.is_empty() {
             *self.index.write().unwrap_or_else(|p| p.into_inner()) = None;
@@ -66,7 +66,7 @@ impl Indexing {
                 }
                 stats
             });
-            let progress = super::progress::Progress::create(&client, "laya/index").await;
+            let progress = super::progress::Progress::create(&client, "laya/index", progress).await;
             let send = |value: WorkDoneProgress| {
                 let progress = progress.clone();
                 async move { progress.send(value).await }

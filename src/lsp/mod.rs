@@ -2,10 +2,14 @@
 //! converts positions once (in `convert`) and hands byte offsets to the completion pipeline.
 //!
 //! Requests: `textDocument/inlineCompletion` (LSP 3.18, ghost text) and, for clients without
-//! it, `textDocument/completion` items carrying a `textEdit`. A newer request for a document
-//! cancels the older one (answered with RequestCancelled), as does `$/cancelRequest` (the
-//! future is dropped, which sets the engine's cancel flag). The model loads on its own thread
-//! after `initialized`, reported through `$/progress`; `initialize` never waits for it.
+//! it, `textDocument/completion` items carrying a `textEdit`. A request that comes while the
+//! model loads (or before its engine exists) waits for it and is answered with the
+//! completion; `$/progress` says it waits. `$/cancelRequest` ends a request at once (the
+//! future is dropped, which cancels the engine's work), and so does a newer request for the
+//! same document that supersedes it (answered with RequestCancelled): an automatic one is
+//! superseded by any newer request, an invoked one only once the document changed. The model
+//! loads on its own thread after `initialized`, reported through `$/progress`; `initialize`
+//! never waits for it.
 
 pub mod acceptance;
 pub mod convert;
@@ -15,7 +19,7 @@ pub mod progress;
 pub mod transport;
 pub mod workspace;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use dashmap::DashMap;
 use serde::Deserialize;
@@ -80,6 +84,35 @@ struct State {
     workspace: workspace::Workspace,
     /// The client registers file watchers dynamically.
     watch_files: bool,
+    /// The client takes `$/progress` the server starts (`window.workDoneProgress`).
+    progress: bool,
+}
+
+/// A request in flight for a document: how to stop it, and what may supersede it.
+struct InFlight {
+    cancel: Cancel,
+    /// An automatic request (typing), which any newer request for the document supersedes.
+    automatic: bool,
+    /// The document's version it was made for: an invoked request is superseded only by a
+    /// request made after the document changed.
+    version: i32,
+}
+
+/// Takes a request out of the document's requests in flight when it ends, however it ends
+/// (answered, cancelled, or its future dropped on `$/cancelRequest`).
+struct Leave<'a> {
+    inflight: &'a DashMap<String, Vec<InFlight>>,
+    uri: &'a str,
+    cancel: Cancel,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.inflight.remove_if_mut(self.uri, |_, list| {
+            list.retain(|r| !r.cancel.same(&self.cancel));
+            list.is_empty()
+        });
+    }
 }
 
 pub struct LayaServer {
@@ -87,9 +120,12 @@ pub struct LayaServer {
     docs: DocumentStore,
     state: RwLock<State>,
     source: Mutex<Option<EngineSource>>,
-    pipeline: RwLock<Option<Arc<Pipeline>>>,
-    /// The cancel flag of the request in flight per document.
-    inflight: DashMap<String, Cancel>,
+    /// The pipeline, once its engine exists (requests before that wait for it).
+    pipeline: tokio::sync::watch::Sender<Option<Arc<Pipeline>>>,
+    /// The model's loading as the client sees it (a deferred engine's, once started).
+    model: OnceLock<progress::ModelProgress>,
+    /// The requests in flight per document.
+    inflight: DashMap<String, Vec<InFlight>>,
     accepted: acceptance::Acceptance,
     indexing: Arc<indexing::Indexing>,
 }
@@ -110,9 +146,11 @@ impl LayaServer {
                 root: None,
                 workspace: workspace::Workspace::default(),
                 watch_files: false,
+                progress: false,
             }),
             source: Mutex::new(Some(source).filter(|_| pipeline.is_none())),
-            pipeline: RwLock::new(pipeline),
+            pipeline: tokio::sync::watch::Sender::new(pipeline),
+            model: OnceLock::new(),
             inflight: DashMap::new(),
             accepted: acceptance::Acceptance::default(),
             indexing: Arc::default(),
@@ -149,74 +187,68 @@ impl LayaServer {
         }
     }
 
-    async fn start_engine(&self) {
+    /// Make the deferred engine (it starts loading its model) and follow its state with
+    /// `$/progress`. The engine is made at once: asking the client for the progress token
+    /// goes on beside the load, and requests wait for the engine, never for the client.
+    fn start_engine(&self) {
         let Some(EngineSource::Deferred(make)) = self.source.lock().unwrap_or_else(|p| p.into_inner()).take()
         else {
             return;
         };
-        let progress = progress::Progress::create(&self.client, "laya/model").await;
-        let client = self.client.clone();
-        let handle = tokio::runtime::Handle::current();
-        // A model that fails while loading is shown to the user (the fix is theirs to make);
-        // a failure after it was ready (a daemon that died) is only logged, as the next
-        // request recovers from it.
-        let last = std::sync::Mutex::new(ModelState::Loading);
-        let report = move |state: &ModelState| {
-            let was_loading = matches!(
-                std::mem::replace(
-                    &mut *last.lock().unwrap_or_else(|p| p.into_inner()),
-                    state.clone()
-                ),
-                ModelState::Loading
-            );
-            let failed = matches!(state, ModelState::Failed(_));
-            let show = failed && was_loading;
-            let (value, log) = match state {
-                ModelState::Loading => (
-                    WorkDoneProgress::Begin(WorkDoneProgressBegin {
-                        title: "laya: loading model".into(),
-                        ..Default::default()
-                    }),
-                    "laya: loading model".to_owned(),
-                ),
-                ModelState::Ready { load_time, device } => {
-                    let msg = format!("ready on {device} in {:.1} s", load_time.as_secs_f64());
-                    (
-                        WorkDoneProgress::End(WorkDoneProgressEnd {
-                            message: Some(msg.clone()),
-                        }),
-                        format!("laya: model {msg}"),
-                    )
-                }
-                ModelState::Failed(e) => (
-                    WorkDoneProgress::End(WorkDoneProgressEnd {
-                        message: Some(format!("failed: {e}")),
-                    }),
-                    if was_loading {
-                        format!("laya: no completions: the model failed to load: {e}")
-                    } else {
-                        format!("laya: no completions: {e}")
-                    },
-                ),
-            };
-            let client = client.clone();
-            let progress = progress.clone();
-            handle.spawn(async move {
-                progress.send(value).await;
-                if show {
-                    client.show_message(MessageType::ERROR, log.clone()).await;
-                }
-                let level = if failed {
-                    MessageType::ERROR
-                } else {
-                    MessageType::INFO
-                };
-                client.log_message(level, log).await;
-            });
+        let supported = self.state.read().unwrap_or_else(|p| p.into_inner()).progress;
+        let model = self
+            .model
+            .get_or_init(|| progress::ModelProgress::start(self.client.clone(), supported))
+            .clone();
+        model.state(&ModelState::Loading);
+        let engine = make(Box::new(move |state: &ModelState| model.state(state)));
+        self.pipeline.send_replace(Some(Arc::new(Pipeline::new(engine))));
+    }
+
+    /// The pipeline, if its engine exists yet.
+    fn pipeline(&self) -> Option<Arc<Pipeline>> {
+        self.pipeline.borrow().clone()
+    }
+
+    /// The pipeline once its engine exists (made after `initialized`).
+    async fn engine_made(&self) -> Arc<Pipeline> {
+        let mut made = self.pipeline.subscribe();
+        let pipeline = match made.wait_for(Option::is_some).await {
+            Ok(p) => p.clone(),
+            // The sender lives as long as the server: never reached.
+            Err(_) => None,
         };
-        report(&ModelState::Loading);
-        let engine = make(Box::new(report));
-        *self.pipeline.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Pipeline::new(engine)));
+        match pipeline {
+            Some(p) => p,
+            None => futures::future::pending().await,
+        }
+    }
+
+    /// Say through `$/progress` that a request waits for the model.
+    fn waiting_for_model(&self) {
+        if let Some(m) = self.model.get() {
+            m.waiting();
+        }
+    }
+
+    /// Register a request for `uri` (at `version`), superseding the document's older requests
+    /// that it may: automatic ones, and invoked ones made for an older version.
+    fn enter(&self, uri: &str, version: i32, trigger: Trigger) -> Cancel {
+        let cancel = Cancel::new();
+        let mut list = self.inflight.entry(uri.to_owned()).or_default();
+        list.retain(|older| {
+            let superseded = older.automatic || older.version != version;
+            if superseded {
+                older.cancel.cancel();
+            }
+            !superseded
+        });
+        list.push(InFlight {
+            cancel: cancel.clone(),
+            automatic: trigger == Trigger::Automatic,
+            version,
+        });
+        cancel
     }
 
     /// Snapshot + cursor offset for a request, or the error to answer with.
@@ -242,16 +274,26 @@ impl LayaServer {
         if !settings.languages.is_empty() && !settings.languages.contains(&doc.language_id) {
             return Ok(None);
         }
-        let Some(pipeline) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).clone() else {
-            return Ok(None); // no engine yet
+        let cancel = self.enter(uri.as_str(), doc.version, trigger);
+        let _leave = Leave {
+            inflight: &self.inflight,
+            uri: uri.as_str(),
+            cancel: cancel.clone(),
         };
-        let cancel = Cancel::new();
-        if let Some(older) = self.inflight.insert(uri.as_str().to_owned(), cancel.clone()) {
-            older.cancel();
-        }
+        // Before `initialized` has made the engine, the request waits for it.
+        let pipeline = match self.pipeline() {
+            Some(p) => p,
+            None => {
+                self.waiting_for_model();
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(convert::cancelled()),
+                    p = self.engine_made() => p,
+                }
+            }
+        };
         // Typing the shown suggestion: answer at once, no debounce, no model.
         if let Some(c) = pipeline.typed_through(&doc, cursor, &settings) {
-            self.inflight.remove_if(uri.as_str(), |_, v| v.same(&cancel));
             tracing::info!(uri = uri.as_str(), "completion typed through");
             return Ok(Some((doc, cursor, c)));
         }
@@ -285,8 +327,16 @@ impl LayaServer {
             workspace_root: root.as_deref(),
             workspace: index.as_deref(),
         };
-        let result = pipeline.complete(request, cancel.clone()).await;
-        self.inflight.remove_if(uri.as_str(), |_, v| v.same(&cancel));
+        // A model still loading answers once loaded: the request waits for it (the engines
+        // queue it), bounded only by its cancellation, which ends the wait at once.
+        if pipeline.engine().state() == ModelState::Loading {
+            self.waiting_for_model();
+        }
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(convert::cancelled()),
+            r = pipeline.complete(request, cancel.clone()) => r,
+        };
         if cancel.is_cancelled() {
             return Err(convert::cancelled());
         }
@@ -365,7 +415,7 @@ impl LayaServer {
             .pointer("/textDocument/uri")
             .and_then(Value::as_str)
             .ok_or_else(|| convert::invalid_params("laya/explain needs {textDocument: {uri}}"))?;
-        let Some(pipeline) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+        let Some(pipeline) = self.pipeline() else {
             return Ok(Value::Null);
         };
         Ok(match pipeline.explain(uri) {
@@ -430,6 +480,12 @@ impl LanguageServer for LayaServer {
                 params.root_path.as_deref(),
             );
             st.workspace = workspace::Workspace::from_initialize(&folders, root_uri, root_path);
+            st.progress = params
+                .capabilities
+                .window
+                .as_ref()
+                .and_then(|w| w.work_done_progress)
+                .unwrap_or(false);
             st.watch_files = params
                 .capabilities
                 .workspace
@@ -479,18 +535,19 @@ impl LanguageServer for LayaServer {
     }
 
     async fn initialized(&self, _: InitializedParams) {
-        let (roots, watch, wanted) = {
+        let (roots, watch, wanted, progress) = {
             let st = self.state.read().unwrap_or_else(|p| p.into_inner());
             (
                 st.workspace.file_roots(),
                 st.watch_files,
                 st.settings.completion.workspace_context,
+                st.progress,
             )
         };
+        self.start_engine();
         if wanted {
-            self.indexing.start(self.client.clone(), roots);
+            self.indexing.start(self.client.clone(), roots, progress);
         }
-        self.start_engine().await;
         if wanted && watch {
             indexing::Indexing::watch(&self.client).await;
         }
@@ -506,8 +563,10 @@ impl LanguageServer for LayaServer {
     }
 
     async fn shutdown(&self) -> RpcResult<()> {
-        for flag in self.inflight.iter() {
-            flag.cancel();
+        for list in self.inflight.iter() {
+            for r in list.iter() {
+                r.cancel.cancel();
+            }
         }
         Ok(())
     }
@@ -554,7 +613,7 @@ impl LanguageServer for LayaServer {
     }
 
     async fn did_change_workspace_folders(&self, p: DidChangeWorkspaceFoldersParams) {
-        let (roots, wanted) = {
+        let (roots, wanted, progress) = {
             let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
             let before = st.workspace.file_roots();
             for f in &p.event.removed {
@@ -567,22 +626,25 @@ impl LanguageServer for LayaServer {
             (
                 (roots != before).then_some(roots),
                 st.settings.completion.workspace_context,
+                st.progress,
             )
         };
         if let (Some(roots), true) = (roots, wanted) {
-            self.indexing.start(self.client.clone(), roots);
+            self.indexing.start(self.client.clone(), roots, progress);
         }
     }
 
     async fn did_close(&self, p: DidCloseTextDocumentParams) {
         let uri = p.text_document.uri.as_str().to_owned();
-        if let Some((_, flag)) = self.inflight.remove(&uri) {
-            flag.cancel();
+        if let Some((_, list)) = self.inflight.remove(&uri) {
+            for r in list {
+                r.cancel.cancel();
+            }
         }
         let _ = self.docs.close(&uri);
         self.indexing.saved(&uri, None);
         self.accepted.forget(&uri);
-        if let Some(p) = self.pipeline.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        if let Some(p) = self.pipeline() {
             p.forget(&uri);
         }
     }

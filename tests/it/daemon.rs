@@ -612,3 +612,77 @@ fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
     assert_eq!(e["servedBy"], "small/q8", "{e}");
     p.shutdown(Duration::from_secs(10));
 }
+
+/// The first request after `initialized` on a cold daemon (none runs: `laya lsp` starts it, and
+/// the real 0.5B loads on the CPU) waits for the model, with `$/progress` saying so, and is
+/// answered with a completion. A request cancelled meanwhile (`$/cancelRequest`) is answered
+/// at once: while the model still loads.
+#[test]
+fn the_first_request_on_a_cold_daemon_waits_for_the_model_and_is_answered() {
+    let _busy = support::busy_cpu();
+    let m = laya::catalog::find("qwen2.5-coder-0.5b").unwrap();
+    assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let _cleanup = KillDaemons(dir.clone());
+    let mut cmd = laya();
+    cmd.args([
+        "lsp",
+        "--small",
+        "qwen2.5-coder-0.5b",
+        "--large",
+        "none",
+        "--device",
+        "cpu",
+        "--no-http",
+    ])
+    .env("LAYA_RUNTIME_DIR", &dir)
+    .stderr(std::process::Stdio::null());
+    let mut p = laya::bench::lsp_client::LspProcess::spawn(cmd).unwrap();
+    // Few tokens: the CPU decodes the 0.5B at ~0.6 s a token.
+    p.initialize(json!({ "completion": { "debounceMs": 0, "maxTokensLine": 3, "maxTokensBlock": 3 } }))
+        .unwrap();
+    let uri = "file:///t/add.py";
+    p.open(uri, "python", "def add(a, b):\n    return ").unwrap();
+    let at = |uri: &str| {
+        json!({ "textDocument": { "uri": uri }, "position": { "line": 1, "character": 11 },
+            "context": { "triggerKind": 1 } })
+    };
+    let first = p.start("textDocument/inlineCompletion", at(uri)).unwrap();
+    let other = "file:///t/other.py";
+    p.open(other, "python", "def add(a, b):\n    return ").unwrap();
+    let cancelled = p.start("textDocument/inlineCompletion", at(other)).unwrap();
+    p.notify("$/cancelRequest", json!({ "id": cancelled })).unwrap();
+    let kinds = |p: &laya::bench::lsp_client::LspProcess| -> Vec<String> {
+        p.progress
+            .iter()
+            .filter(|v| v["token"] == "laya/model")
+            .map(|v| v["value"]["kind"].as_str().unwrap_or("?").to_owned())
+            .collect()
+    };
+    let c = p.answer(cancelled, Duration::from_secs(60)).unwrap();
+    assert_eq!(c["error"]["code"], -32800, "{c}");
+    assert!(
+        !kinds(&p).contains(&"end".to_owned()),
+        "the cancel was answered only once the model had loaded: {:?}",
+        p.progress
+    );
+    let a = p.answer(first, Duration::from_secs(300)).unwrap();
+    let items = a["result"].as_array().cloned().unwrap_or_default();
+    let text = items
+        .first()
+        .and_then(|i| i["insertText"].as_str())
+        .unwrap_or_default();
+    assert!(!text.trim().is_empty(), "{a}; logs {:?}", p.logs);
+    assert_eq!(daemons_for(&dir).len(), 1, "laya lsp started its daemon");
+    assert_eq!(kinds(&p), ["begin", "report", "end"], "{:?}", p.progress);
+    assert!(p.progress_created.contains(&json!("laya/model")));
+    let waiting = p
+        .progress
+        .iter()
+        .find(|v| v["value"]["kind"] == "report")
+        .and_then(|v| v["value"]["message"].as_str())
+        .unwrap_or_default();
+    assert!(waiting.contains("waits for the model"), "{:?}", p.progress);
+    p.shutdown(Duration::from_secs(10));
+}

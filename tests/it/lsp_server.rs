@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 use tower::{Service, ServiceExt};
 use tower_lsp_server::jsonrpc::Request;
 
-use crate::support::{engine::FakeEngine, lsp::InProcess};
+use crate::support::{
+    engine::{FakeEngine, Load},
+    lsp::InProcess,
+};
 
 /// A server on `engine`, initialized in the workspace folder `file:///work/demo`, offering
 /// UTF-8 positions or not, with laya's settings `init`.
@@ -652,4 +655,294 @@ async fn an_unanswered_progress_request_does_not_keep_the_engine_from_starting()
     let pos = c.open(uri, "python", "a = $0\n").await;
     let r = c.inline(uri, pos).await;
     assert_eq!(r["result"][0]["insertText"], "z", "{r}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Requests that meet a model still loading.
+
+/// What the server sent the client: (method, params) of each request and notification.
+type Sent = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// A server whose engine is made after `initialized` (as `laya lsp` makes it) and whose model
+/// loads until `load` finishes; answering "z". The client offers `$/progress` when
+/// `progress`, answers each request of the server after `answer_after`, and keeps what the
+/// server sent it. `initialize` is done; `initialized` is not.
+async fn loading_server(load: &Arc<Load>, progress: bool, answer_after: Duration) -> (InProcess, Sent) {
+    use futures::SinkExt;
+    use tower_lsp_server::jsonrpc::Response;
+    let engine = FakeEngine::answering("z").loading(load.clone()).shared();
+    let (made, gate) = (engine.clone(), load.clone());
+    let (service, socket) = build_service(EngineSource::Deferred(Box::new(move |report| {
+        gate.report_to(report);
+        made
+    })));
+    let sent: Sent = Arc::default();
+    let (mut from_server, mut to_server) = socket.split();
+    let log = sent.clone();
+    tokio::spawn(async move {
+        while let Some(req) = from_server.next().await {
+            let params = req.params().cloned().unwrap_or(Value::Null);
+            log.lock().unwrap().push((req.method().to_owned(), params));
+            if let Some(id) = req.id().cloned() {
+                tokio::time::sleep(answer_after).await;
+                let _ = to_server.send(Response::from_ok(id, Value::Null)).await;
+            }
+        }
+    });
+    let mut c = InProcess::of(service, engine);
+    let capabilities = match progress {
+        true => json!({ "window": { "workDoneProgress": true } }),
+        false => json!({}),
+    };
+    c.request(
+        "initialize",
+        json!({ "capabilities": capabilities, "initializationOptions": no_debounce() }),
+    )
+    .await;
+    (c, sent)
+}
+
+/// Sends `method` to the service now and returns its answer's task (the answer as JSON).
+async fn spawn_call(
+    c: &mut InProcess,
+    method: &str,
+    id: Option<i64>,
+    params: Value,
+) -> tokio::task::JoinHandle<Value> {
+    let mut request = Request::build(method.to_owned()).params(params);
+    if let Some(id) = id {
+        request = request.id(id);
+    }
+    let answer = c.service.ready().await.unwrap().call(request.finish());
+    tokio::spawn(async move { serde_json::to_value(answer.await.unwrap()).unwrap() })
+}
+
+/// An inline completion at the end of `uri`'s line 0 (`a = `), invoked or automatic.
+fn inline_params(uri: &str, invoked: bool) -> Value {
+    json!({
+        "textDocument": { "uri": uri }, "position": { "line": 0, "character": 4 },
+        "context": { "triggerKind": if invoked { 1 } else { 2 } },
+    })
+}
+
+fn inline_request(id: i64, uri: &str, invoked: bool) -> Request {
+    Request::build("textDocument/inlineCompletion")
+        .id(id)
+        .params(inline_params(uri, invoked))
+        .finish()
+}
+
+/// Waits (10 s at most) until the server has sent a message that `what` matches.
+async fn until_sent(sent: &Sent, what: impl Fn(&str, &Value) -> bool) {
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while !sent.lock().unwrap().iter().any(|(m, p)| what(m, p)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        found.is_ok(),
+        "not sent; the server sent {:?}",
+        sent.lock().unwrap()
+    );
+}
+
+/// `$/progress` of the model's token: each value's kind.
+fn model_progress(sent: &Sent) -> Vec<String> {
+    let sent = sent.lock().unwrap();
+    sent.iter()
+        .filter(|(m, p)| m == "$/progress" && p["token"] == "laya/model")
+        .map(|(_, p)| p["value"]["kind"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+fn is_waiting_report(m: &str, p: &Value) -> bool {
+    m == "$/progress" && p["token"] == "laya/model" && p["value"]["kind"] == "report"
+}
+
+/// The first request comes right after `initialized`, while the client has not yet answered
+/// the progress request and the model still loads: it waits for the load, `$/progress` says
+/// so (created, begun, a report that a completion waits, ended), and it is answered with the
+/// completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_waits_for_the_model_to_load_and_is_answered() {
+    let load = Load::new();
+    let (mut c, sent) = loading_server(&load, true, Duration::from_millis(300)).await;
+    // `initialized` runs beside what follows, as the real transport runs handlers.
+    let initialized = spawn_call(&mut c, "initialized", None, json!({})).await;
+    let uri = "file:///work/demo/a.py";
+    c.open(uri, "python", "a = $0\n").await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, true),
+    )
+    .await;
+    until_sent(&sent, is_waiting_report).await;
+    assert!(!first.is_finished(), "answered before the model loaded");
+    load.finish();
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer["result"][0]["insertText"], "z", "{answer}");
+    initialized.await.unwrap();
+    until_sent(&sent, |m, p| {
+        m == "window/logMessage" && p["message"].as_str().is_some_and(|t| t.contains("model ready"))
+    })
+    .await;
+    assert_eq!(model_progress(&sent), ["begin", "report", "end"]);
+    let created = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|(m, p)| m == "window/workDoneProgress/create" && p["token"] == "laya/model");
+    let begun = sent.lock().unwrap().iter().position(|(m, _)| m == "$/progress");
+    assert!(created.is_some() && created < begun, "{:?}", sent.lock().unwrap());
+}
+
+/// A client that does not offer `window.workDoneProgress` is sent no progress at all, and its
+/// request during the load is answered all the same.
+#[tokio::test]
+async fn no_progress_goes_to_a_client_that_did_not_offer_it() {
+    let load = Load::new();
+    let (mut c, sent) = loading_server(&load, false, Duration::ZERO).await;
+    c.notify("initialized", json!({})).await;
+    let uri = "file:///work/demo/a.py";
+    c.open(uri, "python", "a = $0\n").await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, false),
+    )
+    .await;
+    load.finish();
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer["result"][0]["insertText"], "z", "{answer}");
+    until_sent(&sent, |m, p| {
+        m == "window/logMessage" && p["message"].as_str().is_some_and(|t| t.contains("model ready"))
+    })
+    .await;
+    let progress: Vec<_> = sent
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, _)| m.contains("rogress"))
+        .cloned()
+        .collect();
+    assert_eq!(progress, vec![], "no progress for this client");
+}
+
+/// A request that comes before `initialized` made the engine waits for it.
+#[tokio::test]
+async fn a_request_before_the_engine_exists_waits_for_it() {
+    let load = Load::new();
+    load.finish();
+    let (mut c, _sent) = loading_server(&load, true, Duration::ZERO).await;
+    let uri = "file:///work/demo/a.py";
+    c.open(uri, "python", "a = $0\n").await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, true),
+    )
+    .await;
+    c.notify("initialized", json!({})).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer["result"][0]["insertText"], "z", "{answer}");
+}
+
+/// `$/cancelRequest` for a request waiting on the load answers it at once (RequestCancelled),
+/// with the model still loading; nothing reached the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_during_the_load_answers_at_once() {
+    let load = Load::new();
+    let (mut c, sent) = loading_server(&load, true, Duration::ZERO).await;
+    c.notify("initialized", json!({})).await;
+    let uri = "file:///work/demo/a.py";
+    c.open(uri, "python", "a = $0\n").await;
+    let first = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(7),
+        inline_params(uri, true),
+    )
+    .await;
+    until_sent(&sent, is_waiting_report).await;
+    c.notify("$/cancelRequest", json!({ "id": 7 })).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("answered while the model still loads")
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    assert!(c.engine.prompts().is_empty());
+    assert_eq!(model_progress(&sent), ["begin", "report"], "the load goes on");
+}
+
+/// While the model loads, a newer request for the document supersedes an older automatic one
+/// (answered RequestCancelled) but not an invoked one, which the client asked for and is
+/// answered once the model is ready; so is the newest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_automatic_requests_are_superseded_while_the_model_loads() {
+    let load = Load::new();
+    let (mut c, sent) = loading_server(&load, true, Duration::ZERO).await;
+    c.notify("initialized", json!({})).await;
+    let uri = "file:///work/demo/a.py";
+    c.open(uri, "python", "a = $0\n").await;
+    let invoked = spawn_call(
+        &mut c,
+        "textDocument/inlineCompletion",
+        Some(1),
+        inline_params(uri, true),
+    )
+    .await;
+    until_sent(&sent, is_waiting_report).await;
+    // Sent in this order: the older one's handler starts first (as the transport starts them).
+    let older = c
+        .service
+        .ready()
+        .await
+        .unwrap()
+        .call(inline_request(2, uri, false));
+    let newer = c
+        .service
+        .ready()
+        .await
+        .unwrap()
+        .call(inline_request(3, uri, false));
+    let (superseded, told) = tokio::sync::oneshot::channel();
+    let older = async move {
+        let r = serde_json::to_value(older.await.unwrap()).unwrap();
+        let _ = superseded.send(());
+        r
+    };
+    let finish = async {
+        let _ = told.await;
+        load.finish();
+    };
+    let (older, newer, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(older, newer, finish)
+    })
+    .await
+    .unwrap();
+    assert_eq!(older["error"]["code"], -32800, "{older}");
+    let newer = serde_json::to_value(newer.unwrap()).unwrap();
+    for r in [
+        tokio::time::timeout(Duration::from_secs(10), invoked)
+            .await
+            .unwrap()
+            .unwrap(),
+        newer,
+    ] {
+        assert_eq!(r["result"][0]["insertText"], "z", "{r}");
+    }
 }

@@ -327,7 +327,8 @@ pub fn lsp_configured(dir: &Path, args: &[&str], settings: Value, ready: Option<
         .stderr(Stdio::null());
     let mut p = LspProcess::spawn(cmd).unwrap();
     p.initialize(settings).unwrap();
-    // Completions are answered once the engine is set up (after `initialized`).
+    // A request made while the model loads waits for it; `ready` starts the test from a
+    // loaded model instead.
     if let Some(wait) = ready {
         assert!(p.wait_log(|l| l.contains("model ready"), wait), "{:?}", p.logs);
     }

@@ -1,6 +1,7 @@
 //! The tests' one fake engine: a deterministic stand-in for a model, for the tests of what
 //! lies around the engine (the LSP server, its transport, the completion pipeline). It
-//! answers from a script, at once or after a delay, or never; it records every prompt.
+//! answers from a script, at once or after a delay, or never, or once its model has
+//! "loaded" ([`Load`]); it records every prompt.
 
 use std::{
     sync::{Arc, Mutex},
@@ -14,6 +15,50 @@ use laya::engine::{
 
 type Script = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
 
+/// A model load that ends when the test says so: until [`Load::finish`] the engine reports
+/// `Loading` and its requests wait (a cancelled one gives up at once); then it reports
+/// `Ready`, to itself and to whoever [`Load::report_to`] named.
+pub struct Load {
+    done: tokio::sync::watch::Sender<bool>,
+    report: Mutex<Option<laya::lsp::StateReport>>,
+}
+
+impl Load {
+    pub fn new() -> Arc<Load> {
+        Arc::new(Load {
+            done: tokio::sync::watch::Sender::new(false),
+            report: Mutex::new(None),
+        })
+    }
+
+    /// Who hears the state once the load ends (the LSP server's report of a deferred engine).
+    pub fn report_to(&self, report: laya::lsp::StateReport) {
+        *self.report.lock().unwrap() = Some(report);
+    }
+
+    pub fn finish(&self) {
+        self.done.send_replace(true);
+        if let Some(report) = self.report.lock().unwrap().take() {
+            report(&ready());
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    async fn wait(&self) {
+        let _ = self.done.subscribe().wait_for(|d| *d).await;
+    }
+}
+
+fn ready() -> ModelState {
+    ModelState::Ready {
+        load_time: Duration::ZERO,
+        device: "fake".into(),
+    }
+}
+
 pub struct FakeEngine {
     /// The candidates for a prompt.
     script: Script,
@@ -22,6 +67,8 @@ pub struct FakeEngine {
     /// Never answers, cancelled or not, and reports its model loading.
     stuck: bool,
     parameters: Option<u64>,
+    /// The model's load, when it has one to wait for.
+    load: Option<Arc<Load>>,
     prompts: Mutex<Vec<String>>,
 }
 
@@ -39,6 +86,7 @@ impl FakeEngine {
             delay: Duration::ZERO,
             stuck: false,
             parameters: None,
+            load: None,
             prompts: Mutex::new(vec![]),
         }
     }
@@ -54,6 +102,14 @@ impl FakeEngine {
     /// Answers after `delay`, or at once when the request is cancelled.
     pub fn delayed(self, delay: Duration) -> FakeEngine {
         FakeEngine { delay, ..self }
+    }
+
+    /// Loading until `load` finishes: requests wait for it (or for their cancel).
+    pub fn loading(self, load: Arc<Load>) -> FakeEngine {
+        FakeEngine {
+            load: Some(load),
+            ..self
+        }
     }
 
     /// Reports `parameters` as its model's size.
@@ -83,6 +139,12 @@ impl Engine for FakeEngine {
         req: CompletionRequest,
         cancel: Cancel,
     ) -> Result<CompletionOutput, EngineError> {
+        if let Some(load) = &self.load {
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(EngineError::Request("cancelled".into())),
+                _ = load.wait() => {}
+            }
+        }
         self.prompts.lock().unwrap().push(req.prompt.clone());
         if self.stuck {
             return futures::future::pending().await;
@@ -110,13 +172,10 @@ impl Engine for FakeEngine {
     }
 
     fn state(&self) -> ModelState {
-        if self.stuck {
+        if self.stuck || self.load.as_ref().is_some_and(|l| !l.is_done()) {
             return ModelState::Loading;
         }
-        ModelState::Ready {
-            load_time: Duration::ZERO,
-            device: "fake".into(),
-        }
+        ready()
     }
 
     fn parameters(&self) -> Option<u64> {
