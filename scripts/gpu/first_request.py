@@ -15,20 +15,17 @@ other text. A stall is the first request's time over the second's.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_infill import free_port, post  # noqa: E402
 
 SIZES = [150, 400, 700, 1100, 1500, 2000, 2600, 3200, 3800]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url):
@@ -36,11 +33,10 @@ def get(url):
         return json.loads(r.read().decode())
 
 
-def post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+def timed_post(base, body):
+    """POST /complete; returns (ms, the answer)."""
     t = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=600) as r:
-        out = json.loads(r.read().decode())
+    out = post(base, "/complete", body, timeout=600)
     return (time.perf_counter() - t) * 1000, out
 
 
@@ -85,7 +81,7 @@ def main():
                 n = size * 3  # bytes; about 3 a token in code
                 prefix = text[at:at + n]
                 at += n
-                ms, out = post(base + "/complete", {"prefix": prefix, "suffix": "\n", "max_tokens": a.max_tokens,
+                ms, out = timed_post(base, {"prefix": prefix, "suffix": "\n", "max_tokens": a.max_tokens,
                                                      "max_prompt_tokens": 4096, "temperature": 0})
                 times.append((ms, out.get("timing", {})))
             (first, t1), (second, _) = times

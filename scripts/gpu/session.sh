@@ -126,7 +126,7 @@ run)
       --synthetic qwen2.5-coder-0.5b --precision q8 --prefill 128,700,1352,2048 --decode 32 \
       --json "$R/diag-$act-cudnn$cudnn.jsonl" 2>&1 | grep -v "^\s*$" | tail -25
   done
-  log "diag done; waiting for decide"
+  [[ ${#DIAG[@]} -eq 0 ]] || log "diag done; waiting for decide"
   wait_for "$S/act"
   read -r ACT CUDNN <"$S/act"
   export LAYA_ACTIVATIONS=$ACT MLX_CUDA_USE_CUDNN_SDPA=${CUDNN:-0}
@@ -134,7 +134,7 @@ run)
 
   real() { # real TAG GGUF [short]: short leaves out the f32 rows and the tuning set
     local tag=$1 g=$2 short=${3:-}
-    log "$tag: engine bench ($ACT, then f32)"
+    log "$tag: engine bench ($ACT)"
     cx "$L" --device gpu bench engine --model "$g" --precision q8 --prefill 128,512,2048 --decode 64 \
       --json "$R/engine-$tag-$ACT.jsonl" 2>&1 | tail -30
     for stop in 48 line; do

@@ -776,6 +776,16 @@ mod tests {
         }
     }
 
+    /// Settings under which every request builds its prompt afresh (no anchor, no typing
+    /// through a shown answer).
+    fn fresh_prompts() -> CompletionSettings {
+        CompletionSettings {
+            anchor_max_bytes: 0,
+            typing_through: false,
+            ..CompletionSettings::default()
+        }
+    }
+
     /// A workspace of `shop/cart.py` (class `Cart`) and `shop/views.py` (the returned text,
     /// which completes at its end after `cart.`), indexed.
     fn shop_workspace() -> (tempfile::TempDir, WorkspaceIndex, &'static str) {
@@ -807,10 +817,8 @@ mod tests {
         let pipeline = Pipeline::new(engine.clone());
         for on in [true, false] {
             let settings = CompletionSettings {
-                anchor_max_bytes: 0,
-                typing_through: false,
                 workspace_context: on,
-                ..CompletionSettings::default()
+                ..fresh_prompts()
             };
             let request = Request {
                 doc: &doc,
@@ -884,8 +892,6 @@ mod tests {
         }
     }
 
-    /// Route first, then the prompt: a request the router sends to the large tier is built in
-    /// the large model's budget (its longer suffix), one sent to the small tier in the small's.
     /// What an automatic request asks for: a block (the block's token limit, ending at a
     /// blank line) where the cursor starts an empty block, the rest of the line (the line's
     /// limit, ending at the line break) on a blank line inside a written block, at the end of
@@ -894,11 +900,7 @@ mod tests {
     async fn an_automatic_request_asks_for_a_block_only_where_one_starts() {
         let engine = Arc::new(TwoTiers::default());
         let pipeline = Pipeline::new(engine.clone());
-        let settings = CompletionSettings {
-            anchor_max_bytes: 0,
-            typing_through: false,
-            ..CompletionSettings::default()
-        };
+        let settings = fresh_prompts();
         let cases = [
             (
                 "def f(x):\n    $0\n\ndef g():\n    pass\n",
@@ -958,6 +960,8 @@ mod tests {
         }
     }
 
+    /// Route first, then the prompt: a request the router sends to the large tier is built in
+    /// the large model's budget (its longer suffix), one sent to the small tier in the small's.
     #[tokio::test]
     async fn the_prompt_is_built_in_the_budget_of_the_model_routed_to() {
         let suffix: String = (0..60)
@@ -969,11 +973,7 @@ mod tests {
         let doc = Document::new(&text, 1, "python").snapshot("file:///w/f.py");
         let engine = Arc::new(TwoTiers::default());
         let pipeline = Pipeline::new(engine.clone());
-        let settings = CompletionSettings {
-            anchor_max_bytes: 0,
-            typing_through: false,
-            ..CompletionSettings::default()
-        };
+        let settings = fresh_prompts();
         let request = |trigger| Request {
             doc: &doc,
             others: &[],

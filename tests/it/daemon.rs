@@ -563,20 +563,7 @@ fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
     let _cleanup = KillDaemons(dir.clone());
-    let mut cmd = laya();
-    cmd.args([
-        "lsp",
-        "--small",
-        "qwen2.5-coder-0.5b",
-        "--large",
-        "qwen2.5-coder-1.5b",
-        "--device",
-        "cpu",
-        "--no-http",
-    ])
-    .env("LAYA_RUNTIME_DIR", &dir)
-    .stderr(std::process::Stdio::null());
-    let mut p = laya::bench::lsp_client::LspProcess::spawn(cmd).unwrap();
+    let mut p = lsp_on_the_cpu(&dir, "qwen2.5-coder-1.5b");
     p.initialize(json!({ "completion": { "debounceMs": 0, "maxTokensLine": 2 } }))
         .unwrap();
     assert!(
@@ -625,20 +612,7 @@ fn the_first_request_on_a_cold_daemon_waits_for_the_model_and_is_answered() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
     let _cleanup = KillDaemons(dir.clone());
-    let mut cmd = laya();
-    cmd.args([
-        "lsp",
-        "--small",
-        "qwen2.5-coder-0.5b",
-        "--large",
-        "none",
-        "--device",
-        "cpu",
-        "--no-http",
-    ])
-    .env("LAYA_RUNTIME_DIR", &dir)
-    .stderr(std::process::Stdio::null());
-    let mut p = laya::bench::lsp_client::LspProcess::spawn(cmd).unwrap();
+    let mut p = lsp_on_the_cpu(&dir, "none");
     // Few tokens: the CPU decodes the 0.5B at ~0.6 s a token.
     p.initialize(json!({ "completion": { "debounceMs": 0, "maxTokensLine": 3, "maxTokensBlock": 3 } }))
         .unwrap();
@@ -685,4 +659,23 @@ fn the_first_request_on_a_cold_daemon_waits_for_the_model_and_is_answered() {
         .unwrap_or_default();
     assert!(waiting.contains("waits for the model"), "{:?}", p.progress);
     p.shutdown(Duration::from_secs(10));
+}
+
+/// `laya lsp` on the CPU with the 0.5B as the small tier and `large` (a catalog name or
+/// `none`), no HTTP, its daemons' runtime folder `dir`.
+fn lsp_on_the_cpu(dir: &std::path::Path, large: &str) -> laya::bench::lsp_client::LspProcess {
+    let mut cmd = laya();
+    cmd.args([
+        "lsp",
+        "--small",
+        "qwen2.5-coder-0.5b",
+        "--large",
+        large,
+        "--device",
+        "cpu",
+        "--no-http",
+    ])
+    .env("LAYA_RUNTIME_DIR", dir)
+    .stderr(std::process::Stdio::null());
+    laya::bench::lsp_client::LspProcess::spawn(cmd).unwrap()
 }
