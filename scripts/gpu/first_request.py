@@ -48,10 +48,13 @@ def main():
     ap.add_argument("--wrap")
     ap.add_argument("--out")
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--device", default="gpu", help="laya's --device (cpu: to check this script)")
+    ap.add_argument("--sizes", help="prompt sizes in tokens, comma-separated (default: %(default)s)",
+                    default=",".join(map(str, SIZES)))
     a = ap.parse_args()
     text = "".join(json.loads(line)["prefix"] for line in open(a.cases))
     port = free_port()
-    cmd = [a.laya, "--device", "gpu", "serve", "--small", a.model, "--large", "none", "--precision", "q8",
+    cmd = [a.laya, "--device", a.device, "serve", "--small", a.model, "--large", "none", "--precision", "q8",
            "--http-addr", f"127.0.0.1:{port}"]
     if a.wrap:
         cmd = [a.wrap, "exec"] + cmd
@@ -66,6 +69,9 @@ def main():
             try:
                 h = get(base + "/health")
                 models = h.get("models") or []
+                failed = [m for m in models if m.get("state") == "failed"]
+                if failed:
+                    sys.exit(f"laya serve: {failed[0].get('id')} failed: {failed[0].get('error')}")
                 if models and all(m.get("state") == "ready" and m.get("warm", True) for m in models):
                     break
             except OSError:
@@ -75,7 +81,7 @@ def main():
         print(f"ready after {ready_s:.1f} s", flush=True)
         rows = []
         at = 0
-        for size in SIZES:
+        for size in map(int, a.sizes.split(",")):
             times = []
             for _ in range(2):
                 n = size * 3  # bytes; about 3 a token in code

@@ -16,9 +16,12 @@
 #   scripts/gpu/session.sh collect              # results and logs into $OUT/session.tgz
 #
 # The queue (`run`), each job waiting for the files it needs: `diag` (the synthetic 0.5B with
-# f32, bf16 and f16 activations, MLX's cuDNN attention on and off), then, once `decide` has
-# named the activation type: `real-0.5b`, `synthetic` (3B / 32B / 30B-A3B beside mlx-lm),
-# `real-1.5b`, `stall` (the first request of each new prompt size after `laya serve` is ready).
+# f32, bf16 and f16 activations, MLX's cuDNN attention on and off; skipped when `decide` came
+# before `start`), then, once `decide` has named the activation type: `probe` (MLX's CUDA graph
+# settings on the tuning set's file windows, the 0.5B; the winner is kept for the rest),
+# `real 0.5b` (engine bench, held-out file windows and cross-file beside llama-server), `stall`
+# (the first request of each new prompt size after `laya serve` is ready), `synthetic`
+# (3B / 32B / 30B-A3B beside mlx-lm), `real 1.5b`.
 # Results go to /tmp/laya-session/results.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -137,13 +140,10 @@ run)
     log "$tag: engine bench ($ACT)"
     cx "$L" --device gpu bench engine --model "$g" --precision q8 --prefill 128,512,2048 --decode 64 \
       --json "$R/engine-$tag-$ACT.jsonl" 2>&1 | tail -30
-    for stop in 48 line; do
-      extra=(); [[ $stop == line ]] && extra=(--stop '\n')
-      log "$tag: llama-server /infill, held-out file windows ($stop)"
-      python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$XL" \
-        --n-ctx 8192 --batch-size 2048 "${extra[@]}" --server-log "$R/llama-server-$tag-$stop.log" \
-        --out "$R/llama-server-$tag-xl-$stop.json" 2>&1 | tail -2
-    done
+    log "$tag: llama-server /infill, held-out file windows (to the line break)"
+    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$XL" \
+      --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-$tag-line.log" \
+      --out "$R/llama-server-$tag-xl-line.json" 2>&1 | tail -2
     log "$tag: llama-server /infill, cross-file held-out (plain FIM)"
     python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$REPO" \
       --n-ctx 8192 --batch-size 2048 --stop '\n' --out "$R/llama-server-$tag-repo-line.json" 2>&1 | tail -2
@@ -172,27 +172,51 @@ run)
     done
   }
 
-  assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf && real 0.5b "$G05"
+  # MLX's CUDA graphs, chosen on the tuning set's file windows (the held-out runs use the
+  # winner): as built (H100: graphs of up to 100 ops), no graphs (each kernel launched as it
+  # comes), one graph a decode step.
+  probe() { # probe GGUF
+    local best='' best_p50=1e9 v name
+    for v in "default:" "nographs:MLX_USE_CUDA_GRAPHS=0" "onegraph:MLX_MAX_OPS_PER_BUFFER=2000 MLX_MAX_MB_PER_BUFFER=100000"; do
+      name=${v%%:*}
+      log "probe $name (${v#*:}): laya tuning file windows, 0.5b"
+      env ${v#*:} scripts/gpu/cuda-ops.sh exec "$L" --device gpu bench quality --model "$1" --precision q8 \
+        --cases "$TUNE" --speculation off --out "$R/probe-$name.json" 2>>"$R/probe.err" | tail -3
+      p50=$(python3 -c 'import json,statistics,sys; r=json.load(open(sys.argv[1]))["results"]; print(statistics.median(c["ms"] for c in r))' "$R/probe-$name.json")
+      log "probe $name: p50 $p50 ms"
+      if python3 -c "import sys; sys.exit(0 if $p50 < $best_p50 * 0.97 else 1)"; then best=${v#*:} best_p50=$p50; fi
+    done
+    echo "$best" >"$S/knobs"
+    log "probe: chose '${best:-as built}'"
+  }
+
+  synthetic() {
+    log "synthetic shapes beside mlx-lm"
+    site=/tmp/mlx-site
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+      .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
+    for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
+    for shape in qwen2.5-coder-3b qwen2.5-coder-32b qwen3-coder-30b-a3b; do
+      log "laya --synthetic $shape"
+      cx "$L" --device gpu bench engine --synthetic "$shape" --precision q4,q8 --prefill 128,2048 --decode 32 \
+        --json "$R/synthetic-$shape.jsonl" 2>&1 | tail -8
+      log "mlx-lm $shape"
+      PYTHONPATH="$site" cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape "$shape" --bits 4,8 --prefill 128,2048 \
+        --decode 32 --ops --json "$R/mlx-lm-$shape.jsonl" 2>&1 | tail -3
+    done
+  }
+
+  assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf && probe "$G05"
+  knobs=$(cat "$S/knobs")
+  # shellcheck disable=SC2086
+  [[ -z $knobs ]] || export $knobs
+  real 0.5b "$G05" short
 
   log "stall: the first request of each new prompt size after laya serve is ready"
   python3 scripts/gpu/first_request.py --laya "$L" --model "$G05" --cases "$XL" --out "$R/stall-0.5b.json" \
     --wrap scripts/gpu/cuda-ops.sh 2>&1 | tail -20
+  synthetic
   assemble qwen2.5-coder-1.5b-instruct-q4_k_m.gguf && real 1.5b "$G15" short
-  log "synthetic shapes beside mlx-lm"
-  site=/tmp/mlx-site
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
-    .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
-  for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
-  for shape in qwen2.5-coder-3b qwen2.5-coder-32b qwen3-coder-30b-a3b; do
-    log "laya --synthetic $shape"
-    cx "$L" --device gpu bench engine --synthetic "$shape" --precision q4,q8 --prefill 128,2048 --decode 32 \
-      --json "$R/synthetic-$shape.jsonl" 2>&1 | tail -8
-    log "mlx-lm $shape"
-    PYTHONPATH="$site" cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape "$shape" --bits 4,8 --prefill 128,2048 \
-      --decode 32 --ops --json "$R/mlx-lm-$shape.jsonl" 2>&1 | tail -3
-  done
-
-
   log "all done"
   ;;
 *)

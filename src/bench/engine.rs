@@ -237,6 +237,10 @@ pub struct Row {
     /// of a file's window pays, attention over that many keys included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_long: Option<(usize, f64)>,
+    /// Of `decode_long`'s ms a token: building and queueing the forward on the host, and
+    /// waiting for its token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_long_split: Option<(f64, f64)>,
     pub weight_bytes_per_token: u64,
     pub bandwidth_gbs: f64,
     pub floor_ms_per_token: f64,
@@ -503,11 +507,13 @@ pub fn decode_step_ops(model: &Model) -> anyhow::Result<std::collections::BTreeM
 
 /// Mean time of a decode step after a 128-token prompt.
 fn decode_ms(model: &Model, tokens: usize) -> anyhow::Result<f64> {
-    decode_ms_after(model, 128, tokens)
+    Ok(decode_ms_after(model, 128, tokens)?.0)
 }
 
 /// Mean time of a decode step after a prompt of `prompt` random tokens.
-fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> anyhow::Result<f64> {
+/// Decode ms a token after a `prompt`-token prompt, and of it the ms building the forwards
+/// and waiting for their tokens.
+fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> anyhow::Result<(f64, f64, f64)> {
     let mut caches = model.new_caches();
     let req = GenerateRequest::greedy(tokens);
     let out = generate(
@@ -520,7 +526,12 @@ fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> anyhow::Resul
     )?;
     let n = out.candidates[0].len();
     anyhow::ensure!(n > 1, "decode produced {n} tokens");
-    Ok(out.decode_time.as_secs_f64() * 1e3 / (n - 1) as f64)
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (n - 1) as f64;
+    Ok((
+        per(out.decode_time),
+        per(out.decode_build_time),
+        per(out.decode_wait_time),
+    ))
 }
 
 /// Each target at each precision, in order; `on_row` hears each row as it is measured.
@@ -565,10 +576,7 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 prefill.push((n, n as f64 / d.as_secs_f64()));
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
-            let decode_long = Some((
-                LONG_CONTEXT,
-                decode_ms_after(&model, LONG_CONTEXT, s.decode_tokens)?,
-            ));
+            let (long_ms, long_build, long_wait) = decode_ms_after(&model, LONG_CONTEXT, s.decode_tokens)?;
             let decode_step_ops = decode_step_ops(&model)?;
             let cancel = cancel_to_free(&model)?;
             let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
@@ -584,7 +592,8 @@ pub fn measure(targets: &[Target], s: &Settings, mut on_row: impl FnMut(&Row)) -
                 prefill_first_tok_s: prefill_first,
                 decode_step_ops,
                 decode_ms_per_token: decode,
-                decode_long,
+                decode_long: Some((LONG_CONTEXT, long_ms)),
+                decode_long_split: Some((long_build, long_wait)),
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
                 floor_ms_per_token: floor,
@@ -639,7 +648,13 @@ pub fn format_row(r: &Row) -> String {
     };
     let long = r
         .decode_long
-        .map(|(n, ms)| format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token"))
+        .map(|(n, ms)| {
+            let split = r
+                .decode_long_split
+                .map(|(b, w)| format!(" ({b:.2} building, {w:.2} waiting)"))
+                .unwrap_or_default();
+            format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token{split}")
+        })
         .unwrap_or_default();
     let check = r
         .draft_check

@@ -199,7 +199,7 @@ pub fn stage_medians(r: &Results) -> Option<String> {
     };
     Some(format!(
         "medians over {} cases: prompt {:.0} tokens ({:.0} reused, {:.0} run), prefill {:.1} ms, first token {:.1} ms, \
-         decode {:.1} ms for {:.0} tokens ({:.2} ms a token), engine {:.1} ms, outside the engine {:.1} ms",
+         decode {:.1} ms for {:.0} tokens ({:.2} ms a token: {:.2} building, {:.2} waiting), engine {:.1} ms, outside the engine {:.1} ms",
         timed.len(),
         p50(&|_, s| s.prompt_tokens as f64),
         p50(&|_, s| s.reused_tokens as f64),
@@ -209,6 +209,8 @@ pub fn stage_medians(r: &Results) -> Option<String> {
         p50(&|_, s| s.decode_ms),
         p50(&|c, _| c.tokens as f64),
         p50(&|c, s| if c.tokens > 1 { s.decode_ms / (c.tokens - 1) as f64 } else { 0.0 }),
+        p50(&|c, s| if c.tokens > 1 { s.decode_build_ms / (c.tokens - 1) as f64 } else { 0.0 }),
+        p50(&|c, s| if c.tokens > 1 { s.decode_wait_ms / (c.tokens - 1) as f64 } else { 0.0 }),
         p50(&|_, s| s.engine_ms),
         p50(&|c, s| (c.ms - s.engine_ms).max(0.0)),
     ))
@@ -330,6 +332,12 @@ pub struct Stages {
     /// From the engine's start to the first token read back.
     pub first_token_ms: f64,
     pub decode_ms: f64,
+    /// Of `decode_ms`: building and queueing the forwards on the host, and waiting for
+    /// their tokens.
+    #[serde(default)]
+    pub decode_build_ms: f64,
+    #[serde(default)]
+    pub decode_wait_ms: f64,
     /// The engine's whole time (tokenizing, prefill, decode, detokenizing).
     pub engine_ms: f64,
 }
@@ -344,6 +352,8 @@ impl Stages {
             prefill_ms: ms(t.prefill),
             first_token_ms: ms(t.first_token),
             decode_ms: ms(t.decode),
+            decode_build_ms: ms(t.decode_build),
+            decode_wait_ms: ms(t.decode_wait),
             engine_ms: ms(t.total),
         }
     }
@@ -667,6 +677,8 @@ mod tests {
                 prefill_ms: prefill,
                 first_token_ms: prefill + 1.0,
                 decode_ms: decode,
+                decode_build_ms: decode / 4.0,
+                decode_wait_ms: decode / 2.0,
                 engine_ms: prefill + 1.0 + decode,
             }),
             ..result(id, "x")
@@ -689,7 +701,8 @@ mod tests {
         );
         assert!(
             m.contains(
-                "prefill 20.0 ms, first token 21.0 ms, decode 30.0 ms for 11 tokens (3.00 ms a token)"
+                "prefill 20.0 ms, first token 21.0 ms, decode 30.0 ms for 11 tokens \
+                 (3.00 ms a token: 0.75 building, 1.50 waiting)"
             ),
             "{m}"
         );

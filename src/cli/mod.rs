@@ -191,7 +191,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub no_cache: bool,
     /// Decode with drafts looked up in the prompt, several tokens checked in one forward (the
-    /// same text either way): `auto` uses them on a GPU, not on the CPU.
+    /// same text either way): `auto` is off on every device measured (docs/decisions.md).
     #[arg(long, value_name = "auto|on|off", default_value_t = SpeculationChoice::Auto)]
     pub speculation: SpeculationChoice,
 }
@@ -323,8 +323,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = ServeConfig::default().warmup, action = clap::ArgAction::Set)]
     warmup: bool,
     /// Decode with drafts looked up in the prompt, several tokens checked in one forward (the
-    /// same text either way): `auto` uses them on a GPU, not on the CPU (where each extra
-    /// position costs a whole token's time).
+    /// same text either way): `auto` is off on every device measured (docs/decisions.md).
     #[arg(long, value_name = "auto|on|off", default_value_t = ServeConfig::default().speculation)]
     speculation: SpeculationChoice,
     /// Requests sent at once to a remote tier's server (a local model runs one at a time).

@@ -164,6 +164,11 @@ pub struct WireTiming {
     pub queue_ms: f64,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Of `decode_ms`: building and queueing the forwards, and waiting for their tokens.
+    #[serde(default)]
+    pub decode_build_ms: f64,
+    #[serde(default)]
+    pub decode_wait_ms: f64,
     pub first_token_ms: f64,
     pub total_ms: f64,
 }
@@ -205,6 +210,8 @@ impl WireTiming {
             queue_ms: ms(queued),
             prefill_ms: ms(t.prefill),
             decode_ms: ms(t.decode),
+            decode_build_ms: ms(t.decode_build),
+            decode_wait_ms: ms(t.decode_wait),
             first_token_ms: ms(t.first_token),
             total_ms: ms(t.total),
         }
@@ -254,6 +261,8 @@ impl WireOutput {
                 decode_forwards: t.decode_forwards,
                 prefill: from_ms(t.prefill_ms),
                 decode: from_ms(t.decode_ms),
+                decode_build: from_ms(t.decode_build_ms),
+                decode_wait: from_ms(t.decode_wait_ms),
                 first_token: from_ms(t.queue_ms + t.first_token_ms),
                 total: from_ms(t.queue_ms + t.total_ms),
             },

@@ -225,6 +225,11 @@ pub struct GenerateOutput {
     /// Forwards run after the prompt's (whose logits give the first token): one per token
     /// without drafts, fewer when drafts are accepted.
     pub decode_forwards: usize,
+    /// Of `decode_time`: building and queueing the decode forwards on the host (MLX's graph
+    /// and the GPU's launches) …
+    pub decode_build_time: Duration,
+    /// … and waiting for their tokens to reach the host; the rest is the token callbacks.
+    pub decode_wait_time: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -307,6 +312,8 @@ pub fn generate_paced(
         decode_time: Duration::ZERO,
         first_token_time: Duration::ZERO,
         decode_forwards: 0,
+        decode_build_time: Duration::ZERO,
+        decode_wait_time: Duration::ZERO,
     };
     let p = prefill_paced(model, caches, prompt_ids, cancel, pacing.chunking)?;
     out.prefill_tokens = p.tokens;
@@ -376,10 +383,12 @@ pub fn generate_paced(
         let steps_left = step + 1 < req.max_tokens;
         // Queue the next step on the still-lazy token before reading it back.
         let mut next = None;
+        let built = Instant::now();
         if overlap && steps_left && !cancel.is_cancelled() {
             next = Some(decode_step(model, dc, &y, &mut sampler, score)?);
             fed += 1;
         }
+        let waited = Instant::now();
         let tokens = host_slice::<u32>(&y)?.to_vec();
         let lps = match &y_lp {
             Some(lp) => {
@@ -392,6 +401,9 @@ pub fn generate_paced(
         if decode_start.is_none() {
             out.first_token_time = start.elapsed();
             decode_start = Some(Instant::now());
+        } else {
+            out.decode_build_time += waited - built;
+            out.decode_wait_time += waited.elapsed();
         }
         for (i, &t) in tokens.iter().enumerate() {
             if finished[i] {
@@ -414,7 +426,10 @@ pub fn generate_paced(
             Some(next) => next,
             None => {
                 fed += 1;
-                decode_step(model, dc, &y, &mut sampler, score)?
+                let built = Instant::now();
+                let step = decode_step(model, dc, &y, &mut sampler, score)?;
+                out.decode_build_time += built.elapsed();
+                step
             }
         };
     }

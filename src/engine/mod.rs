@@ -242,6 +242,10 @@ pub struct Timing {
     /// Forwards run after the prompt's: one per token after the first without drafts,
     /// fewer when the model accepts drafted tokens.
     pub decode_forwards: usize,
+    /// Of `decode`: building and queueing the forwards on the host, and waiting for their
+    /// tokens (the rest is turning tokens into text).
+    pub decode_build: Duration,
+    pub decode_wait: Duration,
     pub total: Duration,
 }
 
@@ -461,6 +465,8 @@ impl LocalModel {
                 decode: out.decode_time,
                 first_token: out.first_token_time,
                 decode_forwards: out.decode_forwards,
+                decode_build: out.decode_build_time,
+                decode_wait: out.decode_wait_time,
                 total: start.elapsed(),
             },
         })
