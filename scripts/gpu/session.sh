@@ -13,6 +13,8 @@
 #   scripts/gpu/session.sh decide ACT [CUDNN]   # the activation type the later jobs run with, and
 #                                               # MLX's cuDNN attention (1) or not (0, the default)
 #   scripts/gpu/session.sh status               # the log's end and the results so far
+#   scripts/gpu/session.sh wait [SECONDS]       # status once the queue is done or SECONDS passed
+#                                               # (the machine goes back after 30 s without a call)
 #   scripts/gpu/session.sh collect              # results and logs into $OUT/session.tgz
 #
 # The queue (`run`), each job waiting for the files it needs: `diag` (the synthetic 0.5B with
@@ -20,8 +22,8 @@
 # before `start`), then, once `decide` has named the activation type: `probe` (MLX's CUDA graph
 # settings on the tuning set's file windows, the 0.5B; the winner is kept for the rest),
 # `real 0.5b` (engine bench, held-out file windows and cross-file beside llama-server), `stall`
-# (the first request of each new prompt size after `laya serve` is ready), `synthetic`
-# (3B / 32B / 30B-A3B beside mlx-lm), `real 1.5b`.
+# (the first request of each new prompt size after `laya serve` is ready), `real 1.5b`,
+# `synthetic` (3B / 32B / 30B-A3B beside mlx-lm).
 # Results go to /tmp/laya-session/results.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -106,6 +108,13 @@ status)
   ls -la "$R"
   nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
   ;;
+wait)
+  # Keeps the machine busy (it goes back after 30 s idle) until the queue is done or $2
+  # seconds passed, then reports as `status` does.
+  end=$((SECONDS + ${2:-240}))
+  while ((SECONDS < end)) && ! grep -q "all done" "$S/runner.log" 2>/dev/null; do sleep 5; done
+  bash "$0" status "${3:-30}"
+  ;;
 collect)
   tar -C "$S" -czf "${OUT:-/tmp}/session.tgz" results runner.log
   ls -la "${OUT:-/tmp}/session.tgz"
@@ -147,7 +156,7 @@ run)
     log "$tag: llama-server /infill, cross-file held-out (plain FIM)"
     python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$REPO" \
       --n-ctx 8192 --batch-size 2048 --stop '\n' --out "$R/llama-server-$tag-repo-line.json" 2>&1 | tail -2
-    runs=("$ACT-spec-on:$ACT:on" "$ACT-spec-off:$ACT:off")
+    runs=("$ACT-spec-off:$ACT:off")
     [[ -n $short ]] || runs+=("f32-spec-off:f32:off")
     for v in "${runs[@]}"; do
       IFS=: read -r name a spec <<<"$v"
@@ -170,6 +179,10 @@ run)
         --settings "$settings" --compare "$R/llama-server-$tag-repo-line.json" \
         --out "$R/laya-$tag-repo-ws-$ws.json" 2>>"$R/laya-$tag.err" | tail -14
     done
+    log "$tag: laya held-out file windows (drafts on)"
+    cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$XL" --speculation on \
+      --compare "$R/llama-server-$tag-xl-line.json" --out "$R/laya-$tag-xl-$ACT-spec-on.json" \
+      2>>"$R/laya-$tag.err" | tail -14
   }
 
   # MLX's CUDA graphs, chosen on the tuning set's file windows (the held-out runs use the
@@ -215,8 +228,8 @@ run)
   log "stall: the first request of each new prompt size after laya serve is ready"
   python3 scripts/gpu/first_request.py --laya "$L" --model "$G05" --cases "$XL" --out "$R/stall-0.5b.json" \
     --wrap scripts/gpu/cuda-ops.sh 2>&1 | tail -20
-  synthetic
   assemble qwen2.5-coder-1.5b-instruct-q4_k_m.gguf && real 1.5b "$G15" short
+  synthetic
   log "all done"
   ;;
 *)

@@ -381,7 +381,30 @@ impl LocalModel {
             };
             self.complete(&req, &Cancel::new())?;
         }
+        if models::on_gpu() {
+            self.warm_row_counts()?;
+        }
         Ok(start.elapsed())
+    }
+
+    /// Runs a forward of each row count in [`WARM_ROWS`] on fresh caches. MLX's CUDA backend
+    /// compiles its quantized matrix product for a tile of 16, 32 or 64 rows (fewer than 8 take
+    /// the matrix-vector kernel): a prompt's last chunk can be any length, and the first one
+    /// of a new tile size cost 28 s on a fresh H100 (no compiled kernels on disk yet) when a
+    /// request paid for it.
+    fn warm_row_counts(&self) -> Result<(), EngineError> {
+        let ids = self.loaded.tokenizer.encode(&warm_up_source_for_rows(), false)?;
+        for &rows in WARM_ROWS {
+            let Some(chunk) = ids.get(..rows) else {
+                return Err(EngineError::Request(format!(
+                    "warm-up text has {} tokens, fewer than {rows}",
+                    ids.len()
+                )));
+            };
+            let mut caches = self.loaded.model.new_caches();
+            generate::prefill(&self.loaded.model, &mut caches, chunk, &Cancel::new())?;
+        }
+        Ok(())
     }
 
     /// Run one completion, reusing the longest prefix of the prompt already run. `cancel` is
@@ -549,6 +572,15 @@ impl<'t> StopScanner<'t> {
     }
 }
 
+/// Row counts of the forwards [`LocalModel::warmup`] runs on a GPU, one in each of MLX CUDA's
+/// tile sizes for quantized matrix products (up to 16, 32 and 64 rows).
+const WARM_ROWS: &[usize] = &[12, 24, 48];
+
+/// Text for [`WARM_ROWS`]'s forwards: more tokens than the largest.
+fn warm_up_source_for_rows() -> String {
+    scale_functions(4)
+}
+
 /// Python code to start a warm-up prompt with (the engine's at load, `laya bench typing`'s
 /// untimed trace). On a GPU a few hundred tokens: MLX's CUDA backend builds another
 /// matrix-product kernel for more than 16 rows, which every cold prompt uses (3.3 s on an H200
@@ -578,6 +610,13 @@ mod tests {
         let m = crate::catalog::find("qwen2.5-coder-0.5b").unwrap();
         assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
         Tokenizer::from_gguf(&GgufFile::open(m.local_path()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_row_count_warm_up_text_has_a_token_for_every_row() {
+        let ids = tokenizer().encode(&warm_up_source_for_rows(), false).unwrap();
+        let most = WARM_ROWS.iter().max().unwrap();
+        assert!(ids.len() >= *most, "{} tokens, {most} rows", ids.len());
     }
 
     /// Feed `text` token by token as candidate 0; returns (kept text, tokens pushed before Stop).

@@ -71,15 +71,25 @@ fn models_list_shows_tiers_parameters_and_memory() {
 fn a_closed_standard_output_ends_a_report_without_a_panic() {
     let empty = tempfile::tempdir().unwrap();
     for args in [&["models", "list"][..], &["doctor"]] {
-        let mut child = laya()
+        // The reader is gone before the child starts, so its first line meets a closed pipe
+        // (closing it after spawning races the child's writes into the pipe's buffer).
+        let writer = {
+            use std::os::fd::FromRawFd;
+            let mut fds = [0; 2];
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            unsafe {
+                drop(std::os::fd::OwnedFd::from_raw_fd(fds[0]));
+                std::os::fd::OwnedFd::from_raw_fd(fds[1])
+            }
+        };
+        let child = laya()
             .args(args)
             .env("LAYA_MODEL_DIR", empty.path())
             .env_remove("LAYA_DEVICE")
-            .stdout(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::from(writer))
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        drop(child.stdout.take()); // the reader is gone before the first line is written
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
