@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs laya's test suite: prepares what the tests need (scripts/setup.sh --no-run with the
 # 0.5B and 1.5B models, and scripts/peer-setup.sh's llama-cpp-python venv for the llama.cpp
-# remote-tier test; both quick once done, the venv's first build ~6 min on 2 cores), then
-# `cargo test --release`, the benchmark scorer's checks (bench/quality/test_score.py) and the
+# tests; both quick once done, the venv's first build ~6 min on 2 cores), then
+# `cargo test --release` with LAYA_TEST_REAL_MODELS=1, the switch that runs the tests of the
+# real models and of llama.cpp (a plain `cargo test` skips them and needs neither; see
+# src/testing.rs), the benchmark scorer's checks (bench/quality/test_score.py) and the
 # cross-file case set's (bench/quality/test_make_repo_cases.py), then
 # the editor integrations in real clients (scripts/test-editors.sh; each editor skips with
 # its reason where its client cannot be installed). Extra arguments go to cargo test. The
@@ -15,6 +17,7 @@ fi
 scripts/setup.sh --no-run --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 LAYA_PEER_PYTHON=$(scripts/peer-setup.sh | tail -n 1)
 export LAYA_PEER_PYTHON
+export LAYA_TEST_REAL_MODELS=1
 cargo test --release --locked "$@"
 python3 bench/quality/test_score.py
 python3 bench/quality/test_make_repo_cases.py

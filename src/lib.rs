@@ -16,4 +16,5 @@ pub mod paths;
 pub mod prompt;
 pub mod service;
 pub mod syntax;
+pub mod testing;
 pub mod workspace;

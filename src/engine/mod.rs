@@ -604,13 +604,7 @@ fn scale_functions(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{load::gguf::GgufFile, tokenizer::Tokenizer};
-
-    fn tokenizer() -> Tokenizer {
-        let m = crate::catalog::find("qwen2.5-coder-0.5b").unwrap();
-        assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
-        Tokenizer::from_gguf(&GgufFile::open(m.local_path()).unwrap()).unwrap()
-    }
+    use crate::engine::tokenizer::{tests::any_vocabulary, Tokenizer};
 
     #[test]
     fn the_row_count_warm_up_text_has_a_token_for_every_row() {
@@ -629,44 +623,46 @@ mod tests {
 
     #[test]
     fn stop_strings_end_a_candidate_before_the_match_even_across_tokens() {
-        let tok = tokenizer();
-        let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
-        let (text, at) = scan(&tok, "x = 1\ny = 2\n\nprint(x)", &stop);
-        assert_eq!(text, "x = 1\ny = 2");
-        assert!(at.is_some());
-        let (text, _) = scan(&tok, "return a + b\ndef g():", &stop);
-        assert_eq!(text, "return a + b\n");
-        let (text, at) = scan(&tok, "no stop here", &stop);
-        assert_eq!((text.as_str(), at), ("no stop here", None));
+        for tok in any_vocabulary() {
+            let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
+            let (text, at) = scan(&tok, "x = 1\ny = 2\n\nprint(x)", &stop);
+            assert_eq!(text, "x = 1\ny = 2");
+            assert!(at.is_some());
+            let (text, _) = scan(&tok, "return a + b\ndef g():", &stop);
+            assert_eq!(text, "return a + b\n");
+            let (text, at) = scan(&tok, "no stop here", &stop);
+            assert_eq!((text.as_str(), at), ("no stop here", None));
+        }
     }
 
     #[test]
     fn settled_pieces_concatenate_to_the_final_text_and_never_hold_a_stop_string() {
-        let tok = tokenizer();
-        let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
-        for text in [
-            "x = 1\ny = 2\n\nprint(x)",
-            "return a + b\ndef g():",
-            "naïve 🙂 café",
-            "no stop",
-        ] {
-            let ids = tok.encode(text, false).unwrap();
-            let mut s = StopScanner::new(&tok, 1, &stop);
-            let mut streamed = String::new();
-            for &id in &ids {
-                let c = s.push(0, id);
-                if let Some(p) = s.settled(0, false) {
-                    assert!(!p.contains("\n\n") && !p.contains("def "), "{p:?}");
+        for tok in any_vocabulary() {
+            let stop = vec!["\n\n".to_owned(), "def ".to_owned()];
+            for text in [
+                "x = 1\ny = 2\n\nprint(x)",
+                "return a + b\ndef g():",
+                "naïve 🙂 café",
+                "no stop",
+            ] {
+                let ids = tok.encode(text, false).unwrap();
+                let mut s = StopScanner::new(&tok, 1, &stop);
+                let mut streamed = String::new();
+                for &id in &ids {
+                    let c = s.push(0, id);
+                    if let Some(p) = s.settled(0, false) {
+                        assert!(!p.contains("\n\n") && !p.contains("def "), "{p:?}");
+                        streamed.push_str(p);
+                    }
+                    if c == Control::Stop {
+                        break;
+                    }
+                }
+                if let Some(p) = s.settled(0, true) {
                     streamed.push_str(p);
                 }
-                if c == Control::Stop {
-                    break;
-                }
+                assert_eq!(streamed, s.text(0), "{text:?}");
             }
-            if let Some(p) = s.settled(0, true) {
-                streamed.push_str(p);
-            }
-            assert_eq!(streamed, s.text(0), "{text:?}");
         }
     }
 
@@ -736,8 +732,9 @@ mod tests {
 
     #[test]
     fn stop_scanner_keeps_multibyte_text_whole() {
-        let tok = tokenizer();
-        let (text, _) = scan(&tok, "naïve 🙂 café — ok", &["—".to_owned()]);
-        assert_eq!(text, "naïve 🙂 café ");
+        for tok in any_vocabulary() {
+            let (text, _) = scan(&tok, "naïve 🙂 café — ok", &["—".to_owned()]);
+            assert_eq!(text, "naïve 🙂 café ");
+        }
     }
 }

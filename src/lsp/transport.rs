@@ -23,7 +23,12 @@
 //! - **dispatcher** ([`serve`]): hands requests to the service in the order read (a
 //!   request's handler starts before the next message's; while `initialize` runs, what
 //!   follows waits for it), client responses to the socket, server→client messages to the
-//!   writer; stops at `exit` or the end of the input, whatever waits.
+//!   writer; stops at `exit` or the end of the input, whatever waits. It sleeps until one of
+//!   three things wakes it, preferred in this order: `initialize` answered (a oneshot its
+//!   handler completes), the service ready for the next waiting request (tower's
+//!   `poll_ready`, with this task's waker), and a message read or one the service sends the
+//!   client (whichever comes first). No timer: tower-lsp's `LspService` answers `Pending`
+//!   without arranging a wake-up only while it initializes, and then nothing asks it.
 //! - **runner**: polls the handlers' futures, all concurrently, in one task (the order in
 //!   which they first run is the order read: a `didChange` is applied before the next one);
 //!   at most [`MAX_REQUESTS`] requests run at once, a request beyond that is answered
@@ -48,7 +53,6 @@ use std::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
-    task::{Context, Poll},
     time::Duration,
 };
 
@@ -76,10 +80,6 @@ pub const MAX_REQUESTS: usize = 256;
 /// After `exit`: how long running requests get to send their answers, and then how long the
 /// output gets to take them.
 pub const EXIT_GRACE: Duration = Duration::from_millis(300);
-/// How often a message waiting for the service asks again whether it is ready (laya holds
-/// messages while `initialize` runs, and tower-lsp's `LspService` may answer `Pending`
-/// without waking anyone).
-const READY_RETRY: Duration = Duration::from_millis(10);
 /// What a header block starts from when reading resynchronises (compared in ASCII lower case).
 const CONTENT_LENGTH: &[u8] = b"content-length:";
 /// JSON-RPC's codes for the faults answered here (LSP's RequestFailed for a full server).
@@ -728,6 +728,95 @@ async fn run_handlers(
     }
 }
 
+/// What the dispatcher waits for besides the service: the next message read, or the next
+/// message the service sends the client.
+enum Event {
+    /// `None`: the input ended.
+    Read(Option<Incoming>),
+    /// `None`: the service will send nothing more.
+    ToClient(Option<Request>),
+}
+
+/// The next [`Event`], whichever comes first (neither is preferred, so a client that keeps
+/// sending cannot hold up the server's own requests, nor the other way round).
+async fn next_event(
+    messages: &mut mpsc::Receiver<Incoming>,
+    to_client: &mut (impl futures::Stream<Item = Request> + Unpin),
+    to_client_open: bool,
+) -> Event {
+    tokio::select! {
+        m = messages.recv() => Event::Read(m),
+        r = to_client.next(), if to_client_open => Event::ToClient(r),
+    }
+}
+
+/// Hands one request to `service` (ready: its `poll_ready` answered `Ready(Ok)`) and its
+/// handler to the runner; returns `Err` once the runner is gone, else, for `initialize`, what
+/// resolves once its answer is out (the dispatcher holds what follows until then).
+fn dispatch<S>(
+    service: &mut S,
+    req: Request,
+    handlers: &mpsc::UnboundedSender<Handler>,
+    out: &Output,
+    requests: &Arc<AtomicUsize>,
+    shutdown: &Arc<AtomicBool>,
+) -> Result<Option<oneshot::Receiver<()>>, ()>
+where
+    S: Service<Request, Response = Option<Response>>,
+    S::Future: Send + 'static,
+    S::Error: Display,
+{
+    let id = req.id().cloned();
+    if id.is_some() && requests.load(Ordering::SeqCst) >= MAX_REQUESTS {
+        let mut error = Error::new(ErrorCode::ServerError(REQUEST_FAILED));
+        error.message = format!("laya: {MAX_REQUESTS} requests are running; try again").into();
+        send(out, &Response::from_error(id.unwrap_or_default(), error));
+        return Ok(None);
+    }
+    let method = req.method().to_owned();
+    let answer = service.call(req);
+    if id.is_some() {
+        requests.fetch_add(1, Ordering::SeqCst);
+    }
+    let (initialized, initializing) = if method == "initialize" && id.is_some() {
+        let (tx, rx) = oneshot::channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let shutdown = shutdown.clone();
+    let handler: Handler = Box::pin(async move {
+        let response = match answer.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("{method}: {e}");
+                None
+            }
+        };
+        let response = match (response, &id) {
+            // Requests the service drops (`$/` methods it does not know): LSP asks for
+            // MethodNotFound.
+            (None, Some(id)) => {
+                let mut error = Error::method_not_found();
+                error.data = Some(Value::String(method.clone()));
+                Some(Response::from_error(id.clone(), error))
+            }
+            (r, _) => r,
+        };
+        if method == "shutdown" && response.as_ref().is_some_and(Response::is_ok) {
+            shutdown.store(true, Ordering::SeqCst);
+        }
+        // The service is initialized (or is not, when it failed): what waits may go. Dropped
+        // unsent (the handler dropped at the end), it says the same.
+        if let Some(tx) = initialized {
+            let _ = tx.send(());
+        }
+        (id.is_some(), response)
+    });
+    handlers.send(handler).map_err(|_| ())?;
+    Ok(initializing)
+}
+
 /// Serves `service` on `input`/`output` until `exit` or the end of the input; see the module
 /// documentation.
 pub async fn serve<I, O, S>(input: I, output: O, mut service: S, socket: ClientSocket) -> Ending
@@ -748,84 +837,46 @@ where
     let requests = Arc::new(AtomicUsize::new(0));
     let mut runner = tokio::spawn(run_handlers(handlers_rx, out.clone(), requests.clone()));
     let shutdown = Arc::new(AtomicBool::new(false));
-    // While `initialize` runs, what follows waits (tower-lsp would answer it "not initialized").
-    let initializing = Arc::new(AtomicBool::new(false));
 
+    // Requests read and not yet handed to the service, in the order read.
     let mut waiting: VecDeque<Request> = VecDeque::new();
+    // While `initialize` runs, what follows waits (tower-lsp would answer it "not
+    // initialized"): resolves once `initialize` is answered.
+    let mut initializing: Option<oneshot::Receiver<()>> = None;
     let mut to_client_open = true;
-    let reason = 'serve: loop {
-        // Hand waiting requests over while the service takes them.
-        while !waiting.is_empty() && !initializing.load(Ordering::SeqCst) {
-            let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-            match service.poll_ready(&mut cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => {
-                    tracing::error!("the language server stopped: {e}");
-                    break 'serve EndReason::Exit;
-                }
-                Poll::Pending => break,
-            }
-            let Some(req) = waiting.pop_front() else { break };
-            let id = req.id().cloned();
-            if id.is_some() && requests.load(Ordering::SeqCst) >= MAX_REQUESTS {
-                let mut error = Error::new(ErrorCode::ServerError(REQUEST_FAILED));
-                error.message = format!("laya: {MAX_REQUESTS} requests are running; try again").into();
-                send(&out, &Response::from_error(id.unwrap_or_default(), error));
-                continue;
-            }
-            let method = req.method().to_owned();
-            let answer = service.call(req);
-            if id.is_some() {
-                requests.fetch_add(1, Ordering::SeqCst);
-            }
-            let (shutdown, initializing) = (shutdown.clone(), initializing.clone());
-            let initialize = method == "initialize" && id.is_some();
-            initializing.fetch_or(initialize, Ordering::SeqCst);
-            let handler: Handler = Box::pin(async move {
-                let response = match answer.await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::error!("{method}: {e}");
-                        None
-                    }
-                };
-                if initialize {
-                    initializing.store(false, Ordering::SeqCst);
-                }
-                let response = match (response, &id) {
-                    // Requests the service drops (`$/` methods it does not know): LSP asks for
-                    // MethodNotFound.
-                    (None, Some(id)) => {
-                        let mut error = Error::method_not_found();
-                        error.data = Some(Value::String(method.clone()));
-                        Some(Response::from_error(id.clone(), error))
-                    }
-                    (r, _) => r,
-                };
-                if method == "shutdown" && response.as_ref().is_some_and(Response::is_ok) {
-                    shutdown.store(true, Ordering::SeqCst);
-                }
-                (id.is_some(), response)
-            });
-            if handlers.send(handler).is_err() {
-                break 'serve EndReason::Exit;
-            }
-        }
+    let reason = loop {
+        // In this order: `initialize`'s end lets what waits go; what waits goes to the service
+        // as soon as it is ready (before the next message is read, so `shutdown` then `exit`
+        // in one write are both handled); then whatever comes next.
         tokio::select! {
-            message = messages.recv() => match message {
-                None => break 'serve EndReason::EndOfInput,
-                Some(Incoming::Request(req)) if req.method() == "exit" => break 'serve EndReason::Exit,
-                Some(Incoming::Request(req)) => waiting.push_back(req),
-                Some(Incoming::Response(res)) => {
+            biased;
+            _ = async { initializing.as_mut().expect("initialize runs").await }, if initializing.is_some() => {
+                initializing = None;
+            }
+            ready = futures::future::poll_fn(|cx| service.poll_ready(cx)),
+                if initializing.is_none() && !waiting.is_empty() =>
+            {
+                if let Err(e) = ready {
+                    tracing::error!("the language server stopped: {e}");
+                    break EndReason::Exit;
+                }
+                let req = waiting.pop_front().expect("a request waits");
+                match dispatch(&mut service, req, &handlers, &out, &requests, &shutdown) {
+                    Ok(init) => initializing = init,
+                    Err(()) => break EndReason::Exit,
+                }
+            }
+            event = next_event(&mut messages, &mut to_client, to_client_open) => match event {
+                Event::Read(None) => break EndReason::EndOfInput,
+                Event::Read(Some(Incoming::Request(req))) if req.method() == "exit" => break EndReason::Exit,
+                Event::Read(Some(Incoming::Request(req))) => waiting.push_back(req),
+                Event::Read(Some(Incoming::Response(res))) => {
                     let _ = from_client.send(res).await;
                 }
-                Some(Incoming::Reply(reply)) => send(&out, &reply),
+                Event::Read(Some(Incoming::Reply(reply))) => send(&out, &reply),
+                Event::ToClient(Some(req)) => send(&out, &req),
+                Event::ToClient(None) => to_client_open = false,
             },
-            req = to_client.next(), if to_client_open => match req {
-                Some(req) => send(&out, &req),
-                None => to_client_open = false,
-            },
-            _ = tokio::time::sleep(READY_RETRY), if !waiting.is_empty() => {}
         }
     };
 
@@ -1035,6 +1086,149 @@ mod tests {
             decode(br#"{"jsonrpc":"2.0","id":{},"result":2}"#).0,
             Incoming::Reply(Value::Null)
         ));
+    }
+
+    /// A service that is ready only once the test opens it (waking whoever waits, as tower
+    /// asks) and whose `initialize` answers only once the test lets it; it counts how often
+    /// it is asked whether it is ready and records the methods called, in order.
+    #[derive(Clone, Default)]
+    struct Gated {
+        open: Arc<AtomicBool>,
+        waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+        polls: Arc<AtomicUsize>,
+        calls: Arc<std::sync::Mutex<Vec<String>>>,
+        initialize: Arc<tokio::sync::Notify>,
+    }
+
+    impl Gated {
+        fn open(&self) {
+            self.open.store(true, Ordering::SeqCst);
+            if let Some(w) = self.waker.lock().unwrap().take() {
+                w.wake();
+            }
+        }
+    }
+
+    impl Service<Request> for Gated {
+        type Response = Option<Response>;
+        type Error = std::convert::Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Option<Response>, Self::Error>> + Send>>;
+
+        fn poll_ready(
+            &mut self,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            if self.open.load(Ordering::SeqCst) {
+                return std::task::Poll::Ready(Ok(()));
+            }
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        }
+
+        fn call(&mut self, req: Request) -> Self::Future {
+            let method = req.method().to_owned();
+            self.calls.lock().unwrap().push(method.clone());
+            let initialize = self.initialize.clone();
+            Box::pin(async move {
+                if method == "initialize" {
+                    initialize.notified().await;
+                }
+                Ok(req.id().cloned().map(|id| Response::from_ok(id, json!(method))))
+            })
+        }
+    }
+
+    struct Nothing;
+
+    impl tower_lsp_server::LanguageServer for Nothing {
+        async fn initialize(
+            &self,
+            _: tower_lsp_server::lsp_types::InitializeParams,
+        ) -> tower_lsp_server::jsonrpc::Result<tower_lsp_server::lsp_types::InitializeResult> {
+            Ok(Default::default())
+        }
+
+        async fn shutdown(&self) -> tower_lsp_server::jsonrpc::Result<()> {
+            Ok(())
+        }
+    }
+
+    async fn write_request(to: &mut (impl AsyncWrite + Unpin), id: i64, method: &str) {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": {} }).to_string();
+        let frame = format!("Content-Length: {}\r\n\r\n{body}", body.len());
+        to.write_all(frame.as_bytes()).await.unwrap();
+    }
+
+    /// The next message the server writes, or `None` when none comes within `wait`.
+    async fn read_message(
+        from: &mut (impl AsyncRead + Unpin),
+        framer: &mut Framer,
+        wait: Duration,
+    ) -> Option<Value> {
+        let mut chunk = [0u8; 4096];
+        tokio::time::timeout(wait, async {
+            loop {
+                if let Some(Frame::Body(b)) = framer.next(false) {
+                    return serde_json::from_slice(&b).unwrap();
+                }
+                let n = from.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "the server closed its output");
+                framer.push(&chunk[..n]);
+            }
+        })
+        .await
+        .ok()
+    }
+
+    /// The dispatcher waits for the service as tower says (woken by it, not asking again on a
+    /// timer), and holds what follows `initialize` until `initialize` is answered.
+    #[tokio::test]
+    async fn requests_wait_for_the_service_to_wake_the_dispatcher_and_for_initialize() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (server_in, server_out) = tokio::io::split(server);
+        let (mut from_server, mut to_server) = tokio::io::split(&mut client);
+        let gated = Gated::default();
+        let (_lsp, socket) = tower_lsp_server::LspService::new(|_| Nothing);
+        let served = tokio::spawn(serve(server_in, server_out, gated.clone(), socket));
+        let mut framer = Framer::default();
+        let quiet = Duration::from_millis(300);
+
+        write_request(&mut to_server, 1, "initialize").await;
+        write_request(&mut to_server, 2, "ping").await;
+        assert_eq!(read_message(&mut from_server, &mut framer, quiet).await, None);
+        // Asked once when `initialize` came and at most once more when `ping` was read: not
+        // again and again while it is not ready.
+        let polls = gated.polls.load(Ordering::SeqCst);
+        assert!((1..=3).contains(&polls), "{polls} polls while closed");
+        assert!(gated.calls.lock().unwrap().is_empty());
+
+        gated.open();
+        let wait = Duration::from_secs(5);
+        // `initialize` is called; `ping` waits for its answer.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(*gated.calls.lock().unwrap(), ["initialize"]);
+        assert_eq!(read_message(&mut from_server, &mut framer, quiet).await, None);
+        gated.initialize.notify_one();
+        let a = read_message(&mut from_server, &mut framer, wait).await.unwrap();
+        assert_eq!(
+            (a["id"].clone(), a["result"].clone()),
+            (json!(1), json!("initialize")),
+            "{a}"
+        );
+        let b = read_message(&mut from_server, &mut framer, wait).await.unwrap();
+        assert_eq!(
+            (b["id"].clone(), b["result"].clone()),
+            (json!(2), json!("ping")),
+            "{b}"
+        );
+        assert_eq!(*gated.calls.lock().unwrap(), ["initialize", "ping"]);
+
+        drop(to_server);
+        drop(from_server);
+        drop(client);
+        let ending = tokio::time::timeout(wait, served).await.unwrap().unwrap();
+        assert_eq!(ending.reason, EndReason::EndOfInput);
     }
 
     #[test]

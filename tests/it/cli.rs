@@ -1,5 +1,7 @@
 //! The command line fails with one clear line naming the fix, never a panic.
 
+use std::process::Command;
+
 use crate::support::{laya, run};
 
 #[test]
@@ -234,37 +236,23 @@ fn unknown_model_names_are_listed() {
     );
 }
 
-/// `laya complete` with the real 0.5B on the CPU: checking n-gram drafts gives the same text
-/// as plain greedy decoding, in no more forwards, and the timing line says how many.
-#[test]
-fn drafts_change_the_forwards_not_the_text() {
-    let _busy = crate::support::busy_cpu();
-    let m = laya::catalog::find("qwen2.5-coder-0.5b").expect("catalog entry");
-    assert!(
-        m.is_present(),
-        "qwen2.5-coder-0.5b is missing: run `laya models fetch qwen2.5-coder-0.5b` (scripts/test.sh does)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("args.py");
-    // The line to complete repeats the shape of the lines above it: drafts from the prompt.
-    std::fs::write(
-        &file,
-        "parser.add_argument(\"--input\", type=str, default=None, help=\"input file\")\nparser.add_argument(\"--output\", type=str, default=None, help=\"output file\")\nparser.add_argument(\"--config\", \n",
-    )
-    .unwrap();
+/// `laya complete` at `at` (`FILE:LINE:COL`) on the CPU, 12 tokens, without drafts and with
+/// them, with `setup` applied to each command (the model, the cache): each run's completion,
+/// [tokens, forwards] of its decode and its timing line.
+fn with_and_without_drafts(at: &str, setup: impl Fn(&mut Command)) -> Vec<(String, Vec<usize>, String)> {
     let mut runs = vec![];
     for speculation in ["off", "on"] {
-        let (code, out, err) = run(laya()
-            .arg("complete")
-            .arg(format!("{}:3:32", file.display()))
-            .args([
-                "--device",
-                "cpu",
-                "--max-tokens",
-                "12",
-                "--speculation",
-                speculation,
-            ]));
+        let mut cmd = laya();
+        cmd.arg("complete").arg(at).args([
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "12",
+            "--speculation",
+            speculation,
+        ]);
+        setup(&mut cmd);
+        let (code, out, err) = run(&mut cmd);
         assert_eq!(code, 0, "{err}");
         let line = err
             .lines()
@@ -281,6 +269,12 @@ fn drafts_change_the_forwards_not_the_text() {
             .collect();
         runs.push((out, counts, line));
     }
+    runs
+}
+
+/// Checking n-gram drafts gave the same text as plain greedy decoding, in no more forwards,
+/// and the timing line says how many.
+fn assert_drafts_change_the_forwards_not_the_text(runs: &[(String, Vec<usize>, String)]) {
     let (plain, drafted) = (&runs[0], &runs[1]);
     assert_eq!(plain.0, drafted.0, "the same completion text");
     assert_eq!(
@@ -294,4 +288,40 @@ fn drafts_change_the_forwards_not_the_text() {
         plain.2
     );
     assert!(drafted.1[1] < drafted.1[0], "drafts were accepted: {}", drafted.2);
+}
+
+/// `laya complete` with the tiny GGUF (it writes `a` after `a`) on the CPU: the line above the
+/// cursor is `a`s, so drafts from the prompt propose `a`s, which the model accepts.
+#[test]
+fn drafts_change_the_forwards_not_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = crate::support::gguf::write_tiny(dir.path());
+    let file = dir.path().join("a.py");
+    std::fs::write(&file, format!("x = \"{}\"\ny = \n", "a".repeat(40))).unwrap();
+    let cache = dir.path().join("cache");
+    let runs = with_and_without_drafts(&format!("{}:2:5", file.display()), |c| {
+        c.arg("--model").arg(&model).env("LAYA_CACHE_DIR", &cache);
+    });
+    assert_eq!(runs[0].0.trim_end(), "a".repeat(12), "{}", runs[0].2);
+    assert_drafts_change_the_forwards_not_the_text(&runs);
+}
+
+/// The same with the real 0.5B (`LAYA_TEST_REAL_MODELS=1`) on a line that repeats the shape
+/// of the lines above it.
+#[test]
+fn drafts_change_the_forwards_not_the_text_on_the_real_05b() {
+    if crate::support::real::model("qwen2.5-coder-0.5b").is_none() {
+        return;
+    }
+    let _busy = crate::support::busy_cpu();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("args.py");
+    // The line to complete repeats the shape of the lines above it: drafts from the prompt.
+    std::fs::write(
+        &file,
+        "parser.add_argument(\"--input\", type=str, default=None, help=\"input file\")\nparser.add_argument(\"--output\", type=str, default=None, help=\"output file\")\nparser.add_argument(\"--config\", \n",
+    )
+    .unwrap();
+    let runs = with_and_without_drafts(&format!("{}:3:32", file.display()), |_| {});
+    assert_drafts_change_the_forwards_not_the_text(&runs);
 }

@@ -1,7 +1,8 @@
 //! `laya serve` as a subprocess: HTTP endpoints and errors, the private socket, one daemon
 //! shared by several `laya lsp` processes (started by the first, restarted after a kill),
 //! fair queueing and cancellation. Tiers point at a stub OpenAI-compatible server started
-//! here, so these tests are fast and deterministic; the last one runs the real 0.5B model.
+//! here, so these tests are fast and deterministic; the end-to-end test runs a tiny GGUF
+//! written here, and the last ones the real 0.5B and 1.5B (with `LAYA_TEST_REAL_MODELS=1`).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -443,18 +444,24 @@ fn lsp_clients_start_and_share_one_daemon_which_is_restarted_after_a_kill() {
     b.shutdown(Duration::from_secs(5));
 }
 
-#[test]
-fn real_model_end_to_end_over_http() {
-    let _busy = support::busy_cpu();
-    let m = laya::catalog::find("qwen2.5-coder-0.5b").unwrap();
-    assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
+/// `laya serve` on the CPU with `model` as its small tier (`setup` applied to the command),
+/// over HTTP: the model loads and is warm, `/complete` answers with timing (FIM or a plain
+/// continuation), the same prompt again reuses the prefix store, a long suffix is cut to a
+/// small model's share (the prompt then has `cut_prompt` tokens), and `/v1/completions`
+/// streams the same greedy text in pieces. Returns `/health` and the answer to
+/// `def add(a, b):\n    return `.
+fn end_to_end_over_http(
+    model: &str,
+    cut_prompt: std::ops::Range<u64>,
+    setup: impl FnOnce(&mut std::process::Command),
+) -> (Value, String) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
-    let d = serve_in(
+    let d = serve_with(
         &dir,
         &[
             "--small",
-            "qwen2.5-coder-0.5b",
+            model,
             "--large",
             "none",
             "--device",
@@ -462,6 +469,7 @@ fn real_model_end_to_end_over_http() {
             "--http-addr",
             "127.0.0.1:0",
         ],
+        setup,
     );
     let addr = d.http.unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -481,18 +489,10 @@ fn real_model_end_to_end_over_http() {
         "{h}"
     );
     assert!(model["load_time_ms"].as_f64().unwrap() > 0.0);
-    // Its size, which shapes the LSP instances' prompts (suffix share): 0.49B and, since this
-    // GGUF file carries its output matrix apart from the embedding, 0.14B more; under the line.
-    let parameters = model["parameters"].as_u64().unwrap_or(0);
-    assert!(
-        (450_000_000..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters),
-        "{h}"
-    );
 
     let body = r#"{"prefix":"def add(a, b):\n    return ","suffix":"\n","max_tokens":4}"#;
     let c = ok_json(addr, "POST", "/complete", Some(body));
     let text = c["text"].as_str().unwrap().to_owned();
-    assert!(text.contains('a') && text.contains('b'), "{c}");
     let t = &c["timing"];
     assert!(t["prompt_tokens"].as_u64().unwrap() > 5, "{c}");
     assert!(t["first_token_ms"].as_f64().unwrap() > 0.0, "{c}");
@@ -514,13 +514,13 @@ fn real_model_end_to_end_over_http() {
     assert_eq!(c["choices"][0]["text"], c["text"], "{c}");
 
     // A long suffix is cut to the small model's share (2 % of 2048 tokens: ~120 bytes, four of
-    // these lines, ~40 tokens); the larger models' 6 % would keep twelve lines (~120 tokens).
+    // these lines); the larger models' 6 % would keep twelve lines (~360 bytes).
     let suffix = "\n    total = total + value * 2\n".repeat(40);
     let body =
         json!({ "prefix": "def add(a, b):\n    return ", "suffix": suffix, "max_tokens": 1 }).to_string();
     let c = ok_json(addr, "POST", "/complete", Some(&body));
     let prompt_tokens = c["timing"]["prompt_tokens"].as_u64().unwrap();
-    assert!((20..80).contains(&prompt_tokens), "{c}");
+    assert!(cut_prompt.contains(&prompt_tokens), "{c}");
 
     // Streamed through the model worker: the pieces make up the same greedy text.
     let resp = ureq::post(&format!("http://{addr}/v1/completions"))
@@ -547,6 +547,45 @@ fn real_model_end_to_end_over_http() {
     assert_eq!(streamed, text);
     assert!(chunks >= 2, "{chunks} pieces: {streamed:?}");
     drop(d);
+    (h, text)
+}
+
+/// [`end_to_end_over_http`] on the tiny GGUF of `support::gguf`, which writes `a` after `a`.
+#[test]
+fn a_tiny_model_end_to_end_over_http() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = support::gguf::write_tiny(tmp.path());
+    let cache = tmp.path().join("cache");
+    // A token a byte: the suffix's ~120 bytes and the prefix's 26 are as many tokens.
+    let (h, text) = end_to_end_over_http(&model.display().to_string(), 60..200, |c| {
+        c.env("LAYA_CACHE_DIR", &cache);
+    });
+    assert_eq!(text, "aaaa");
+    let parameters = h["models"][0]["parameters"].as_u64().unwrap_or(0);
+    assert!(
+        (1..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters),
+        "{h}"
+    );
+}
+
+/// [`end_to_end_over_http`] on the real 0.5B (`LAYA_TEST_REAL_MODELS=1`): it completes the
+/// sum, and its size is read right.
+#[test]
+fn real_model_end_to_end_over_http() {
+    if support::real::model("qwen2.5-coder-0.5b").is_none() {
+        return;
+    }
+    let _busy = support::busy_cpu();
+    // Qwen's tokens: the suffix's ~120 bytes are ~40 of them.
+    let (h, text) = end_to_end_over_http("qwen2.5-coder-0.5b", 20..80, |_| {});
+    assert!(text.contains('a') && text.contains('b'), "{text:?}");
+    // Its size, which shapes the LSP instances' prompts (suffix share): 0.49B and, since this
+    // GGUF file carries its output matrix apart from the embedding, 0.14B more; under the line.
+    let parameters = h["models"][0]["parameters"].as_u64().unwrap_or(0);
+    assert!(
+        (450_000_000..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters),
+        "{h}"
+    );
 }
 
 /// A request the user asks for goes by policy to the large tier; on MLX's CPU, where the
@@ -555,11 +594,12 @@ fn real_model_end_to_end_over_http() {
 /// and `laya/explain` says which model answered and why.
 #[test]
 fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
-    let _busy = support::busy_cpu();
     for name in ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] {
-        let m = laya::catalog::find(name).unwrap();
-        assert!(m.is_present(), "run `laya models fetch {name}` first");
+        if support::real::model(name).is_none() {
+            return;
+        }
     }
+    let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
     let _cleanup = KillDaemons(dir.clone());
@@ -606,9 +646,10 @@ fn an_invoked_request_on_the_cpu_does_not_wait_for_the_large_model() {
 /// at once: while the model still loads.
 #[test]
 fn the_first_request_on_a_cold_daemon_waits_for_the_model_and_is_answered() {
+    if support::real::model("qwen2.5-coder-0.5b").is_none() {
+        return;
+    }
     let _busy = support::busy_cpu();
-    let m = laya::catalog::find("qwen2.5-coder-0.5b").unwrap();
-    assert!(m.is_present(), "run `laya models fetch qwen2.5-coder-0.5b` first");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("rt");
     let _cleanup = KillDaemons(dir.clone());

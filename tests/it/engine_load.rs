@@ -1,7 +1,7 @@
 //! Model files that are missing, truncated, corrupt or of the wrong kind give an error that
 //! names the file (and the tensor, where one is at fault); nothing panics.
 
-use crate::support;
+use crate::support::{self, gguf};
 use std::{io::Write, path::PathBuf};
 
 use laya::engine::{
@@ -9,13 +9,38 @@ use laya::engine::{
     EngineError, LocalModel,
 };
 
-fn real_model() -> PathBuf {
-    let m = laya::catalog::find("qwen2.5-coder-0.5b").unwrap();
-    assert!(
-        m.is_present(),
-        "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)"
-    );
-    m.local_path()
+/// A model file to break: its bytes, a cut inside its tensor data, cuts inside its header
+/// and tensor table, and a length that holds the whole header.
+struct Breakable {
+    what: &'static str,
+    bytes: Vec<u8>,
+    in_data: usize,
+    in_header: Vec<usize>,
+    header: usize,
+}
+
+/// The tiny GGUF of `support::gguf` (F32 tensors), and with `LAYA_TEST_REAL_MODELS=1` the
+/// real 0.5B too (quantized tensors; its header and tensor table fit in its first 6 MB).
+fn breakables() -> Vec<Breakable> {
+    let tiny = gguf::tiny_gguf();
+    let mut v = vec![Breakable {
+        what: "tiny",
+        in_data: tiny.data_offset + (tiny.bytes.len() - tiny.data_offset) / 2,
+        in_header: vec![3, 8, 24, 100, tiny.table.start + 5, tiny.data_offset - 1],
+        header: tiny.data_offset + 64,
+        bytes: tiny.bytes,
+    }];
+    if laya::testing::real_models() {
+        let path = support::real::model("qwen2.5-coder-0.5b").expect("the switch is on");
+        v.push(Breakable {
+            what: "qwen2.5-coder-0.5b",
+            bytes: std::fs::read(path).unwrap(),
+            in_data: 20_000_000,
+            in_header: vec![3, 8, 24, 100, 5_000, 5_947_000],
+            header: 6_000_000,
+        });
+    }
+    v
 }
 
 fn load_err(path: &std::path::Path) -> String {
@@ -68,28 +93,34 @@ fn wrong_magic_is_rejected_with_the_file_name() {
 
 #[test]
 fn truncated_model_names_the_file_and_the_tensor() {
-    // The header and tensor table of the real file fit in its first 6 MB; cut in the middle
-    // of the tensor data, so parsing succeeds and reading a tensor must fail cleanly.
-    let bytes = std::fs::read(real_model()).unwrap();
-    let (_d, path) = write_temp("truncated.gguf", &bytes[..20_000_000]);
-    let msg = load_err(&path);
-    assert!(msg.contains("truncated.gguf"), "{msg}");
-    assert!(msg.contains("tensor"), "should name the tensor: {msg}");
+    // Cut in the middle of the tensor data, so parsing succeeds and reading a tensor must
+    // fail cleanly.
+    for b in breakables() {
+        let (_d, path) = write_temp("truncated.gguf", &b.bytes[..b.in_data]);
+        let msg = load_err(&path);
+        assert!(msg.contains("truncated.gguf"), "{}: {msg}", b.what);
+        assert!(
+            msg.contains("tensor"),
+            "{}: should name the tensor: {msg}",
+            b.what
+        );
+    }
 }
 
 #[test]
 fn corrupt_header_is_an_error_not_a_panic() {
-    let bytes = std::fs::read(real_model()).unwrap();
-    for cut in [3usize, 8, 24, 100, 5_000, 5_947_000] {
-        let (_d, path) = write_temp("cut.gguf", &bytes[..cut]);
-        let msg = load_err(&path);
-        assert!(msg.contains("cut.gguf"), "cut at {cut}: {msg}");
+    for b in breakables() {
+        for &cut in &b.in_header {
+            let (_d, path) = write_temp("cut.gguf", &b.bytes[..cut]);
+            let msg = load_err(&path);
+            assert!(msg.contains("cut.gguf"), "{} cut at {cut}: {msg}", b.what);
+        }
+        // A tensor count far beyond the file: must not try to allocate it.
+        let mut bytes = b.bytes[..b.header].to_vec();
+        bytes[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        let (_d, path) = write_temp("count.gguf", &bytes);
+        load_err(&path);
     }
-    // A tensor count far beyond the file: must not try to allocate it.
-    let mut b = bytes[..6_000_000].to_vec();
-    b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-    let (_d, path) = write_temp("count.gguf", &b);
-    load_err(&path);
 }
 
 #[test]

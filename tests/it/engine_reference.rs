@@ -1,4 +1,5 @@
 //! The engine agrees with llama.cpp on the real Qwen2.5-Coder 0.5B Instruct (Q4_K_M GGUF).
+//! Real-model tests: they run with `LAYA_TEST_REAL_MODELS=1` (scripts/test.sh sets it).
 //!
 //! `tests/data/reference-0.5b.json` holds llama.cpp's tokenization, first-position top-5
 //! logits and 24 greedy tokens for 7 prompts. laya runs the same GGUF twice: at the file's
@@ -26,14 +27,9 @@ fn reference() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("read reference")).expect("parse reference")
 }
 
-fn model_path() -> std::path::PathBuf {
-    let m = laya::catalog::find("qwen2.5-coder-0.5b").expect("catalog entry");
-    assert!(
-        m.is_present(),
-        "{} is missing: run `laya models fetch qwen2.5-coder-0.5b` (scripts/test.sh does)",
-        m.local_path().display()
-    );
-    m.local_path()
+/// The real 0.5B: `None` (the test is skipped) unless `LAYA_TEST_REAL_MODELS=1`.
+fn model_path() -> Option<std::path::PathBuf> {
+    support::real::model("qwen2.5-coder-0.5b")
 }
 
 struct PromptResult {
@@ -45,10 +41,10 @@ struct PromptResult {
     comparable: usize,
 }
 
-fn run(precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
+fn run(path: &std::path::Path, precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
     let (_guard, _backend) = support::mlx();
     let model = LocalModel::load(
-        &model_path(),
+        path,
         &LoadOptions {
             precision,
             group_size: 64,
@@ -187,16 +183,18 @@ fn assert_agrees(results: &[PromptResult], logit_tol: f32) {
 
 #[test]
 fn native_precision_matches_llama_cpp() {
+    let Some(path) = model_path() else { return };
     let _busy = support::busy_cpu();
     let tol = 0.5;
-    assert_agrees(&run(Precision::Native, tol), tol);
+    assert_agrees(&run(&path, Precision::Native, tol), tol);
 }
 
 #[test]
 fn q8_matches_llama_cpp() {
+    let Some(path) = model_path() else { return };
     let _busy = support::busy_cpu();
     // q8 re-quantizes each weight once more (error ≤ one step of 1/255 of a group's range),
     // which moves logits by a few hundredths on top of the native difference.
     let tol = 0.6;
-    assert_agrees(&run(Precision::Q8, tol), tol);
+    assert_agrees(&run(&path, Precision::Q8, tol), tol);
 }

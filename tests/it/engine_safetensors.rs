@@ -1,7 +1,7 @@
 //! Hugging Face safetensors folders (dense bf16) and mlx-community folders (MLX-quantized,
 //! `quantization` in config.json) load into the same model as the weights they hold.
 
-use crate::support;
+use crate::support::{self, gguf};
 use std::{collections::HashMap, path::Path};
 
 use laya::engine::{
@@ -15,19 +15,17 @@ fn tiny_config() -> ModelConfig {
     synthetic::tiny()
 }
 
-/// Writes config.json, tokenizer.json (exported from the real GGUF's vocabulary) and the
-/// weights split over two safetensors files, as HF checkpoints are.
+/// Writes config.json, tokenizer.json (exported from the byte-level vocabulary of
+/// `support::gguf`, as long as Qwen's) and the weights split over two safetensors files, as
+/// HF checkpoints are.
 fn write_folder(
     dir: &Path,
     cfg: &ModelConfig,
     weights: &HashMap<String, Array>,
     quantization: Option<(i32, i32)>,
 ) {
-    let gguf = laya::catalog::find("qwen2.5-coder-0.5b").unwrap().local_path();
-    assert!(
-        gguf.is_file(),
-        "run `laya models fetch qwen2.5-coder-0.5b` first (scripts/test.sh does)"
-    );
+    let vocab = tempfile::tempdir().unwrap();
+    let gguf = gguf::write_vocab(vocab.path());
     synthetic::write_folder(dir, cfg, weights, quantization, &gguf).unwrap();
 }
 
@@ -64,15 +62,35 @@ fn hf_bf16_folder_loads_the_weights_it_holds() {
 
     let native = load::load(dir.path(), &opts(Precision::Native)).unwrap();
     support::assert_close("hf folder, native", &logits(&native.model), &want, 1e-5);
-    // tokenizer.json is read: fim_python's first line as llama.cpp tokenizes it (`):\n` is one token).
+    // tokenizer.json is read: the byte-level vocabulary makes each byte a token of its id.
+    let line = "def fibonacci(n):\n";
     assert_eq!(
-        native.tokenizer.encode("def fibonacci(n):\n", false).unwrap(),
-        vec![750, 75698, 1445, 982]
+        native.tokenizer.encode(line, false).unwrap(),
+        line.bytes().map(u32::from).collect::<Vec<_>>()
     );
 
     // Quantized at load: close to the dense model, within q8's error.
     let q8 = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
     support::assert_close("hf folder, q8", &logits(&q8.model), &want, 5e-2);
+}
+
+/// tokenizer.json exported from the real 0.5B's vocabulary reads back as llama.cpp
+/// tokenizes: fim_python's first line (`):\n` is one token).
+#[test]
+fn a_folder_with_the_real_vocabulary_tokenizes_as_llama_cpp() {
+    let Some(real) = support::real::model("qwen2.5-coder-0.5b") else {
+        return;
+    };
+    let (_g, _b) = support::mlx();
+    let cfg = tiny_config();
+    let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    synthetic::write_folder(dir.path(), &cfg, &weights, None, &real).unwrap();
+    let native = load::load(dir.path(), &opts(Precision::Native)).unwrap();
+    assert_eq!(
+        native.tokenizer.encode("def fibonacci(n):\n", false).unwrap(),
+        vec![750, 75698, 1445, 982]
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! and answers with llama.cpp's own text, and `laya lsp --remote-url` completes from it.
 //!
 //! Needs the peer venv (`scripts/peer-setup.sh`, or `LAYA_PEER_PYTHON`) and the 1.5B model
-//! (`laya models fetch qwen2.5-coder-1.5b`); `scripts/test.sh` prepares both. Without them
-//! the tests fail and say which command installs what is missing.
+//! (`laya models fetch qwen2.5-coder-1.5b`): the tests run with `LAYA_TEST_REAL_MODELS=1`
+//! (`scripts/test.sh` sets it and prepares both) and are skipped without it. With it, a
+//! missing venv or model fails them, saying which command installs it.
 
 use std::{
     path::PathBuf,
@@ -32,18 +33,6 @@ fn fim_prompt() -> String {
 /// One llama.cpp server at a time: the machine may have two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn model_1_5b() -> PathBuf {
-    let m = laya::catalog::find("qwen2.5-coder-1.5b").expect("catalog entry");
-    let path = m.local_path();
-    assert!(
-        path.is_file(),
-        "no {} at {}: run `laya models fetch qwen2.5-coder-1.5b` (or scripts/test.sh)",
-        m.name,
-        path.display()
-    );
-    path
-}
-
 /// `python -m llama_cpp.server` on a free loopback port; killed when dropped.
 struct LlamaServer {
     child: Child,
@@ -60,10 +49,17 @@ impl Drop for LlamaServer {
     }
 }
 
+/// The peer's Python and the real 1.5B: `None` (the test is skipped) unless
+/// `LAYA_TEST_REAL_MODELS=1`.
+fn peer_and_model() -> Option<(PathBuf, PathBuf)> {
+    let py = support::real::peer_python()?;
+    let model = support::real::model("qwen2.5-coder-1.5b")?;
+    Some((py, model))
+}
+
 impl LlamaServer {
-    fn start() -> LlamaServer {
-        let py = laya::paths::peer_python().unwrap_or_else(|e| panic!("{e}"));
-        let model = model_1_5b();
+    /// `python -m llama_cpp.server` of the peer `py` on `model`.
+    fn start((py, model): &(PathBuf, PathBuf)) -> LlamaServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -72,9 +68,9 @@ impl LlamaServer {
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("llama-server.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(&py)
+        let child = Command::new(py)
             .args(["-m", "llama_cpp.server", "--model"])
-            .arg(&model)
+            .arg(model)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--n_ctx", "2048", "--n_threads", "2", "--n_threads_batch", "2"])
             .stdin(Stdio::null())
@@ -153,10 +149,11 @@ impl LlamaServer {
 
 #[test]
 fn serve_with_a_llama_cpp_large_tier_answers_with_llama_cpps_own_text() {
+    let Some(peer) = peer_and_model() else { return };
     let _busy = support::busy_cpu();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = Instant::now();
-    let llama = LlamaServer::start();
+    let llama = LlamaServer::start(&peer);
     let want = llama.greedy(&fim_prompt(), MAX_TOKENS);
     assert!(
         !want.trim().is_empty() && want != STUB_TEXT,
@@ -235,10 +232,11 @@ fn serve_with_a_llama_cpp_large_tier_answers_with_llama_cpps_own_text() {
 
 #[test]
 fn lsp_with_a_llama_cpp_remote_completes_from_its_answer() {
+    let Some(peer) = peer_and_model() else { return };
     let _busy = support::busy_cpu();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = Instant::now();
-    let llama = LlamaServer::start();
+    let llama = LlamaServer::start(&peer);
     // Passes the requests on to llama.cpp, recording each with llama.cpp's answer.
     let rec = forwarding(&llama.url);
 

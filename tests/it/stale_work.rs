@@ -332,12 +332,15 @@ fn a_queued_request_whose_client_leaves_never_reaches_the_model() {
     assert_eq!(end.work.cancelled, base.work.cancelled + 1, "{end:?}");
 }
 
-/// `laya lsp` for the daemon of `dir`, initialized (no debounce, a prompt budget that holds the
-/// whole of [`long_file`], so a prompt has more tokens than the file has bytes), its model
-/// ready.
-fn editor(dir: &Path) -> LspProcess {
+/// `laya lsp` for the tiny daemon `d` (with its models, which `laya lsp` checks are there
+/// before it connects), initialized (no debounce, a prompt budget that holds the whole of
+/// [`long_file`], so a prompt has more tokens than the file has bytes), its model ready.
+fn editor(d: &Serve) -> LspProcess {
     let settings = json!({ "completion": { "debounceMs": 0, "budget": { "maxTokens": 8000 } } });
-    lsp_configured(dir, &[], settings, Some(Duration::from_secs(30)))
+    let model = d.dir.parent().unwrap().join("tiny.gguf");
+    let m = model.display().to_string();
+    let args = ["--small", &m, "--large", "none"];
+    lsp_configured(&d.dir, &args, settings, Some(Duration::from_secs(30)))
 }
 
 /// Open `uri` with `text` (or change it to `text`, from version 2 on) and ask for an inline
@@ -395,7 +398,7 @@ fn an_editor_that_cancels_or_goes_away_stops_its_request_in_the_daemon() {
         .into_iter()
         .enumerate()
     {
-        let mut editor = editor(&d.dir);
+        let mut editor = editor(&d);
         let base = idle(addr, counts(addr).work.requests);
         let text = long_file(&format!("{leave:?}"));
         let id = complete_at_end(&mut editor, &format!("file:///t/case{i}.py"), &text, 1);
@@ -441,7 +444,7 @@ fn a_newer_request_for_the_same_document_stops_the_older_one_in_the_daemon() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tiny_daemon(tmp.path());
     let addr = d.http.unwrap();
-    let mut editor = editor(&d.dir);
+    let mut editor = editor(&d);
     let base = idle(addr, counts(addr).work.requests);
     let uri = "file:///t/newer.py";
     let text = long_file("newer");

@@ -982,23 +982,12 @@ impl<'a> Reader<'a> {
 pub(crate) mod tests {
     use super::*;
 
-    /// Path of a real model file under `LAYA_MODEL_DIR` (default `~/.cache/laya/models`);
-    /// panics with the fix when it is absent, so CI cannot silently skip real-model tests.
-    pub(crate) fn real_model_path(file_name: &str) -> PathBuf {
-        let dir = std::env::var_os("LAYA_MODEL_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let home = std::env::var_os("HOME").expect("HOME or LAYA_MODEL_DIR must be set");
-                PathBuf::from(home).join(".cache/laya/models")
-            });
-        let path = dir.join(file_name);
-        assert!(
-            path.is_file(),
-            "model file {} is missing: run `laya models fetch` (or set LAYA_MODEL_DIR to the \
-             directory holding it) before running these tests",
-            path.display()
-        );
-        path
+    /// A real model file of the model directory, for a test of that file: `None` (the test
+    /// is skipped) unless `LAYA_TEST_REAL_MODELS=1`; with it, a missing file fails the test
+    /// with the fix ([`crate::testing::real_model`]).
+    #[track_caller]
+    pub(crate) fn real_model_path(file_name: &str) -> Option<PathBuf> {
+        crate::testing::real_model(file_name)
     }
 
     pub(crate) const MODEL_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
@@ -1440,7 +1429,10 @@ pub(crate) mod tests {
 
     #[test]
     fn real_05b_model_header_matches_models_md() {
-        let f = GgufFile::open(real_model_path(MODEL_05B)).unwrap();
+        let Some(path) = real_model_path(MODEL_05B) else {
+            return;
+        };
+        let f = GgufFile::open(path).unwrap();
         assert_eq!(f.version(), 3);
         assert_eq!(f.tensors().len(), 291);
         assert_eq!(f.metadata().len(), 26);
@@ -1491,7 +1483,10 @@ pub(crate) mod tests {
     /// (scripts/gen_dequant_fixture.py): exact first/last values and exact bit-pattern sums.
     #[test]
     fn real_05b_tensors_match_gguf_py_checksums() {
-        let f = GgufFile::open(real_model_path(MODEL_05B)).unwrap();
+        let Some(path) = real_model_path(MODEL_05B) else {
+            return;
+        };
+        let f = GgufFile::open(path).unwrap();
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant_blocks.json");
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let entries = doc["tensors"].as_array().unwrap();
@@ -1566,7 +1561,10 @@ pub(crate) mod tests {
     /// the printed time is the kernels', not the allocator's).
     #[test]
     fn real_05b_model_dequantizes_completely() {
-        let f = GgufFile::open(real_model_path(MODEL_05B)).unwrap();
+        let Some(path) = real_model_path(MODEL_05B) else {
+            return;
+        };
+        let f = GgufFile::open(path).unwrap();
         let max = f.tensors().iter().map(|t| t.n_elements()).max().unwrap() as usize;
         let mut buf = vec![0.0f32; max];
         let mut total = 0u64;

@@ -1,4 +1,5 @@
-//! A tiny Qwen2 GGUF written by the test: a byte-level vocabulary (the 256 byte tokens, no
+//! A tiny Qwen2 GGUF written by the test (and a GGUF of its vocabulary alone, for the models
+//! of random weights the tests build): a byte-level vocabulary (the 256 byte tokens, no
 //! merges, Qwen's special tokens), 2 layers of width 64, F32 tensors. It loads, converts and
 //! answers in milliseconds, so the loader's faults (truncation, corrupt tables, a full disk
 //! under the converted-weights cache) can be tested on a real file without real weights.
@@ -165,14 +166,59 @@ fn tensors(vocab: u64) -> Vec<(String, Vec<u64>, Vec<f32>)> {
     v
 }
 
-/// The tiny model as GGUF bytes.
-pub fn tiny_gguf() -> TinyGguf {
+/// The byte-level vocabulary: the 256 byte tokens, then [`SPECIALS`] (control tokens), then,
+/// up to `size` tokens, fillers (`tok300`: normal tokens no text encodes to).
+fn vocabulary(size: usize) -> (Vec<String>, Vec<i32>) {
     let mut tokens: Vec<String> = byte_chars().iter().map(|c| c.to_string()).collect();
     let mut types = vec![1i32; tokens.len()];
     for s in SPECIALS {
         tokens.push((*s).to_owned());
         types.push(3); // control
     }
+    for i in tokens.len()..size {
+        tokens.push(format!("tok{i}"));
+        types.push(1);
+    }
+    (tokens, types)
+}
+
+/// A GGUF of the byte-level vocabulary and no tensors, `size` tokens long: the tokenizer of
+/// the models the tests build from random weights (`laya::engine::synthetic::tiny()`, whose
+/// vocabulary is Qwen's 151,936 ids), in place of the real model's.
+pub fn vocab_gguf(size: usize) -> Vec<u8> {
+    let (tokens, types) = vocabulary(size);
+    let mut w = Writer(b"GGUF".to_vec());
+    w.u32(3);
+    w.u64(0);
+    w.u64(6);
+    w.kv_str("general.architecture", "qwen2");
+    w.kv_str("tokenizer.ggml.model", "gpt2");
+    w.kv_str("tokenizer.ggml.pre", "qwen2");
+    w.kv_strs("tokenizer.ggml.tokens", &tokens);
+    w.kv_i32s("tokenizer.ggml.token_type", &types);
+    w.kv_strs("tokenizer.ggml.merges", &[]);
+    w.0
+}
+
+/// [`vocab_gguf`] of `laya::engine::synthetic::tiny()`'s vocabulary, written as `vocab.gguf`
+/// in `dir`.
+pub fn write_vocab(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("vocab.gguf");
+    let size = laya::engine::synthetic::tiny().vocab_size as usize;
+    std::fs::write(&path, vocab_gguf(size)).unwrap();
+    path
+}
+
+/// The tiny model, written as `tiny.gguf` in `dir`.
+pub fn write_tiny(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("tiny.gguf");
+    std::fs::write(&path, tiny_gguf().bytes).unwrap();
+    path
+}
+
+/// The tiny model as GGUF bytes.
+pub fn tiny_gguf() -> TinyGguf {
+    let (tokens, types) = vocabulary(0);
     let vocab = tokens.len() as u64;
     let tensors = tensors(vocab);
 

@@ -8,6 +8,7 @@ pub mod gguf;
 pub mod hub;
 pub mod lsp;
 pub mod panics;
+pub mod real;
 
 use std::{
     process::Command,
