@@ -78,6 +78,20 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
         .transpose()
         .map_err(|e| error_chain(&e))?;
     let (engine, label) = cfg.target.start(cfg.device, log.clone())?;
+    // The first case is timed like the others: from a loaded, warmed-up model, as `laya serve`
+    // answers once it says it is ready (the load and warm-up took 1.5 to 2 s of the first
+    // case on an H100).
+    let waited = std::time::Instant::now();
+    while engine.state() == ModelState::Loading {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if let ModelState::Failed(e) = engine.state() {
+        return Err(format!("the model failed to load: {e}"));
+    }
+    log(&format!(
+        "model ready after {:.1} s",
+        waited.elapsed().as_secs_f64()
+    ));
     let settings = completion_settings(
         serde_json::json!({ "maxTokensLine": cfg.max_tokens, "maxTokensBlock": cfg.max_tokens }),
         cfg.settings.as_deref(),

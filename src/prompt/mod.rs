@@ -280,12 +280,37 @@ pub struct Prompt {
     pub context_files: usize,
 }
 
-/// The last `max` bytes of `s`, cut at a line start (or at a char boundary for one long line).
+/// What `s` takes of a budget, in bytes of average code: a byte is a byte, but a digit is a
+/// whole token (Qwen's tokenizers split numbers into single digits), so it counts as
+/// [`BYTES_PER_TOKEN`]. Tables of numbers, hex constants and Unicode ranges would otherwise
+/// fill twice the tokens the budget names.
+pub fn cost(s: &str) -> usize {
+    s.len() + s.bytes().filter(u8::is_ascii_digit).count() * (BYTES_PER_TOKEN - 1)
+}
+
+fn byte_cost(b: u8) -> usize {
+    if b.is_ascii_digit() {
+        BYTES_PER_TOKEN
+    } else {
+        1
+    }
+}
+
+/// The end of `s` that [`cost`]s at most `max`, cut at a line start (or at a char boundary for
+/// one long line).
 fn tail_lines(s: &str, max: usize) -> &str {
-    if s.len() <= max {
+    let mut used = 0;
+    let mut start = s.len();
+    for (i, &b) in s.as_bytes().iter().enumerate().rev() {
+        used += byte_cost(b);
+        if used > max {
+            break;
+        }
+        start = i;
+    }
+    if start == 0 {
         return s;
     }
-    let mut start = s.len() - max;
     while !s.is_char_boundary(start) {
         start += 1;
     }
@@ -295,12 +320,21 @@ fn tail_lines(s: &str, max: usize) -> &str {
     }
 }
 
-/// The first `max` bytes of `s`, cut at a line end (or a char boundary for one long line).
+/// The start of `s` that [`cost`]s at most `max`, cut at a line end (or a char boundary for
+/// one long line).
 fn head_lines(s: &str, max: usize) -> &str {
-    if s.len() <= max {
+    let mut used = 0;
+    let mut end = 0;
+    for &b in s.as_bytes() {
+        used += byte_cost(b);
+        if used > max {
+            break;
+        }
+        end += 1;
+    }
+    if end == s.len() {
         return s;
     }
-    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -330,10 +364,10 @@ fn lead_parts(input: &PromptInput, shown: &str, max: usize) -> String {
             // An import has no place here, but its text is the file's, byte for byte.
             None => shown.contains(text),
         };
-        if text.is_empty() || seen || used + text.len() + 1 > max {
+        if text.is_empty() || seen || used + cost(text) + 1 > max {
             continue;
         }
-        used += text.len() + 1;
+        used += cost(text) + 1;
         match local {
             Some(p) => chosen_local.push(p),
             None => chosen_imports.push(text),
@@ -377,10 +411,10 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
         let mut entries = vec![];
         for s in input.other_files {
             let entry = format!("{}{}\n{}\n", format.file_sep, s.path, s.text.trim_end());
-            if used + entry.len() > context_max {
+            if used + cost(&entry) > context_max {
                 break;
             }
-            used += entry.len();
+            used += cost(&entry);
             entries.push(entry);
         }
         context_files = entries.len();
@@ -393,7 +427,7 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
     }
 
     let suffix = head_lines(input.suffix, suffix_max);
-    let prefix_max = total.saturating_sub(header.len() + suffix.len());
+    let prefix_max = total.saturating_sub(cost(&header) + cost(suffix));
     let mut prefix = tail_lines(input.prefix, prefix_max).to_owned();
     if prefix.len() < input.prefix.len() {
         // The window cut off the top of the file: bring back the local definitions in reach
@@ -410,7 +444,7 @@ pub fn build(input: &PromptInput, budget: &Budget) -> Prompt {
             let next_tail = if next_lead.is_empty() {
                 prefix.clone()
             } else {
-                tail_lines(input.prefix, prefix_max.saturating_sub(next_lead.len() + 1)).to_owned()
+                tail_lines(input.prefix, prefix_max.saturating_sub(cost(&next_lead) + 1)).to_owned()
             };
             let settled = next_lead == lead && next_tail == tail;
             (lead, tail) = (next_lead, next_tail);
@@ -562,6 +596,43 @@ mod budget_tests {
         );
     }
 
+    /// A digit is a token of Qwen's vocabularies: a table of numbers gets the budget in
+    /// tokens, not three times as many, and text without digits is cut where bytes cut it.
+    #[test]
+    fn digits_count_as_tokens_in_the_budget() {
+        assert_eq!(cost("abc"), 3);
+        assert_eq!(cost("0x1F, 42"), 8 + 4 * (BYTES_PER_TOKEN - 1));
+        let budget = Budget {
+            max_tokens: 256,
+            ..Budget::default()
+        };
+        let mut table = String::new();
+        for i in 0..2000 {
+            table.push_str(&format!(
+                "  0x{:04X}, 0x{:04X}, {i},\n",
+                i * 7919 % 65536,
+                i * 104729 % 65536
+            ));
+        }
+        table.push_str("  ");
+        let p = build(
+            &PromptInput {
+                path: "t.c",
+                prefix: &table,
+                ..Default::default()
+            },
+            &budget,
+        );
+        // At most the budget's tokens if every digit is one and the rest three bytes a token.
+        assert!(cost(&p.text) <= 256 * BYTES_PER_TOKEN + 64, "{}", cost(&p.text));
+        let digits = p.text.bytes().filter(u8::is_ascii_digit).count();
+        assert!(digits > 100, "{digits} digits kept: the cut went too far");
+        // Without digits the window is as many bytes as before.
+        let words = "let alpha = beta;\n".repeat(2000);
+        assert_eq!(tail_lines(&words, 300).len(), 288);
+        assert_eq!(head_lines(&words, 300).len(), 288);
+    }
+
     /// `struct Far;` and 400 lines of constants (more than a 256-token prompt holds), then `tail`.
     fn far_prefix(tail: &str) -> String {
         let mut prefix = String::from("struct Far;\n");
@@ -602,9 +673,9 @@ mod budget_tests {
     /// and out of it after: it must then come back with the context, not be lost.
     #[test]
     fn a_signature_pushed_out_of_the_window_by_the_context_comes_back() {
-        let body: String = (0..30).map(|i| format!("    let v{i} = a + {i};\n")).collect();
+        let body: String = (0..22).map(|i| format!("    let v{i} = a + {i};\n")).collect();
         let prefix = far_prefix(&format!("fn outer(a: u32) -> u32 {{\n{body}    "));
-        let big_type = format!("struct Big {{\n{}}}", "    field: [u8; 1024],\n".repeat(8));
+        let big_type = format!("struct Big {{\n{}}}", "    field: [u8; 64],\n".repeat(8));
         let local = [
             part(&prefix, "fn outer", "fn outer(a: u32) -> u32"),
             part(&prefix, "struct Big", &big_type),
