@@ -9,7 +9,9 @@
 #                                               # the case subsets; prints the part names
 # On the GPU machine, one call each, in order (each names its parts in `carry`):
 #   scripts/gpu/session.sh stage FILE...        # keep carried .stage/FILEs (and .device/mlx parts)
-#   scripts/gpu/session.sh start                # the queue, in its own process session
+#   scripts/gpu/session.sh start [recheck]      # the queue, in its own process session (recheck:
+#                                               # only the held-out file windows beside llama-server,
+#                                               # 0.5B and 1.5B, then the MoE shape beside mlx-lm)
 #   scripts/gpu/session.sh decide ACT [CUDNN]   # the activation type the later jobs run with, and
 #                                               # MLX's cuDNN attention (1) or not (0, the default)
 #   scripts/gpu/session.sh status               # the log's end and the results so far
@@ -95,6 +97,7 @@ start)
   rm -rf "$S/repo" && mkdir -p "$S/repo"
   cp -r scripts examples "$S/repo/" && mkdir -p "$S/repo/bench/quality" && cp -r bench/quality/repos "$S/repo/bench/quality/"
   [[ -d .whl ]] && cp -r .whl "$S/repo/"
+  echo "${2:-full}" >"$S/queue"
   setsid nohup bash "$S/repo/scripts/gpu/session.sh" run >"$S/runner.log" 2>&1 </dev/null &
   echo "queue started (pid $!)"
   ;;
@@ -209,7 +212,7 @@ run)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
       .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
     for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
-    for shape in qwen2.5-coder-3b qwen2.5-coder-32b qwen3-coder-30b-a3b; do
+    for shape in ${SHAPES:-qwen2.5-coder-3b qwen2.5-coder-32b qwen3-coder-30b-a3b}; do
       log "laya --synthetic $shape"
       cx "$L" --device gpu bench engine --synthetic "$shape" --precision q4,q8 --prefill 128,2048 --decode 32 \
         --json "$R/synthetic-$shape.jsonl" 2>&1 | tail -8
@@ -218,6 +221,26 @@ run)
         --decode 32 --ops --json "$R/mlx-lm-$shape.jsonl" 2>&1 | tail -3
     done
   }
+
+  # A recheck: laya beside llama-server on the held-out file windows only, then the MoE shape.
+  recheck() { # recheck TAG GGUF
+    local tag=$1 g=$2
+    log "$tag: llama-server /infill, held-out file windows (to the line break)"
+    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$XL" \
+      --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-$tag-line.log" \
+      --out "$R/llama-server-$tag-xl-line.json" 2>&1 | tail -2
+    log "$tag: laya held-out file windows ($ACT-spec-off)"
+    cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$XL" --speculation off \
+      --compare "$R/llama-server-$tag-xl-line.json" --out "$R/laya-$tag-xl-$ACT-spec-off.json" \
+      2>>"$R/laya-$tag.err" | tail -14
+  }
+  if [[ $(cat "$S/queue" 2>/dev/null) == recheck ]]; then
+    assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf && recheck 0.5b "$G05"
+    assemble qwen2.5-coder-1.5b-instruct-q4_k_m.gguf && recheck 1.5b "$G15"
+    SHAPES=qwen3-coder-30b-a3b synthetic
+    log "all done"
+    exit 0
+  fi
 
   assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf && probe "$G05"
   knobs=$(cat "$S/knobs")
