@@ -176,7 +176,7 @@ run)
         --speculation "$spec" --out "$R/laya-$tag-tune-$name.json" 2>>"$R/laya-$tag.err" | tail -4
     done
     for ws in on off; do
-      settings='{}'; [[ $ws == off ]] && settings='{"workspaceContext":false}'
+      settings='{"workspaceContext":true}'; [[ $ws == off ]] && settings='{}'
       log "$tag: laya cross-file held-out (workspace $ws)"
       cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$REPO" --repos bench/quality/repos \
         --settings "$settings" --compare "$R/llama-server-$tag-repo-line.json" \

@@ -169,8 +169,8 @@ pub enum BenchCommand {
         #[arg(long)]
         compare: Option<PathBuf>,
         /// Completion settings (JSON, the LSP's `completion` section) over the bench's own,
-        /// e.g. '{"budget":{"suffixShare":0.02}}'; '{"workspaceContext":false}' runs repository
-        /// cases without the workspace index.
+        /// e.g. '{"budget":{"suffixShare":0.02}}'; '{"workspaceContext":true}' runs repository
+        /// cases with the workspace index.
         #[arg(long, value_name = "JSON")]
         settings: Option<String>,
         /// Folder of the repository cases' workspaces (`<name>.tar.xz`; default: `repos/`

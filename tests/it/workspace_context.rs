@@ -47,7 +47,7 @@ async fn files_not_open_lend_their_definitions_and_file_events_keep_them_current
 
     let mut c = InProcess::new(FakeEngine::answering("x").shared());
     let folders = json!([{ "uri": format!("file://{}", root.display()), "name": "shop" }]);
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
     c.initialize(true, init, folders).await;
     let uri = format!("file://{}", root.join("shop/views.py").display());
     let pos = c.open(&uri, "python", VIEWS).await;
@@ -140,7 +140,7 @@ async fn added_and_removed_workspace_folders_change_what_is_indexed() {
 
     let mut c = InProcess::new(FakeEngine::answering("x").shared());
     let folder = |p: &std::path::Path| json!({ "uri": format!("file://{}", p.display()), "name": "f" });
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
     c.initialize(true, init, json!([folder(&app)])).await;
     let uri = format!("file://{}", app.join("views.py").display());
     let pos = c.open(&uri, "python", fixture).await;
