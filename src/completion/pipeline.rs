@@ -863,6 +863,7 @@ mod tests {
         let pipeline = Pipeline::new(engine.clone());
         let settings = CompletionSettings {
             typing_through: false,
+            workspace_context: true,
             ..CompletionSettings::default()
         };
         let lent = vec![ContextFile {
