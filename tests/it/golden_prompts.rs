@@ -408,7 +408,6 @@ public class Account {
             <|fim_prefix|>public class Account {
                 public void deposit(BigDecimal amount) { ... }
 
-
                 public void withdraw(BigDecimal amount) {
                     if (balance.compareTo(amount) < 0) {
                         <|fim_suffix|>
