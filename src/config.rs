@@ -110,13 +110,13 @@ impl Default for ServeConfig {
             http: Some(DEFAULT_HTTP_ADDR),
             token_env: None,
             allow_unauthenticated_remote: false,
-            max_seq_len: 8192,
+            max_seq_len: crate::engine::DEFAULT_MAX_SEQ_LEN,
             max_tokens: 512,
             max_body_bytes: 1 << 20,
             temperature: 0.0,
             top_p: 1.0,
-            prefill_cache_size: 8,
-            prefill_cache_bytes: 1 << 30,
+            prefill_cache_size: PrefixLimits::default().max_entries,
+            prefill_cache_bytes: PrefixLimits::default().max_bytes,
             warmup: true,
             speculation: SpeculationChoice::Auto,
         }
@@ -131,7 +131,7 @@ pub fn resolve_model(name: &str) -> Result<PathBuf, ConfigError> {
 /// [`resolve_model`] with the catalog's models in `model_dir`.
 pub fn resolve_model_in(name: &str, model_dir: &Path) -> Result<PathBuf, ConfigError> {
     if let Some(m) = catalog::find(name) {
-        return match m.presence_in(model_dir) {
+        return match crate::fetch::presence_in(m, model_dir) {
             catalog::Presence::Present => Ok(m.path_in(model_dir)),
             catalog::Presence::Missing => Err(ConfigError(format!(
                 "model {} is not downloaded: run `laya models fetch {}`",
@@ -268,7 +268,7 @@ impl ServeConfig {
         let plan = || {
             planned.get_or_init(|| {
                 catalog::plan(machine(), |m| {
-                    m.presence_in(model_dir) == catalog::Presence::Present
+                    crate::fetch::presence_in(m, model_dir) == catalog::Presence::Present
                 })
             })
         };
@@ -349,7 +349,7 @@ impl ServeConfig {
                 "auto" => {
                     let any = catalog::MODELS.iter().any(|m| {
                         m.tiers.contains(&Tier::Small)
-                            && m.presence_in(model_dir) == catalog::Presence::Present
+                            && crate::fetch::presence_in(m, model_dir) == catalog::Presence::Present
                     });
                     if !any {
                         return Err(ConfigError(format!(

@@ -77,7 +77,7 @@ pub fn report(pref: DevicePref) -> Report {
     let _ = writeln!(w, "  memory        {machine}");
     let model_dir = paths::model_dir();
     let _ = writeln!(w, "  model dir     {}", model_dir.display());
-    let presence = |m: &CatalogModel| m.presence_in(&model_dir);
+    let presence = |m: &CatalogModel| crate::fetch::presence_in(m, &model_dir);
     w.push_str(&tiers(&machine, &presence));
     let _ = writeln!(w, "  models:");
     for m in catalog::MODELS {

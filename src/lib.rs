@@ -12,9 +12,9 @@ pub mod engine;
 pub mod fetch;
 pub mod lsp;
 pub mod machine;
-pub mod paths;
 pub mod prompt;
 pub mod service;
 pub mod syntax;
-pub mod testing;
 pub mod workspace;
+
+pub use engine::{paths, testing};

@@ -167,7 +167,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let dir = laya::paths::model_dir();
             println!("model dir: {}", dir.display());
             let machine = laya::machine::Machine::probe(device);
-            print!("{}", catalog::table(&machine, &|m| m.presence_in(&dir)));
+            print!("{}", catalog::table(&machine, &|m| fetch::presence_in(m, &dir)));
             println!();
             for m in catalog::MODELS {
                 println!(

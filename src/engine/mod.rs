@@ -5,15 +5,19 @@
 pub mod cache;
 pub mod cancel;
 pub mod draft;
+pub mod family;
 pub mod generate;
+pub mod hash;
 pub mod load;
 pub mod models;
+pub mod paths;
 pub mod pool;
 pub mod prefix;
 pub mod remote;
 pub mod runtime;
 pub mod sample;
 pub mod synthetic;
+pub mod testing;
 pub mod tokenizer;
 pub mod worker;
 
@@ -44,6 +48,10 @@ pub enum EngineError {
     #[error("invalid request: {0}")]
     Request(String),
 }
+
+/// The longest sequence (prompt and answer, in tokens) a served model runs by default
+/// (`laya serve --max-seq-len`); what the catalog sizes a model's KV cache for.
+pub const DEFAULT_MAX_SEQ_LEN: usize = 8192;
 
 /// Which model of a pool: the size tier and the bit width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -148,7 +156,7 @@ pub struct ModelFacts {
     /// Whose prompt format the model reads, from its file; the default for a remote server's
     /// model, which does not say.
     #[serde(default)]
-    pub family: crate::prompt::Family,
+    pub family: crate::engine::family::Family,
 }
 
 /// Milliseconds a model takes per prompt token prefilled and per token decoded.

@@ -17,7 +17,7 @@ use super::{
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
     ModelState, Precision, RunsOn, Tier,
 };
-use crate::prompt::Family;
+use crate::engine::family::Family;
 
 /// Where a tier's model comes from.
 #[derive(Clone, Debug)]

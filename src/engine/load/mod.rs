@@ -21,11 +21,11 @@ use std::{
 use mlx_rs::{ops, transforms::eval, Array};
 
 use self::gguf::{GgufFile, LoadError};
+use crate::engine::family::Family;
 use crate::engine::{
     models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
     tokenizer::{Tokenizer, TokenizerError},
 };
-use crate::prompt::Family;
 
 /// Version of the converted-weights cache layout; bump when the conversion changes.
 const CONVERT_FORMAT: u32 = 1;
@@ -434,9 +434,9 @@ fn converted_path(path: &Path, opts: &LoadOptions) -> Option<PathBuf> {
         opts.group_size,
         CONVERT_FORMAT
     );
-    let digest = crate::fetch::sha256_hex(key.as_bytes());
+    let digest = crate::engine::hash::sha256_hex(key.as_bytes());
     let stem = path.file_stem()?.to_string_lossy();
-    Some(crate::paths::converted_dir().join(format!(
+    Some(crate::engine::paths::converted_dir().join(format!(
         "{stem}.{}-g{}.{}.safetensors",
         opts.precision.label(),
         opts.group_size,
@@ -647,7 +647,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         const N: usize = 24;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tiny-qwen3moe.gguf");
-        let Some(python) = crate::testing::peer_python() else {
+        let Some(python) = crate::engine::testing::peer_python() else {
             return;
         };
         let out = Command::new(python)

@@ -18,6 +18,9 @@
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
+mod shape;
+
+pub use shape::Shape;
 
 use std::{cell::RefCell, collections::HashMap};
 

@@ -552,17 +552,10 @@ mod tests {
         assert!(broken(&|c| c.arch = Arch::Qwen3));
     }
 
-    /// Qwen3-Coder-30B-A3B's shape counts the 30.5B parameters of its model card; a decode
-    /// step reads the experts of one token only.
+    /// A decode step reads the experts of one token only (the 30B-A3B's parameter count is
+    /// the catalog's test, `qwen3_coder_30b_a3b_counts_the_parameters_of_its_model_card`).
     #[test]
     fn parameters_and_bytes_read_per_token() {
-        let coder = crate::catalog::find("qwen3-coder-30b-a3b")
-            .unwrap()
-            .shape
-            .config();
-        let n = coder.parameters() as f64;
-        assert!((n / 30.5e9 - 1.0).abs() < 0.01, "{n}");
-
         let model = tiny_model(Arch::Qwen3Moe, 95);
         let FeedForward::Sparse(block) = &model.layers[0].mlp else {
             panic!("dense")
