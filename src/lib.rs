@@ -8,7 +8,6 @@ pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod document;
-pub mod engine;
 pub mod fetch;
 pub mod lsp;
 pub mod machine;
@@ -17,4 +16,6 @@ pub mod service;
 pub mod syntax;
 pub mod workspace;
 
-pub use engine::{paths, testing};
+/// The inference engine (`crates/laya-engine`), under the name the modules here use.
+pub use laya_engine as engine;
+pub use laya_engine::{paths, testing};

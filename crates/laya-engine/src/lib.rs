@@ -1,4 +1,5 @@
-//! The inference engine: loads Qwen models into MLX and generates text. It knows nothing of
+//! laya's inference engine, a crate of its own that imports nothing from the product crate
+//! (`laya`). It loads Qwen models into MLX and generates text. It knows nothing of
 //! editors, LSP or HTTP: requests are a prompt string (special tokens parsed) and sampling
 //! parameters; answers are texts with timing.
 
@@ -156,7 +157,7 @@ pub struct ModelFacts {
     /// Whose prompt format the model reads, from its file; the default for a remote server's
     /// model, which does not say.
     #[serde(default)]
-    pub family: crate::engine::family::Family,
+    pub family: crate::family::Family,
 }
 
 /// Milliseconds a model takes per prompt token prefilled and per token decoded.
@@ -612,7 +613,7 @@ fn scale_functions(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tokenizer::{tests::any_vocabulary, Tokenizer};
+    use crate::tokenizer::{tests::any_vocabulary, Tokenizer};
 
     #[test]
     fn the_row_count_warm_up_text_has_a_token_for_every_row() {

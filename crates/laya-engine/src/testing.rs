@@ -58,16 +58,16 @@ pub fn needs(path: PathBuf, present: bool, fix: &str) -> Option<PathBuf> {
 }
 
 /// [`needs`] for the model file `file_name` of the model directory
-/// ([`crate::engine::paths::model_dir`]), present when it is a file; `fix` is the command that
+/// ([`crate::paths::model_dir`]), present when it is a file; `fix` is the command that
 /// fetches it (`laya models fetch NAME`).
 #[track_caller]
 pub fn real_model(file_name: &str, fix: &str) -> Option<PathBuf> {
-    let path = crate::engine::paths::model_dir().join(file_name);
+    let path = crate::paths::model_dir().join(file_name);
     let present = path.is_file();
     needs(path, present, fix)
 }
 
-/// For a test that runs the llama.cpp peer: its Python ([`crate::engine::paths::peer_python`]) with
+/// For a test that runs the llama.cpp peer: its Python ([`crate::paths::peer_python`]) with
 /// the switch on, or a failure that says how to make it; `None` with the switch off.
 #[track_caller]
 pub fn peer_python() -> Option<PathBuf> {
@@ -75,7 +75,7 @@ pub fn peer_python() -> Option<PathBuf> {
         skip("the llama.cpp peer (scripts/peer-setup.sh)");
         return None;
     }
-    match crate::engine::paths::peer_python() {
+    match crate::paths::peer_python() {
         Ok(py) => Some(py),
         Err(e) => panic!("{REAL_MODELS}=1 and {e}"),
     }

@@ -17,7 +17,7 @@ use super::{
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
     ModelState, Precision, RunsOn, Tier,
 };
-use crate::engine::family::Family;
+use crate::family::Family;
 
 /// Where a tier's model comes from.
 #[derive(Clone, Debug)]
@@ -38,7 +38,7 @@ pub struct PoolConfig {
     pub device: DevicePref,
     pub prefix: PrefixLimits,
     /// Drafts for decoding on local models.
-    pub speculation: crate::engine::draft::SpeculationChoice,
+    pub speculation: crate::draft::SpeculationChoice,
 }
 
 /// Hears (model, state) on every change of any model of the pool.

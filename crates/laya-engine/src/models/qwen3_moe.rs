@@ -355,11 +355,11 @@ mod tests {
     /// `w` quantized as the loader quantizes a checkpoint (the router kept at 8 bits), and the
     /// values that quantization leaves, on the host.
     fn loader_quantized(w: &HostWeights, gs: i32, bits: i32) -> (HashMap<String, Array>, HostWeights) {
-        let opts = crate::engine::load::LoadOptions {
+        let opts = crate::load::LoadOptions {
             precision: match bits {
-                4 => crate::engine::load::Precision::Q4,
-                6 => crate::engine::load::Precision::Q6,
-                _ => crate::engine::load::Precision::Q8,
+                4 => crate::load::Precision::Q4,
+                6 => crate::load::Precision::Q6,
+                _ => crate::load::Precision::Q8,
             },
             group_size: gs,
             ..Default::default()
@@ -367,8 +367,7 @@ mod tests {
         let mut q = HashMap::new();
         for (name, (data, shape)) in w {
             let a = Array::from_slice(data, shape);
-            crate::engine::load::insert_weight(&mut q, name.clone(), a, &opts, std::path::Path::new("test"))
-                .unwrap();
+            crate::load::insert_weight(&mut q, name.clone(), a, &opts, std::path::Path::new("test")).unwrap();
         }
         let mut deq = w.clone();
         for (name, (data, _)) in deq.iter_mut() {

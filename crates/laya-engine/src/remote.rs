@@ -535,7 +535,7 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::SamplingParams;
+    use crate::SamplingParams;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
 

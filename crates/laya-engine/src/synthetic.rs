@@ -1,4 +1,4 @@
-//! Models with random weights of real shapes (the catalog's, [`crate::engine::models::Shape`]), for
+//! Models with random weights of real shapes (the catalog's, [`crate::models::Shape`]), for
 //! speed measurements where the real weights cannot travel (a GPU machine reached through a
 //! 64 MiB pipe). Numbers from them are labeled synthetic: speed depends on shapes and bit
 //! widths, not on the values.
@@ -192,7 +192,7 @@ pub fn write_folder(
 
 /// The shape of the tiny model folders the fetch and verification tests write (a Qwen2 of
 /// hidden size 8, 2 layers, a vocabulary of 32).
-pub const TINY_SHAPE: crate::engine::models::Shape = crate::engine::models::Shape {
+pub const TINY_SHAPE: crate::models::Shape = crate::models::Shape {
     arch: Arch::Qwen2,
     hidden_size: 8,
     intermediate_size: 16,

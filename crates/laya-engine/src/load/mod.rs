@@ -21,8 +21,8 @@ use std::{
 use mlx_rs::{ops, transforms::eval, Array};
 
 use self::gguf::{GgufFile, LoadError};
-use crate::engine::family::Family;
-use crate::engine::{
+use crate::family::Family;
+use crate::{
     models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
     tokenizer::{Tokenizer, TokenizerError},
 };
@@ -68,7 +68,7 @@ impl std::fmt::Display for Precision {
 }
 
 impl std::str::FromStr for Precision {
-    type Err = crate::engine::ParseError;
+    type Err = crate::ParseError;
 
     /// `native`, `q4`, `q6` or `q8`; the bit widths also as bare numbers (`4`, `6`, `8`), as
     /// HTTP clients send them.
@@ -78,7 +78,7 @@ impl std::str::FromStr for Precision {
             "q4" | "4" => Ok(Precision::Q4),
             "q6" | "6" => Ok(Precision::Q6),
             "q8" | "8" => Ok(Precision::Q8),
-            _ => Err(crate::engine::ParseError(format!(
+            _ => Err(crate::ParseError(format!(
                 "expected native, q4, q6 or q8, got `{s}`"
             ))),
         }
@@ -95,9 +95,9 @@ pub struct LoadOptions {
     /// Show a progress bar (on a terminal).
     pub progress: bool,
     /// Bounds of the model's prefix KV store.
-    pub prefix: crate::engine::prefix::PrefixLimits,
+    pub prefix: crate::prefix::PrefixLimits,
     /// Whether decoding checks drafted tokens several at a time.
-    pub speculation: crate::engine::draft::SpeculationChoice,
+    pub speculation: crate::draft::SpeculationChoice,
 }
 
 impl Default for LoadOptions {
@@ -107,7 +107,7 @@ impl Default for LoadOptions {
             group_size: 64,
             use_cache: true,
             progress: false,
-            prefix: crate::engine::prefix::PrefixLimits::default(),
+            prefix: crate::prefix::PrefixLimits::default(),
             speculation: Default::default(),
         }
     }
@@ -434,9 +434,9 @@ fn converted_path(path: &Path, opts: &LoadOptions) -> Option<PathBuf> {
         opts.group_size,
         CONVERT_FORMAT
     );
-    let digest = crate::engine::hash::sha256_hex(key.as_bytes());
+    let digest = crate::hash::sha256_hex(key.as_bytes());
     let stem = path.file_stem()?.to_string_lossy();
-    Some(crate::engine::paths::converted_dir().join(format!(
+    Some(crate::paths::converted_dir().join(format!(
         "{stem}.{}-g{}.{}.safetensors",
         opts.precision.label(),
         opts.group_size,
@@ -534,10 +534,10 @@ mod tests {
     use super::gguf::tests::GgufWriter;
     use super::gguf::GgmlType;
     use super::*;
-    use crate::engine::models::test_util::{
+    use crate::models::test_util::{
         cast, max_abs_diff, random_weights, relative_error, tiny_config, to_device, tokens, HostWeights,
     };
-    use crate::engine::{Cancel, CompletionRequest, LocalModel, SamplingParams};
+    use crate::{Cancel, CompletionRequest, LocalModel, SamplingParams};
 
     /// Writes a tiny `qwen3moe` GGUF with gguf-py (2 layers, 8 experts, top-2, F32, a vocabulary
     /// of printable ASCII, the newline, one merge and Qwen's control tokens), then runs it with
@@ -647,7 +647,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         const N: usize = 24;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tiny-qwen3moe.gguf");
-        let Some(python) = crate::engine::testing::peer_python() else {
+        let Some(python) = crate::testing::peer_python() else {
             return;
         };
         let out = Command::new(python)
@@ -852,7 +852,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
             .unwrap()
             .save_json(dir.join("tokenizer.json"))
             .unwrap();
-        let config = crate::engine::synthetic::config_json(cfg, quantization);
+        let config = crate::synthetic::config_json(cfg, quantization);
         std::fs::write(dir.join("config.json"), config).unwrap();
         Array::save_safetensors(weights, None, dir.join("model.safetensors")).unwrap();
     }
