@@ -104,16 +104,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let path = resolve_model(&cfg.model).map_err(|e| e.to_string())?;
     let model = LocalModel::load(&path, &cfg.options).map_err(|e| error_chain(&e))?;
     let req = CompletionRequest {
-        model: None,
-        prompt: model.specials.family.fim().fim(prefix, suffix),
-        max_tokens: cfg.max_tokens,
-        n: 1,
         sampling: SamplingParams {
             temperature: cfg.temperature,
             ..SamplingParams::default()
         },
-        stop: vec![],
-        branch_first: false,
+        ..CompletionRequest::new(model.specials.family.fim().fim(prefix, suffix), cfg.max_tokens)
     };
     let out = model
         .complete(&req, &Cancel::new())

@@ -28,10 +28,7 @@ use super::{
 };
 use crate::{
     document::DocumentSnapshot,
-    engine::{
-        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, SamplingParams,
-        Timing,
-    },
+    engine::{Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, Timing},
     prompt::{self, Budget, Family, LocalPart, PromptInput, Snippet},
     syntax::CursorKind,
     workspace::{file_path, retrieve, WorkspaceIndex},
@@ -518,7 +515,7 @@ impl Pipeline {
     pub async fn complete(&self, r: Request<'_>, cancel: Cancel) -> Result<Completion, EngineError> {
         let text: &str = &r.doc.text;
         if r.cursor > text.len() || !text.is_char_boundary(r.cursor) {
-            return Err(EngineError::Request(format!(
+            return Err(EngineError::BadRequest(format!(
                 "cursor byte {} is not inside the document",
                 r.cursor
             )));
@@ -527,7 +524,7 @@ impl Pipeline {
             return Ok(c);
         }
         let plan = self.plan(&r);
-        let out = self.engine.complete(plan.request.clone(), cancel).await?;
+        let out = self.engine.complete(plan.request.clone(), cancel, None).await?;
         Ok(self.finish(&r, plan, out))
     }
 
@@ -609,14 +606,12 @@ impl Pipeline {
         Plan {
             request: CompletionRequest {
                 model: Some(route.model),
-                prompt,
-                max_tokens,
                 n,
-                sampling: SamplingParams::default(),
                 // A blank line after code ends a block in every supported language's style; a
                 // line ends at its line break.
                 stop: vec![if block { "\n\n\n" } else { "\n" }.into()],
                 branch_first: n > 1,
+                ..CompletionRequest::new(prompt, max_tokens)
             },
             route,
             cursor_kind: context.cursor_kind,
@@ -744,6 +739,7 @@ mod tests {
             &self,
             req: CompletionRequest,
             _cancel: Cancel,
+            _pieces: Option<crate::engine::PieceSender>,
         ) -> Result<CompletionOutput, EngineError> {
             self.asked.lock().unwrap().push(req.clone());
             self.seen.lock().unwrap().push((req.model, req.prompt));

@@ -38,16 +38,47 @@ use self::{
     tokenizer::{SpecialTokens, TokenizerError},
 };
 
-#[derive(Debug, thiserror::Error)]
+/// Why an engine gave no answer, by what the caller can do about it: the seam's one error
+/// type. The daemon's HTTP API maps each kind to a status code (`Cancelled` 499, `Unavailable`
+/// 503, `Transport` 502, `BadRequest` 400) and the LSP logs the message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
-    #[error(transparent)]
-    Load(#[from] EngineLoadError),
-    #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
-    #[error(transparent)]
-    Generate(#[from] GenerateError),
+    /// The request was given up (its [`Cancel`] set) before it was answered.
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// No model can answer it: none is configured for the tier, it failed to load, its thread
+    /// stopped, MLX failed while running it.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The way to the model broke: the daemon's socket, a remote server's HTTP.
+    #[error("{0}")]
+    Transport(String),
+    /// The request cannot run as asked: no candidates, an empty or untokenizable prompt, ids
+    /// outside the vocabulary.
     #[error("invalid request: {0}")]
-    Request(String),
+    BadRequest(String),
+}
+
+impl From<EngineLoadError> for EngineError {
+    fn from(e: EngineLoadError) -> Self {
+        EngineError::Unavailable(e.to_string())
+    }
+}
+
+impl From<TokenizerError> for EngineError {
+    fn from(e: TokenizerError) -> Self {
+        EngineError::BadRequest(e.to_string())
+    }
+}
+
+impl From<GenerateError> for EngineError {
+    /// A request the generator refuses is the caller's to fix; a model or MLX failure is not.
+    fn from(e: GenerateError) -> Self {
+        match e {
+            GenerateError::Model(_) | GenerateError::Mlx(_) => EngineError::Unavailable(e.to_string()),
+            _ => EngineError::BadRequest(e.to_string()),
+        }
+    }
 }
 
 /// The longest sequence (prompt and answer, in tokens) a served model runs by default
@@ -227,6 +258,23 @@ pub struct CompletionRequest {
     pub branch_first: bool,
 }
 
+impl CompletionRequest {
+    /// One greedy candidate of at most `max_tokens` tokens after `prompt`, on the engine's
+    /// default model, with no stop string; the other fields are set with struct update
+    /// syntax (`CompletionRequest { n: 3, ..CompletionRequest::new(prompt, 48) }`).
+    pub fn new(prompt: impl Into<String>, max_tokens: usize) -> CompletionRequest {
+        CompletionRequest {
+            model: None,
+            prompt: prompt.into(),
+            max_tokens,
+            n: 1,
+            sampling: SamplingParams::default(),
+            stop: vec![],
+            branch_first: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Choice {
     pub text: String,
@@ -289,14 +337,22 @@ pub enum ModelState {
     Failed(String),
 }
 
-/// What the completion pipeline needs from an engine: the in-process worker, the daemon
-/// client and a remote OpenAI-compatible server all provide it.
+/// What the completion pipeline needs from an engine: the in-process worker, the model pool,
+/// the daemon client and a remote OpenAI-compatible server all provide it.
 #[async_trait::async_trait]
 pub trait Engine: Send + Sync + 'static {
     /// Run one request; cancelling `cancel` stops it: waiting for the model, between prompt
-    /// chunks and between decode steps. Dropping the future cancels it too.
-    async fn complete(&self, req: CompletionRequest, cancel: Cancel)
-        -> Result<CompletionOutput, EngineError>;
+    /// chunks and between decode steps. Dropping the future cancels it too. With `pieces`,
+    /// `(candidate, piece)` is also sent as text is decoded; a candidate's pieces concatenate
+    /// to its final text. Engines that cannot stream send each candidate's whole text once it
+    /// is done ([`send_whole`]).
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Cancel,
+        pieces: Option<PieceSender>,
+    ) -> Result<CompletionOutput, EngineError>;
+
     fn state(&self) -> ModelState;
 
     /// Parameter count of the model that answers requests naming none, once it is known
@@ -317,23 +373,16 @@ pub trait Engine: Send + Sync + 'static {
     fn work(&self) -> Option<worker::WorkStats> {
         None
     }
+}
 
-    /// [`complete`](Self::complete), also sending `(candidate, piece)` to `on_piece` as text
-    /// is decoded; a candidate's pieces concatenate to its final text. Engines that cannot
-    /// stream send each candidate's whole text once it is done (this default).
-    async fn complete_stream(
-        &self,
-        req: CompletionRequest,
-        cancel: Cancel,
-        on_piece: PieceSender,
-    ) -> Result<CompletionOutput, EngineError> {
-        let out = self.complete(req, cancel).await?;
-        for (i, c) in out.choices.iter().enumerate() {
-            if !c.text.is_empty() {
-                let _ = on_piece.send((i, c.text.clone()));
-            }
+/// For an engine that cannot stream: sends each candidate's whole text to `pieces`, once the
+/// answer is there.
+pub fn send_whole(out: &CompletionOutput, pieces: Option<&PieceSender>) {
+    let Some(tx) = pieces else { return };
+    for (i, c) in out.choices.iter().enumerate() {
+        if !c.text.is_empty() {
+            let _ = tx.send((i, c.text.clone()));
         }
-        Ok(out)
     }
 }
 
@@ -351,7 +400,7 @@ pub struct LocalModel {
 }
 
 impl LocalModel {
-    pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineError> {
+    pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
         let loaded = load::load(path, opts)?;
         let specials = loaded.tokenizer.special_tokens(loaded.family)?;
         Ok(LocalModel {
@@ -375,19 +424,13 @@ impl LocalModel {
             bodies.push((long_warm_up_source(), 8));
         }
         for (body, max_tokens) in bodies {
-            let req = CompletionRequest {
-                model: None,
-                prompt: self
-                    .specials
+            let req = CompletionRequest::new(
+                self.specials
                     .family
                     .fim()
                     .fim(&format!("{body}def add(a, b):\n    return"), "\n"),
                 max_tokens,
-                n: 1,
-                sampling: SamplingParams::default(),
-                stop: vec![],
-                branch_first: false,
-            };
+            );
             self.complete(&req, &Cancel::new())?;
         }
         if models::on_gpu() {
@@ -405,7 +448,7 @@ impl LocalModel {
         let ids = self.loaded.tokenizer.encode(&warm_up_source_for_rows(), false)?;
         for &rows in WARM_ROWS {
             let Some(chunk) = ids.get(..rows) else {
-                return Err(EngineError::Request(format!(
+                return Err(EngineError::Unavailable(format!(
                     "warm-up text has {} tokens, fewer than {rows}",
                     ids.len()
                 )));
@@ -437,12 +480,12 @@ impl LocalModel {
     ) -> Result<CompletionOutput, EngineError> {
         let start = Instant::now();
         if req.n == 0 {
-            return Err(EngineError::Request("n must be at least 1".into()));
+            return Err(EngineError::BadRequest("n must be at least 1".into()));
         }
         let tokenizer = &self.loaded.tokenizer;
         let ids = tokenizer.encode(&req.prompt, true)?;
         if ids.is_empty() {
-            return Err(EngineError::Request("the prompt is empty".into()));
+            return Err(EngineError::BadRequest("the prompt is empty".into()));
         }
         let greq = GenerateRequest {
             max_tokens: req.max_tokens,

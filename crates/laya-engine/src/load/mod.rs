@@ -537,7 +537,7 @@ mod tests {
     use crate::models::test_util::{
         cast, max_abs_diff, random_weights, relative_error, tiny_config, to_device, tokens, HostWeights,
     };
-    use crate::{Cancel, CompletionRequest, LocalModel, SamplingParams};
+    use crate::{Cancel, CompletionRequest, LocalModel};
 
     /// Writes a tiny `qwen3moe` GGUF with gguf-py (2 layers, 8 experts, top-2, F32, a vocabulary
     /// of printable ASCII, the newline, one merge and Qwen's control tokens), then runs it with
@@ -723,15 +723,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         assert!(!greedy.iter().any(|t| local.specials.eog.contains(t)));
 
         // And through the engine: the same text.
-        let req = CompletionRequest {
-            model: None,
-            prompt: PROMPT.into(),
-            max_tokens: N,
-            n: 1,
-            sampling: SamplingParams::default(),
-            stop: vec![],
-            branch_first: false,
-        };
+        let req = CompletionRequest::new(PROMPT, N);
         let text = &local.complete(&req, &Cancel::new()).unwrap().choices[0].text;
         assert_eq!(text, &local.loaded.tokenizer.decode(&want_ids));
         eprintln!("greedy text (laya = llama.cpp): {text:?}");
