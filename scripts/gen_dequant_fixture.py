@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate tests/data/dequant_blocks.json: GGUF blocks + the floats the PyPI `gguf` package decodes them to.
 
-The Rust tests in src/engine/load/dequant.rs and src/engine/load/gguf.rs compare laya's
+The Rust tests in crates/laya-engine/src/load/dequant.rs and crates/laya-engine/src/load/gguf.rs compare laya's
 dequantization against this file, so the expected values come from an independent
 implementation (gguf-py's numpy `gguf.quants.dequantize`), not from laya itself.
 

@@ -89,9 +89,9 @@ fi
 
 # 4. build ------------------------------------------------------------------------------
 say "building laya (release; the first build takes a few minutes)"
-# With --no-run (the test command) build what the tests build: `cargo test --no-run` also
+# With --no-run (the test command) build what the tests build: `cargo test --no-run --workspace` also
 # makes target/release/laya, and one feature set means the dependencies compile only once.
-if [[ $RUN_DEMO == 1 ]]; then BUILD=(build); else BUILD=(test --no-run); fi
+if [[ $RUN_DEMO == 1 ]]; then BUILD=(build); else BUILD=(test --no-run --workspace); fi
 cargo "${BUILD[@]}" --release --locked || die "the build failed (see above); \`laya doctor\` and README.md#troubleshooting help"
 LAYA=target/release/laya
 

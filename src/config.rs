@@ -3,6 +3,26 @@
 //! --in-process`), and [`ServeConfig::to_args`] turns it back into the flags that start the
 //! same daemon elsewhere (`laya lsp` starting its daemon, `laya service install` writing the
 //! unit, the memory and soak benchmarks). That is the one place where settings become flags.
+//!
+//! ## How it works
+//!
+//! `ServeConfig` (serde), what `laya serve` needs, one field per serve flag and `Default` the
+//! flags' defaults: the tiers (small and large: a catalog name, file or folder, `auto` (the
+//! default of both), `none` for the large one, or an OpenAI-compatible URL with `remote_extra` and
+//! `remote_parallel`),
+//! precision, group size, the converted-weights cache, preloads (`ModelKey`s), the HTTP address
+//! (or none), the token variable, the unauthenticated-remote switch, limits (max tokens, sequence
+//! length, body bytes), HTTP defaults (temperature, top-p), the prefix store's bounds, warmup and
+//! the device. `pool()` resolves the models (`resolve_model`: a missing one is named with the
+//! `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
+//! `Machine`, probed only then; `pool_in` takes the model directory and the machine, for tests);
+//! `check_models()` is what `laya lsp` checks before it starts a daemon (the models named, some
+//! small model for `auto`; no GPU probe in the editor's process); `daemon_config()` adds the checks a daemon must pass (the
+//! token set, loopback or an explicit opt-in, limits that fit). `to_args()` is the one place
+//! settings become flags again: `laya lsp` starting its daemon, `laya service install` writing
+//! the unit, the memory and soak benches starting `laya serve` and `laya lsp`. Invariant: flags →
+//! `ServeConfig` → `to_args()` → flags gives the same `ServeConfig` (tested), model files written
+//! as absolute paths.
 
 use std::{
     cell::OnceCell,
@@ -110,13 +130,13 @@ impl Default for ServeConfig {
             http: Some(DEFAULT_HTTP_ADDR),
             token_env: None,
             allow_unauthenticated_remote: false,
-            max_seq_len: 8192,
+            max_seq_len: crate::engine::DEFAULT_MAX_SEQ_LEN,
             max_tokens: 512,
             max_body_bytes: 1 << 20,
             temperature: 0.0,
             top_p: 1.0,
-            prefill_cache_size: 8,
-            prefill_cache_bytes: 1 << 30,
+            prefill_cache_size: PrefixLimits::default().max_entries,
+            prefill_cache_bytes: PrefixLimits::default().max_bytes,
             warmup: true,
             speculation: SpeculationChoice::Auto,
         }
@@ -131,7 +151,7 @@ pub fn resolve_model(name: &str) -> Result<PathBuf, ConfigError> {
 /// [`resolve_model`] with the catalog's models in `model_dir`.
 pub fn resolve_model_in(name: &str, model_dir: &Path) -> Result<PathBuf, ConfigError> {
     if let Some(m) = catalog::find(name) {
-        return match m.presence_in(model_dir) {
+        return match crate::fetch::presence_in(m, model_dir) {
             catalog::Presence::Present => Ok(m.path_in(model_dir)),
             catalog::Presence::Missing => Err(ConfigError(format!(
                 "model {} is not downloaded: run `laya models fetch {}`",
@@ -268,7 +288,7 @@ impl ServeConfig {
         let plan = || {
             planned.get_or_init(|| {
                 catalog::plan(machine(), |m| {
-                    m.presence_in(model_dir) == catalog::Presence::Present
+                    crate::fetch::presence_in(m, model_dir) == catalog::Presence::Present
                 })
             })
         };
@@ -349,7 +369,7 @@ impl ServeConfig {
                 "auto" => {
                     let any = catalog::MODELS.iter().any(|m| {
                         m.tiers.contains(&Tier::Small)
-                            && m.presence_in(model_dir) == catalog::Presence::Present
+                            && crate::fetch::presence_in(m, model_dir) == catalog::Presence::Present
                     });
                     if !any {
                         return Err(ConfigError(format!(

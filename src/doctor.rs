@@ -1,5 +1,12 @@
 //! `laya doctor`: what is installed, what is missing, and the command that fixes each gap;
 //! the machine's memory and the tiers laya recommends for it, with what each needs.
+//!
+//! ## How it works
+//!
+//! Builds the `laya doctor` report from `engine::runtime`, `machine`, `paths` and `catalog`: the
+//! memory, the recommended small and large tier with what each needs, present or the
+//! `laya models fetch` that gets it, and what `auto` serves now (`tiers`, a pure function of a
+//! `Machine` and presence). Each problem line names the command that fixes it.
 
 use std::fmt::Write as _;
 
@@ -77,7 +84,7 @@ pub fn report(pref: DevicePref) -> Report {
     let _ = writeln!(w, "  memory        {machine}");
     let model_dir = paths::model_dir();
     let _ = writeln!(w, "  model dir     {}", model_dir.display());
-    let presence = |m: &CatalogModel| m.presence_in(&model_dir);
+    let presence = |m: &CatalogModel| crate::fetch::presence_in(m, &model_dir);
     w.push_str(&tiers(&machine, &presence));
     let _ = writeln!(w, "  models:");
     for m in catalog::MODELS {

@@ -8,13 +8,14 @@ pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod document;
-pub mod engine;
 pub mod fetch;
 pub mod lsp;
 pub mod machine;
-pub mod paths;
 pub mod prompt;
 pub mod service;
 pub mod syntax;
-pub mod testing;
 pub mod workspace;
+
+/// The inference engine (`crates/laya-engine`), under the name the modules here use.
+pub use laya_engine as engine;
+pub use laya_engine::{paths, testing};

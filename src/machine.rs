@@ -4,6 +4,16 @@
 //!
 //! Every probe fails soft: a number that cannot be read is `None`, and the tiers then fall
 //! back to the CPU defaults ([`crate::catalog::plan`]).
+//!
+//! ## How it works
+//!
+//! The machine the tiers are chosen for: where local models run (`Accelerator`: the CPU, Metal,
+//! CUDA, as `runtime::choose_device` picks) and their memory: MLX's device information for a GPU
+//! (Metal: the RAM, unified, and the recommended working set; CUDA: the GPU's total), else
+//! `nvidia-smi` for a CUDA GPU, `/proc/meminfo` for the CPU; `None` where nothing answers (the
+//! tiers then fall back to the CPU defaults). `Machine::budget` is what the models may have
+//! there: Metal's working set (or the share of the RAM macOS gives the GPU), 90 % of a CUDA GPU's
+//! memory, nothing on the CPU.
 
 use crate::engine::runtime::{choose_device, DevicePref, MlxInfo};
 

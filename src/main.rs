@@ -12,12 +12,19 @@ use laya::{catalog, doctor, fetch, service};
 
 use cli::{Cli, Command, ModelsCommand, ServiceCommand};
 
+/// The log filter from `LAYA_LOG` (`warn` when unset or invalid). The engine's events have the
+/// targets of its own crate, `laya_engine::…`; a directive that names them as the module they
+/// were (`laya::engine::worker=debug`) still selects them.
+fn log_filter(spec: Option<&str>) -> tracing_subscriber::EnvFilter {
+    spec.map(|s| s.replace("laya::engine", "laya_engine"))
+        .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| "warn".into())
+}
+
 fn main() -> ExitCode {
     laya::engine::runtime::apply_mlx_env_defaults();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LAYA_LOG").unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(log_filter(std::env::var("LAYA_LOG").ok().as_deref()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -167,7 +174,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let dir = laya::paths::model_dir();
             println!("model dir: {}", dir.display());
             let machine = laya::machine::Machine::probe(device);
-            print!("{}", catalog::table(&machine, &|m| m.presence_in(&dir)));
+            print!("{}", catalog::table(&machine, &|m| fetch::presence_in(m, &dir)));
             println!();
             for m in catalog::MODELS {
                 println!(

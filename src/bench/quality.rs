@@ -489,7 +489,7 @@ pub async fn run_cases(
         let doc = Document::new(&text, 1, &case.language).snapshot(&uri);
         let start = Instant::now();
         let completion = match failure {
-            Some(e) => Err(crate::engine::EngineError::Request(e)),
+            Some(e) => Err(crate::engine::EngineError::Unavailable(e)),
             None => {
                 pipeline
                     .complete(
@@ -783,8 +783,11 @@ mod tests {
             &self,
             _: crate::engine::CompletionRequest,
             _: Cancel,
+            _: Option<crate::engine::PieceSender>,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
-            Err(crate::engine::EngineError::Request("the model is gone".into()))
+            Err(crate::engine::EngineError::Unavailable(
+                "the model is gone".into(),
+            ))
         }
 
         fn state(&self) -> crate::engine::ModelState {
@@ -823,6 +826,7 @@ mod tests {
             &self,
             req: crate::engine::CompletionRequest,
             _: Cancel,
+            _: Option<crate::engine::PieceSender>,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
             assert!(req.branch_first && req.n == 3, "{req:?}");
             let choice = |text: &str, tokens, logprob| crate::engine::Choice {

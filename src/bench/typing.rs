@@ -620,6 +620,7 @@ mod tests {
             &self,
             req: crate::engine::CompletionRequest,
             _cancel: crate::engine::Cancel,
+            _pieces: Option<crate::engine::PieceSender>,
         ) -> Result<crate::engine::CompletionOutput, crate::engine::EngineError> {
             // An anchored prompt continues an earlier one: what was typed since then follows
             // `<|fim_middle|>`.

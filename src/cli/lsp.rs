@@ -11,7 +11,7 @@ use laya::{
     engine::{
         pool::ModelPool,
         remote::{RemoteConfig, RemoteEngine},
-        Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, ModelState,
+        Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, ModelState, PieceSender,
     },
     lsp::{serve_stdio, EngineSource},
 };
@@ -94,8 +94,13 @@ struct Unavailable(String);
 
 #[async_trait::async_trait]
 impl Engine for Unavailable {
-    async fn complete(&self, _: CompletionRequest, _: Cancel) -> Result<CompletionOutput, EngineError> {
-        Err(EngineError::Request(self.0.clone()))
+    async fn complete(
+        &self,
+        _: CompletionRequest,
+        _: Cancel,
+        _: Option<PieceSender>,
+    ) -> Result<CompletionOutput, EngineError> {
+        Err(EngineError::Unavailable(self.0.clone()))
     }
 
     fn state(&self) -> ModelState {

@@ -28,10 +28,7 @@ use super::{
 };
 use crate::{
     document::DocumentSnapshot,
-    engine::{
-        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, SamplingParams,
-        Timing,
-    },
+    engine::{Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, Timing},
     prompt::{self, Budget, Family, LocalPart, PromptInput, Snippet},
     syntax::CursorKind,
     workspace::{file_path, retrieve, WorkspaceIndex},
@@ -447,6 +444,9 @@ struct Plan {
     cursor_kind: CursorKind,
     anchored: bool,
     drawn_on: Vec<ContextFile>,
+    /// The document's new anchor, for a prompt built afresh; [`Pipeline::finish`] stores it,
+    /// so a request that never finishes (cancelled, failed) leaves the old one.
+    anchor: Option<Anchor>,
 }
 
 pub struct Pipeline {
@@ -515,20 +515,19 @@ impl Pipeline {
         Some(c)
     }
 
-    /// Complete at the request's cursor; cancelling `cancel` stops the engine.
+    /// Complete at the request's cursor with a model call; cancelling `cancel` stops the
+    /// engine. Typing through the shown suggestion is the caller's to check first
+    /// ([`typed_through`](Self::typed_through)), once: the LSP does it before its debounce.
     pub async fn complete(&self, r: Request<'_>, cancel: Cancel) -> Result<Completion, EngineError> {
         let text: &str = &r.doc.text;
         if r.cursor > text.len() || !text.is_char_boundary(r.cursor) {
-            return Err(EngineError::Request(format!(
+            return Err(EngineError::BadRequest(format!(
                 "cursor byte {} is not inside the document",
                 r.cursor
             )));
         }
-        if let Some(c) = self.typed_through(r.doc, r.cursor, r.settings) {
-            return Ok(c);
-        }
         let plan = self.plan(&r);
-        let out = self.engine.complete(plan.request.clone(), cancel).await?;
+        let out = self.engine.complete(plan.request.clone(), cancel, None).await?;
         Ok(self.finish(&r, plan, out))
     }
 
@@ -594,35 +593,31 @@ impl Pipeline {
             .or_else(|| self.engine.parameters());
         let budget = settings.budget.for_model(parameters);
         let family = facts.map(|f| f.family).unwrap_or_default();
-        let (prompt, anchored, drawn_on) = match continued.filter(|((b, f), ..)| *b == budget && *f == family)
-        {
-            Some((_, prompt, _, drawn_on)) => (prompt, true, drawn_on),
-            None => {
-                context.add_workspace(r);
-                (
-                    self.fresh_prompt(r, &context, budget, family),
-                    false,
-                    context.drawn_on.clone(),
-                )
-            }
-        };
+        let (prompt, anchored, drawn_on, anchor) =
+            match continued.filter(|((b, f), ..)| *b == budget && *f == family) {
+                Some((_, prompt, _, drawn_on)) => (prompt, true, drawn_on, None),
+                None => {
+                    context.add_workspace(r);
+                    let (prompt, anchor) = self.fresh_prompt(r, &context, budget, family);
+                    (prompt, false, context.drawn_on.clone(), anchor)
+                }
+            };
         let n = settings.candidates.max(1);
         Plan {
             request: CompletionRequest {
                 model: Some(route.model),
-                prompt,
-                max_tokens,
                 n,
-                sampling: SamplingParams::default(),
                 // A blank line after code ends a block in every supported language's style; a
                 // line ends at its line break.
                 stop: vec![if block { "\n\n\n" } else { "\n" }.into()],
                 branch_first: n > 1,
+                ..CompletionRequest::new(prompt, max_tokens)
             },
             route,
             cursor_kind: context.cursor_kind,
             anchored,
             drawn_on,
+            anchor,
         }
     }
 
@@ -643,8 +638,14 @@ impl Pipeline {
         route
     }
 
-    /// A prompt built afresh in `budget`, which becomes the document's anchor.
-    fn fresh_prompt(&self, r: &Request, context: &Context, budget: Budget, family: Family) -> String {
+    /// A prompt built afresh in `budget`, and the anchor it makes (none when anchors are off).
+    fn fresh_prompt(
+        &self,
+        r: &Request,
+        context: &Context,
+        budget: Budget,
+        family: Family,
+    ) -> (String, Option<Anchor>) {
         let text: &str = &r.doc.text;
         let repo = r
             .workspace_root
@@ -665,16 +666,14 @@ impl Pipeline {
             },
             &budget,
         );
-        if r.settings.anchor_max_bytes > 0 {
-            self.docs.entry(r.doc.uri.clone()).or_default().anchor = Some(Anchor {
-                mark: Mark::of(r.doc, r.cursor),
-                prompt: prompt.text.clone(),
-                budget,
-                family,
-                drawn_on: context.drawn_on.clone(),
-            });
-        }
-        prompt.text
+        let anchor = (r.settings.anchor_max_bytes > 0).then(|| Anchor {
+            mark: Mark::of(r.doc, r.cursor),
+            prompt: prompt.text.clone(),
+            budget,
+            family,
+            drawn_on: context.drawn_on.clone(),
+        });
+        (prompt.text, anchor)
     }
 
     /// Rank → post-process → remember what was shown and why.
@@ -714,6 +713,9 @@ impl Pipeline {
             context_files: plan.drawn_on,
         };
         let mut state = self.docs.entry(r.doc.uri.clone()).or_default();
+        if let Some(anchor) = plan.anchor {
+            state.anchor = Some(anchor);
+        }
         state.shown = c.edits.first().map(|e| Shown {
             mark: Mark::of(r.doc, r.cursor),
             edit: e.clone(),
@@ -745,6 +747,7 @@ mod tests {
             &self,
             req: CompletionRequest,
             _cancel: Cancel,
+            _pieces: Option<crate::engine::PieceSender>,
         ) -> Result<CompletionOutput, EngineError> {
             self.asked.lock().unwrap().push(req.clone());
             self.seen.lock().unwrap().push((req.model, req.prompt));
@@ -891,6 +894,63 @@ mod tests {
                 "typed {typed:?}"
             );
             assert_eq!(c.context_files, lent, "typed {typed:?}");
+        }
+    }
+
+    /// A request whose engine call does not finish (cancelled) leaves no anchor: the next
+    /// prompt is built afresh, and that one anchors the one after.
+    #[tokio::test]
+    async fn a_cancelled_request_leaves_no_anchor() {
+        #[derive(Default)]
+        struct CancelsFirst {
+            calls: Mutex<usize>,
+        }
+        #[async_trait::async_trait]
+        impl Engine for CancelsFirst {
+            async fn complete(
+                &self,
+                _: CompletionRequest,
+                _: Cancel,
+                _: Option<crate::engine::PieceSender>,
+            ) -> Result<CompletionOutput, EngineError> {
+                let mut calls = self.calls.lock().unwrap();
+                *calls += 1;
+                if *calls == 1 {
+                    return Err(EngineError::Cancelled);
+                }
+                Ok(CompletionOutput {
+                    served_by: None,
+                    choices: vec![choice("x", 1, None)],
+                    timing: Timing::default(),
+                })
+            }
+
+            fn state(&self) -> ModelState {
+                ModelState::Loading
+            }
+        }
+        let pipeline = Pipeline::new(Arc::new(CancelsFirst::default()));
+        let settings = CompletionSettings {
+            typing_through: false,
+            ..CompletionSettings::default()
+        };
+        for (version, typed, anchored) in [(1, "", None), (2, "a", Some(false)), (3, "ab", Some(true))] {
+            let text = format!("def f():\n    {typed}");
+            let doc = Document::new(&text, version, "python").snapshot("file:///a.py");
+            let request = Request {
+                doc: &doc,
+                others: &[],
+                cursor: text.len(),
+                trigger: Trigger::Automatic,
+                settings: &settings,
+                workspace_root: None,
+                workspace: None,
+            };
+            let got = pipeline.complete(request, Cancel::new()).await;
+            match anchored {
+                None => assert_eq!(got.unwrap_err(), EngineError::Cancelled),
+                Some(a) => assert_eq!(got.unwrap().anchored, a, "typed {typed:?}"),
+            }
         }
     }
 

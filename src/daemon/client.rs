@@ -81,8 +81,9 @@ pub struct DaemonEngine {
     inner: Arc<Inner>,
 }
 
+/// The daemon could not be reached or answered out of protocol.
 fn err(msg: impl Into<String>) -> EngineError {
-    EngineError::Request(msg.into())
+    EngineError::Transport(msg.into())
 }
 
 impl DaemonEngine {
@@ -275,7 +276,7 @@ impl DaemonEngine {
         // Returning early drops the connection, which cancels the request in the daemon.
         let answer = tokio::select! {
             a = talk => a,
-            _ = cancel.cancelled() => return Err(err("cancelled")),
+            _ = cancel.cancelled() => return Err(EngineError::Cancelled),
         };
         match answer {
             Ok(ServerMessage::Done { output }) => {
@@ -284,7 +285,7 @@ impl DaemonEngine {
                 }
                 Ok(output.into_output())
             }
-            Ok(ServerMessage::Error { error }) => Err(err(format!("laya daemon: {}", error.message))),
+            Ok(ServerMessage::Error { error }) => Err(error.into_engine_error()),
             Ok(other) => Err(err(format!("laya daemon: unexpected answer {other:?}"))),
             Err(e) => {
                 self.set_state(ModelState::Failed(format!(
@@ -379,17 +380,9 @@ impl Engine for DaemonEngine {
         &self,
         req: CompletionRequest,
         cancel: Cancel,
+        pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
-        self.run(req, cancel, None).await
-    }
-
-    async fn complete_stream(
-        &self,
-        req: CompletionRequest,
-        cancel: Cancel,
-        on_piece: PieceSender,
-    ) -> Result<CompletionOutput, EngineError> {
-        self.run(req, cancel, Some(on_piece)).await
+        self.run(req, cancel, pieces).await
     }
 
     fn state(&self) -> ModelState {

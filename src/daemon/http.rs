@@ -415,12 +415,10 @@ async fn complete(
     };
     let req = CompletionRequest {
         model: Some(key),
-        prompt,
-        max_tokens,
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
-        branch_first: false,
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
+        ..CompletionRequest::new(prompt, max_tokens)
     };
     let served = d
         .complete(&client_of(&headers, peer), req, Cancel::new(), None)
@@ -485,12 +483,10 @@ async fn v1_completions(
     };
     let req = CompletionRequest {
         model: Some(key),
-        prompt,
-        max_tokens,
         n: b.n.unwrap_or(1),
         sampling: sampling(&d, b.temperature, b.top_p, b.top_k, b.seed),
         stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
-        branch_first: false,
+        ..CompletionRequest::new(prompt, max_tokens)
     };
     d.validate(&req)?;
     let client = client_of(&headers, peer);

@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{
-    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, FinishReason, ModelFacts, ModelKey,
-    SamplingParams, Timing,
+    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, ModelFacts,
+    ModelKey, SamplingParams, Timing,
 };
 
 /// Bumped when a message changes incompatibly.
@@ -99,8 +99,6 @@ impl From<WireRequest> for CompletionRequest {
     fn from(w: WireRequest) -> Self {
         CompletionRequest {
             model: w.model,
-            prompt: w.prompt,
-            max_tokens: w.max_tokens,
             n: w.n,
             sampling: SamplingParams {
                 temperature: w.temperature,
@@ -110,6 +108,7 @@ impl From<WireRequest> for CompletionRequest {
             },
             stop: w.stop,
             branch_first: w.branch_first,
+            ..CompletionRequest::new(w.prompt, w.max_tokens)
         }
     }
 }
@@ -128,6 +127,20 @@ pub struct WireError {
     pub message: String,
     /// `invalid_request_error`, `rate_limit_error`, `model_unavailable`, `server_error`.
     pub kind: String,
+}
+
+impl WireError {
+    /// The engine error a client of the daemon sees: the kind the daemon gave it
+    /// ([`DaemonError::kind`](super::server::DaemonError::kind)), the daemon's message.
+    pub fn into_engine_error(self) -> EngineError {
+        let message = format!("laya daemon: {}", self.message);
+        match self.kind.as_str() {
+            "invalid_request_error" => EngineError::BadRequest(message),
+            "model_unavailable" | "rate_limit_error" => EngineError::Unavailable(message),
+            "cancelled" => EngineError::Cancelled,
+            _ => EngineError::Transport(message),
+        }
+    }
 }
 
 /// [`CompletionOutput`] on the wire, plus where the time went before the engine.

@@ -112,22 +112,28 @@ impl DaemonError {
     /// The OpenAI-style error type.
     pub fn kind(&self) -> &'static str {
         match self {
-            DaemonError::BadRequest(_) => "invalid_request_error",
+            DaemonError::BadRequest(_) | DaemonError::Engine(EngineError::BadRequest(_)) => {
+                "invalid_request_error"
+            }
             DaemonError::Busy(_) => "rate_limit_error",
-            DaemonError::Unavailable(_) => "model_unavailable",
-            DaemonError::Cancelled => "cancelled",
-            DaemonError::Engine(EngineError::Tokenizer(_)) => "invalid_request_error",
-            DaemonError::Engine(_) => "server_error",
+            DaemonError::Unavailable(_) | DaemonError::Engine(EngineError::Unavailable(_)) => {
+                "model_unavailable"
+            }
+            DaemonError::Cancelled | DaemonError::Engine(EngineError::Cancelled) => "cancelled",
+            DaemonError::Engine(EngineError::Transport(_)) => "server_error",
         }
     }
 
+    /// The HTTP status, by the error's kind: 400 for what the client can fix, 429 for a full
+    /// queue, 503 for a model that cannot answer, 499 for a request given up, 502 for a model
+    /// server elsewhere that failed.
     pub fn http_status(&self) -> u16 {
-        match self.kind() {
-            "invalid_request_error" => 400,
-            "rate_limit_error" => 429,
-            "model_unavailable" => 503,
-            "cancelled" => 499,
-            _ => 500,
+        match self {
+            DaemonError::BadRequest(_) | DaemonError::Engine(EngineError::BadRequest(_)) => 400,
+            DaemonError::Busy(_) => 429,
+            DaemonError::Unavailable(_) | DaemonError::Engine(EngineError::Unavailable(_)) => 503,
+            DaemonError::Cancelled | DaemonError::Engine(EngineError::Cancelled) => 499,
+            DaemonError::Engine(EngineError::Transport(_)) => 502,
         }
     }
 
@@ -393,10 +399,7 @@ impl Daemon {
             guard.disarm();
             return Err(DaemonError::Cancelled);
         }
-        let result = match pieces {
-            Some(tx) => engine.complete_stream(req, cancel.clone(), tx).await,
-            None => engine.complete(req, cancel.clone()).await,
-        };
+        let result = engine.complete(req, cancel.clone(), pieces).await;
         guard.disarm();
         let mut output = result.map_err(DaemonError::Engine)?;
         if cancel.is_cancelled() {

@@ -9,6 +9,14 @@
 //! Invariants: a change is applied whole or not at all (a stale version, a bad position or
 //! a reversed range leaves the document untouched); after every change the tree, when
 //! the language is known, is the incremental reparse of the new text.
+//!
+//! ## How it works
+//!
+//! `Document` (ropey rope + version + tree-sitter tree) and `DocumentStore` (DashMap by URI).
+//! `position.rs` converts (line, character) in UTF-8 or UTF-16 to byte offsets and back; a
+//! position inside a character is an error, a character past the line end means the line end.
+//! Edits are all-or-nothing, stale versions are rejected, and the tree is edited and reparsed
+//! incrementally. Knows no LSP types.
 
 pub mod position;
 

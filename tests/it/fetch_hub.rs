@@ -109,7 +109,7 @@ fn a_repository_arrives_checked_and_a_broken_download_goes_on_where_it_stopped()
     let staging = dir.path().join(".Tiny.partial");
     let part = staging.join(format!("{SHARD1}.part"));
     assert_eq!(std::fs::metadata(&part).unwrap().len(), 300);
-    assert_eq!(FOLDER.presence_in(dir.path()), Presence::Missing);
+    assert_eq!(laya::fetch::presence_in(&FOLDER, dir.path()), Presence::Missing);
 
     srv.clear_log();
     let fetched = fetch_into(&FOLDER, Source::Hub, dir.path(), &hub(&srv.url, 1)).unwrap();
@@ -134,7 +134,7 @@ fn a_repository_arrives_checked_and_a_broken_download_goes_on_where_it_stopped()
     let provenance = std::fs::read_to_string(path.join(".laya-fetch.json")).unwrap();
     assert!(provenance.contains("\"commit\": \"c0ffee\""), "{provenance}");
     laya::fetch::verify::verify_folder(&path, Some(&TINY_SHAPE)).unwrap();
-    assert_eq!(FOLDER.presence_in(dir.path()), Presence::Present);
+    assert_eq!(laya::fetch::presence_in(&FOLDER, dir.path()), Presence::Present);
     assert!(matches!(
         fetch_into(&FOLDER, Source::Hub, dir.path(), &hub(&srv.url, 1)),
         Ok(Fetched::AlreadyPresent(_))
@@ -194,7 +194,7 @@ fn bytes_that_are_not_the_listed_ones_are_refused_and_removed() {
     // The hub serves the right bytes again: the fetch completes.
     srv.faults(Faults::default());
     fetch_into(&FOLDER, Source::Hub, dir.path(), &hub(&srv.url, 1)).unwrap();
-    assert_eq!(FOLDER.presence_in(dir.path()), Presence::Present);
+    assert_eq!(laya::fetch::presence_in(&FOLDER, dir.path()), Presence::Present);
 }
 
 #[test]
@@ -255,7 +255,7 @@ fn a_single_file_resumes_starts_over_where_the_server_ignores_ranges_and_is_chec
     assert!(fetch_into(&model, Source::Hub, dir.path(), &hub(&srv.url, 1)).is_err());
     let part = dir.path().join(".tiny.gguf.part");
     assert_eq!(std::fs::metadata(&part).unwrap().len(), 1000);
-    assert_eq!(model.presence_in(dir.path()), Presence::Missing);
+    assert_eq!(laya::fetch::presence_in(&model, dir.path()), Presence::Missing);
     // This server answers in full whatever the range: the part is dropped, the file whole.
     srv.faults(Faults {
         ignore_range: true,

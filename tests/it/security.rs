@@ -453,7 +453,8 @@ fn sources(dir: &str) -> Vec<(String, String)> {
     out
 }
 
-/// Every line of `src/` matching one of `patterns`, as (file, trimmed line).
+/// Every line of the source folders `dirs` (`src/`, the engine crate's `crates/laya-engine/src/`)
+/// matching one of `patterns`, as (file, trimmed line).
 fn sites(dirs: &[&str], patterns: &[&str]) -> Vec<(String, String)> {
     let mut found = vec![];
     for dir in dirs {
@@ -493,7 +494,7 @@ fn check_reviewed(found: &[(String, String)], reviewed: &[(&str, &str, &str)], w
 
 #[test]
 fn every_process_laya_starts_is_a_reviewed_site_and_none_runs_a_shell() {
-    let found = sites(&["src"], &["Command::new"]);
+    let found = sites(&["src", "crates/laya-engine/src"], &["Command::new"]);
     // (file, code, why no client text reaches a shell there)
     let reviewed = [
         ("src/daemon/client.rs", "std::process::Command::new(&spawn.program)", "this laya binary, `serve` and the editor's own flags as separate argv entries; no shell"),
@@ -507,7 +508,7 @@ fn every_process_laya_starts_is_a_reviewed_site_and_none_runs_a_shell() {
     check_reviewed(&found, &reviewed, "process starts");
     // No shell anywhere: no `sh -c`, no `bash`, no `-c` argument.
     let shells = sites(
-        &["src"],
+        &["src", "crates/laya-engine/src"],
         &["\"sh\"", "\"bash\"", "\"/bin/sh\"", "\"-c\"", "sh -c", "cmd.exe"],
     );
     assert!(shells.is_empty(), "a shell is run: {shells:#?}");

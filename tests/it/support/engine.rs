@@ -9,8 +9,8 @@ use std::{
 };
 
 use laya::engine::{
-    Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
-    Timing,
+    send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
+    ModelState, PieceSender, Timing,
 };
 
 type Script = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
@@ -138,10 +138,11 @@ impl Engine for FakeEngine {
         &self,
         req: CompletionRequest,
         cancel: Cancel,
+        pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
         if let Some(load) = &self.load {
             tokio::select! {
-                _ = cancel.cancelled() => return Err(EngineError::Request("cancelled".into())),
+                _ = cancel.cancelled() => return Err(EngineError::Cancelled),
                 _ = load.wait() => {}
             }
         }
@@ -164,11 +165,13 @@ impl Engine for FakeEngine {
                 logprob: None,
             })
             .collect();
-        Ok(CompletionOutput {
+        let out = CompletionOutput {
             served_by: None,
             choices,
             timing: Timing::default(),
-        })
+        };
+        send_whole(&out, pieces.as_ref());
+        Ok(out)
     }
 
     fn state(&self) -> ModelState {

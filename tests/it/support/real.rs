@@ -12,7 +12,7 @@ pub fn model(name: &str) -> Option<PathBuf> {
     let m = laya::catalog::find(name).unwrap_or_else(|| panic!("no catalog entry {name}"));
     laya::testing::needs(
         m.local_path(),
-        m.is_present(),
+        laya::fetch::is_present(m),
         &format!("laya models fetch {name}"),
     )
 }

@@ -23,7 +23,7 @@ use tokenizers::{
 };
 
 use super::load::gguf::{GgufFile, LoadError};
-use crate::prompt::Family;
+use crate::family::Family;
 
 /// Qwen2's pre-tokenizer split regex (as in its tokenizer.json and llama.cpp's `qwen2` pre type).
 pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -470,12 +470,15 @@ pub(crate) mod tests {
 
     use super::super::load::gguf::tests::{real_model_path, GgufWriter, MODEL_05B};
     use super::*;
-    use crate::prompt::Family;
+    use crate::family::Family;
 
     fn reference() -> &'static serde_json::Value {
         static REF: OnceLock<serde_json::Value> = OnceLock::new();
         REF.get_or_init(|| {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/reference-0.5b.json");
+            let path = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../tests/data/reference-0.5b.json"
+            );
             let text = std::fs::read_to_string(path).expect("read tests/data/reference-0.5b.json");
             serde_json::from_str(&text).expect("parse reference-0.5b.json")
         })

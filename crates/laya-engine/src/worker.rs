@@ -104,8 +104,12 @@ impl ModelWorker {
                     *shared.lock().unwrap_or_else(|p| p.into_inner()) = s;
                 };
                 let loaded = use_device(device)
-                    .map_err(EngineError::Request)
-                    .and_then(|dev| LocalModel::load(&path, &opts).map(|m| (m, dev)));
+                    .map_err(EngineError::Unavailable)
+                    .and_then(|dev| {
+                        LocalModel::load(&path, &opts)
+                            .map(|m| (m, dev))
+                            .map_err(EngineError::from)
+                    });
                 let loaded = loaded.and_then(|(model, device)| {
                     let warm = model.warmup()?;
                     tracing::info!(warmup_ms = warm.as_millis() as u64, "model warmed up");
@@ -126,9 +130,9 @@ impl ModelWorker {
                         // Keep answering, so callers get the reason instead of a closed channel.
                         for job in rx {
                             counted.ended(false);
-                            let _ = job
-                                .reply
-                                .send(Err(EngineError::Request(format!("model failed to load: {msg}"))));
+                            let _ = job.reply.send(Err(EngineError::Unavailable(format!(
+                                "model failed to load: {msg}"
+                            ))));
                         }
                     }
                 }
@@ -203,10 +207,10 @@ impl ModelWorker {
                 pieces,
                 reply,
             })
-            .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
+            .map_err(|_| EngineError::Unavailable("the model thread has stopped".into()))?;
         let out = answer
             .await
-            .map_err(|_| EngineError::Request("the model thread has stopped".into()))?;
+            .map_err(|_| EngineError::Unavailable("the model thread has stopped".into()))?;
         guard.disarm();
         out
     }
@@ -218,17 +222,9 @@ impl Engine for ModelWorker {
         &self,
         req: CompletionRequest,
         cancel: Cancel,
+        pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
-        self.submit(req, cancel, None).await
-    }
-
-    async fn complete_stream(
-        &self,
-        req: CompletionRequest,
-        cancel: Cancel,
-        on_piece: PieceSender,
-    ) -> Result<CompletionOutput, EngineError> {
-        self.submit(req, cancel, Some(on_piece)).await
+        self.submit(req, cancel, pieces).await
     }
 
     fn state(&self) -> ModelState {

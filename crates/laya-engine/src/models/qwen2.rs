@@ -16,7 +16,7 @@
 use mlx_rs::Array;
 
 use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, Weights};
-use crate::engine::cache::KvCache;
+use crate::cache::KvCache;
 
 pub(super) struct Attention {
     /// q, k and v projections with their biases, stacked when their formats allow.

@@ -21,11 +21,11 @@ use std::{
 use mlx_rs::{ops, transforms::eval, Array};
 
 use self::gguf::{GgufFile, LoadError};
-use crate::engine::{
+use crate::family::Family;
+use crate::{
     models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
     tokenizer::{Tokenizer, TokenizerError},
 };
-use crate::prompt::Family;
 
 /// Version of the converted-weights cache layout; bump when the conversion changes.
 const CONVERT_FORMAT: u32 = 1;
@@ -68,7 +68,7 @@ impl std::fmt::Display for Precision {
 }
 
 impl std::str::FromStr for Precision {
-    type Err = crate::engine::ParseError;
+    type Err = crate::ParseError;
 
     /// `native`, `q4`, `q6` or `q8`; the bit widths also as bare numbers (`4`, `6`, `8`), as
     /// HTTP clients send them.
@@ -78,7 +78,7 @@ impl std::str::FromStr for Precision {
             "q4" | "4" => Ok(Precision::Q4),
             "q6" | "6" => Ok(Precision::Q6),
             "q8" | "8" => Ok(Precision::Q8),
-            _ => Err(crate::engine::ParseError(format!(
+            _ => Err(crate::ParseError(format!(
                 "expected native, q4, q6 or q8, got `{s}`"
             ))),
         }
@@ -95,9 +95,9 @@ pub struct LoadOptions {
     /// Show a progress bar (on a terminal).
     pub progress: bool,
     /// Bounds of the model's prefix KV store.
-    pub prefix: crate::engine::prefix::PrefixLimits,
+    pub prefix: crate::prefix::PrefixLimits,
     /// Whether decoding checks drafted tokens several at a time.
-    pub speculation: crate::engine::draft::SpeculationChoice,
+    pub speculation: crate::draft::SpeculationChoice,
 }
 
 impl Default for LoadOptions {
@@ -107,7 +107,7 @@ impl Default for LoadOptions {
             group_size: 64,
             use_cache: true,
             progress: false,
-            prefix: crate::engine::prefix::PrefixLimits::default(),
+            prefix: crate::prefix::PrefixLimits::default(),
             speculation: Default::default(),
         }
     }
@@ -434,7 +434,7 @@ fn converted_path(path: &Path, opts: &LoadOptions) -> Option<PathBuf> {
         opts.group_size,
         CONVERT_FORMAT
     );
-    let digest = crate::fetch::sha256_hex(key.as_bytes());
+    let digest = crate::hash::sha256_hex(key.as_bytes());
     let stem = path.file_stem()?.to_string_lossy();
     Some(crate::paths::converted_dir().join(format!(
         "{stem}.{}-g{}.{}.safetensors",
@@ -534,10 +534,10 @@ mod tests {
     use super::gguf::tests::GgufWriter;
     use super::gguf::GgmlType;
     use super::*;
-    use crate::engine::models::test_util::{
+    use crate::models::test_util::{
         cast, max_abs_diff, random_weights, relative_error, tiny_config, to_device, tokens, HostWeights,
     };
-    use crate::engine::{Cancel, CompletionRequest, LocalModel, SamplingParams};
+    use crate::{Cancel, CompletionRequest, LocalModel};
 
     /// Writes a tiny `qwen3moe` GGUF with gguf-py (2 layers, 8 experts, top-2, F32, a vocabulary
     /// of printable ASCII, the newline, one merge and Qwen's control tokens), then runs it with
@@ -723,15 +723,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         assert!(!greedy.iter().any(|t| local.specials.eog.contains(t)));
 
         // And through the engine: the same text.
-        let req = CompletionRequest {
-            model: None,
-            prompt: PROMPT.into(),
-            max_tokens: N,
-            n: 1,
-            sampling: SamplingParams::default(),
-            stop: vec![],
-            branch_first: false,
-        };
+        let req = CompletionRequest::new(PROMPT, N);
         let text = &local.complete(&req, &Cancel::new()).unwrap().choices[0].text;
         assert_eq!(text, &local.loaded.tokenizer.decode(&want_ids));
         eprintln!("greedy text (laya = llama.cpp): {text:?}");
@@ -852,7 +844,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
             .unwrap()
             .save_json(dir.join("tokenizer.json"))
             .unwrap();
-        let config = crate::engine::synthetic::config_json(cfg, quantization);
+        let config = crate::synthetic::config_json(cfg, quantization);
         std::fs::write(dir.join("config.json"), config).unwrap();
         Array::save_safetensors(weights, None, dir.join("model.safetensors")).unwrap();
     }

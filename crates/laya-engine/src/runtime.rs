@@ -34,7 +34,7 @@ impl std::fmt::Display for DevicePref {
 }
 
 impl std::str::FromStr for DevicePref {
-    type Err = crate::engine::ParseError;
+    type Err = crate::ParseError;
 
     /// `auto`, `cpu` or `gpu`.
     fn from_str(s: &str) -> Result<DevicePref, Self::Err> {
@@ -42,9 +42,7 @@ impl std::str::FromStr for DevicePref {
             "auto" => Ok(DevicePref::Auto),
             "cpu" => Ok(DevicePref::Cpu),
             "gpu" => Ok(DevicePref::Gpu),
-            _ => Err(crate::engine::ParseError(format!(
-                "expected auto, cpu or gpu, got `{s}`"
-            ))),
+            _ => Err(crate::ParseError(format!("expected auto, cpu or gpu, got `{s}`"))),
         }
     }
 }
@@ -176,7 +174,7 @@ pub fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, String> {
 
 /// Whether arrays go to MLX's CUDA backend by default.
 fn on_cuda() -> bool {
-    crate::engine::models::on_gpu() && flag(mlx_sys::mlx_cuda_is_available)
+    crate::models::on_gpu() && flag(mlx_sys::mlx_cuda_is_available)
 }
 
 fn parse_activation_dtype(value: Option<&str>) -> Result<Option<mlx_rs::Dtype>, String> {

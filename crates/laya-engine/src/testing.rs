@@ -58,16 +58,13 @@ pub fn needs(path: PathBuf, present: bool, fix: &str) -> Option<PathBuf> {
 }
 
 /// [`needs`] for the model file `file_name` of the model directory
-/// ([`crate::paths::model_dir`]), present when it is a file.
+/// ([`crate::paths::model_dir`]), present when it is a file; `fix` is the command that
+/// fetches it (`laya models fetch NAME`).
 #[track_caller]
-pub fn real_model(file_name: &str) -> Option<PathBuf> {
+pub fn real_model(file_name: &str, fix: &str) -> Option<PathBuf> {
     let path = crate::paths::model_dir().join(file_name);
     let present = path.is_file();
-    let fix = match crate::catalog::MODELS.iter().find(|m| m.local_name == file_name) {
-        Some(m) => format!("laya models fetch {}", m.name),
-        None => "laya models fetch".to_owned(),
-    };
-    needs(path, present, &fix)
+    needs(path, present, fix)
 }
 
 /// For a test that runs the llama.cpp peer: its Python ([`crate::paths::peer_python`]) with

@@ -1,19 +1,117 @@
-//! The inference engine: loads Qwen models into MLX and generates text. It knows nothing of
+//! laya's inference engine, a crate of its own that imports nothing from the product crate
+//! (`laya`). It loads Qwen models into MLX and generates text. It knows nothing of
 //! editors, LSP or HTTP: requests are a prompt string (special tokens parsed) and sampling
 //! parameters; answers are texts with timing.
+//!
+//! ## How it works
+//!
+//! The inference engine. Knows nothing of editors: `LocalModel::complete` takes a prompt string
+//! (special-token text parsed) and sampling parameters and returns texts with a `Timing`
+//! (prompt, reused and prefilled tokens, prefill, first token, decode, total).
+//! - `runtime.rs`: which MLX is linked (version at build and run time, backend, library path)
+//!   and the one place that picks the device (`auto | cpu | gpu`); `graph_primitives` lists the
+//!   primitives of a built, unevaluated graph (MLX's `export_to_dot`: how the engine bench counts
+//!   the ops of a decode step); it also bounds MLX's cache
+//!   of freed buffers (1 GiB, `LAYA_MLX_CACHE_LIMIT`) so a resident process does not keep the
+//!   largest working set it ever had, and `main` first gives MLX's environment laya's defaults
+//!   (`MLX_ENV_DEFAULTS`: CUDA's graph-cache thrashing check off, a fuse that otherwise fails
+//!   every request once a long-lived process has met 800 graph shapes).
+//!   On CUDA it gives a model's float tensors bf16 (`activation_dtype`, `LAYA_ACTIVATIONS`) and sets
+//!   MLX's environment defaults (`MLX_ENV_DEFAULTS`: no graph-cache fuse, no cuDNN attention).
+//! - `load/`: `gguf.rs` parses GGUF (mmap; every count and offset bounds-checked, errors name
+//!   the file and tensor), `dequant.rs` dequantizes F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/
+//!   Q5_K/Q6_K exactly as llama.cpp, `safetensors_dir.rs` reads HF and mlx-community folders,
+//!   `mod.rs` maps GGUF names to HF names (a `qwen3moe` file's 3-D `ffn_*_exps` to stacked
+//!   `switch_mlp` experts, a layer without `ffn_gate_inp` to a dense MLP), quantizes to MLX
+//!   affine q4/q6/q8 (a MoE router at 8 bits, as mlx-lm does; or keeps the file's own values,
+//!   `native`) and caches converted weights under `<cache>/converted/`.
+//!   Invariant: a converted cache file is keyed by the source's path, size and mtime and the
+//!   conversion settings, and is written atomically.
+//! - `tokenizer.rs`: byte-level BPE from `tokenizer.json` or from the GGUF vocabulary with the
+//!   Qwen2 pre-tokenizer; special tokens: the ids of the family's FIM tokens, and end-of-generation
+//!   ids from the family's stop tokens plus those the model file declares (GGUF eos/eot,
+//!   `generation_config.json`); a stream decoder that never splits a UTF-8 character.
+//! - `models/`: `mod.rs` holds the shared decoder (embedding, fused q/k/v and gate/up linears,
+//!   dense or quantized, RMSNorm, SwiGLU — one kernel through MLX compile on the GPU, plain ops on
+//!   the CPU —, LM head); `qwen2.rs` and `qwen3.rs` hold the attention that differs (qkv bias vs.
+//!   q/k RMSNorm); `qwen3_moe.rs` the mixture of experts that replaces the MLP in the layers
+//!   the config makes sparse (`decoder_sparse_step`, `mlp_only_layers`): router, top-k of its
+//!   logits, their weights a softmax over the k chosen (= the renormalized probabilities of
+//!   `norm_topk_prob`; else the softmax over every expert, taken at the k), SwiGLU experts stacked
+//!   `[experts, out, in]` with each expert's gate and up rows in one matrix (one gathered
+//!   product, `gather_qmm`/`gather_mm`, then the down rows in another), (token, expert) pairs
+//!   sorted by expert from 64 pairs on, as mlx-lm's `SwitchGLU`; the k experts' rows summed with
+//!   their weights in one `[1, k] × [k, hidden]` product. Built from a weight map with HF names (per-expert HF tensors are
+//!   stacked at load). q, k and v are made row-contiguous before RoPE (MLX 0.32's CUDA RoPE
+//!   misreads transposed views). MLX's CPU `gather_mm` is f32-only: there dense experts are
+//!   widened to f32 at load.
+//! - `cache.rs`: the KV cache (offset, update_and_fetch, trim, nbytes), grown in steps; fetch
+//!   returns views of its buffers, no copies.
+//! - `sample.rs`: greedy (on device) and temperature/top-k/top-p (seeded) sampling.
+//! - `generate.rs`: prefill in chunks paced for the device (512 tokens on a GPU; on the CPU
+//!   sized to take about 250 ms: one token for the models in use here), then decode `n`
+//!   candidates sharing the prompt's KV, one evaluation per token (on a GPU with the next step
+//!   queued before the current token is read back); the cancel flag is read before each chunk
+//!   and each step, so a cancelled request runs at most one more (docs/reliability.md, "Stale
+//!   work"). With `branch_first` the candidates start from the `n`
+//!   most likely first tokens and each comes back with its summed log-probability (the pipeline
+//!   ranks them when `candidates` is above 1). One greedy candidate may decode with drafts
+//!   (`Speculation`, from `--speculation auto|on|off`, `auto` = off: measured to gain nothing on the CPU and an H100): each forward feeds
+//!   the last token and the tokens `draft.rs` finds after the latest earlier occurrence of the last
+//!   2–3 tokens (in the whole prompt, then the output), keeps the draft's prefix the model's own
+//!   argmax agrees with plus the model's next token, and cuts the KV cache back to what was kept.
+//!   Invariant: the tokens are those of plain greedy decoding (tested on random prompts and
+//!   models, and through `laya complete` on the real 0.5B); `Timing::decode_forwards` counts the
+//!   forwards.
+//! - `lib.rs` holds the `Engine` trait the completion pipeline uses (beside `CompletionRequest`,
+//!   `EngineError`, `ModelState` and `PieceSender`); `cancel.rs` holds `Cancel` (its own doc
+//!   says who sets and reads it).
+//! - `worker.rs`: `ModelWorker`, one model on its own thread behind channels, an `Engine`;
+//!   dropping a request's future cancels its generation (a
+//!   job cancelled while it waits for the model is skipped), and `Engine::work` counts what the
+//!   worker ran (busy, requests, cancelled, prompt chunks, decode steps) for the daemon's status.
+//!   `Engine::complete` with a `PieceSender` also sends each candidate's text as it is decoded (the worker's
+//!   pieces come from `LocalModel::complete_streaming`: never a split character, never text a
+//!   stop string could still claim); engines that cannot stream send the whole text at the end.
+//! - `prefix.rs`: the prefix store: token sequences already run with their KV caches; a request
+//!   takes the entry with the longest common prefix out (trimmed to it), prefills only the tail
+//!   and puts the extended sequence (prompt + generated tokens) back. Bounded by count
+//!   (`prefill-cache-size`) and bytes, least recently used out. Invariant: an entry's caches hold
+//!   exactly its ids; output with reuse equals output without (tested on random edit sequences).
+//! - `pool.rs`: `ModelPool`, an `Engine` holding models by `ModelKey` (tier small|large × bits),
+//!   each loaded on first use (local worker or remote server; a remote tier and a folder quantized
+//!   as stored are one model whatever bits are asked, keyed `native`); while the asked-for model loads a
+//!   ready one stands in, and `served_by` says which answered. A local model that failed to load
+//!   is loaded again once its file changed (size, mtime or inode). `facts_of(key)` (the
+//!   `Engine::facts` the router and the prompt budget use) gives a tier's parameter count, a
+//!   mixture's active parameters and its prompt family (`load::facts_in`: one read of the GGUF
+//!   header or the folder's `config.json` before the model loads, kept per path), bit width and
+//!   device, without starting anything;
+//!   the daemon's status carries it per model for `laya lsp`.
+//! - `remote.rs`: `RemoteEngine`, the OpenAI completions client for a tier served elsewhere (vLLM,
+//!   llama.cpp server): the prompt is sent as built, special tokens as text; `--remote-extra`
+//!   adds server-specific fields (laya's own fields win).
+//! - `synthetic.rs`: random weights of the catalog's shapes (3B, 32B, 30B-A3B…), quantized by the
+//!   loader's policy, for speed runs where real weights cannot travel; and the tests' model files
+//!   (tiny configurations, HF folders, a safetensors file of given tensors and the tiny shape the
+//!   fetch and verification tests check it against).
 
 pub mod cache;
 pub mod cancel;
 pub mod draft;
+pub mod family;
 pub mod generate;
+pub mod hash;
 pub mod load;
 pub mod models;
+pub mod paths;
 pub mod pool;
 pub mod prefix;
 pub mod remote;
 pub mod runtime;
 pub mod sample;
 pub mod synthetic;
+pub mod testing;
 pub mod tokenizer;
 pub mod worker;
 
@@ -33,17 +131,52 @@ use self::{
     tokenizer::{SpecialTokens, TokenizerError},
 };
 
-#[derive(Debug, thiserror::Error)]
+/// Why an engine gave no answer, by what the caller can do about it: the seam's one error
+/// type. The daemon's HTTP API maps each kind to a status code (`Cancelled` 499, `Unavailable`
+/// 503, `Transport` 502, `BadRequest` 400) and the LSP logs the message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
-    #[error(transparent)]
-    Load(#[from] EngineLoadError),
-    #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
-    #[error(transparent)]
-    Generate(#[from] GenerateError),
+    /// The request was given up (its [`Cancel`] set) before it was answered.
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// No model can answer it: none is configured for the tier, it failed to load, its thread
+    /// stopped, MLX failed while running it.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The way to the model broke: the daemon's socket, a remote server's HTTP.
+    #[error("{0}")]
+    Transport(String),
+    /// The request cannot run as asked: no candidates, an empty or untokenizable prompt, ids
+    /// outside the vocabulary.
     #[error("invalid request: {0}")]
-    Request(String),
+    BadRequest(String),
 }
+
+impl From<EngineLoadError> for EngineError {
+    fn from(e: EngineLoadError) -> Self {
+        EngineError::Unavailable(e.to_string())
+    }
+}
+
+impl From<TokenizerError> for EngineError {
+    fn from(e: TokenizerError) -> Self {
+        EngineError::BadRequest(e.to_string())
+    }
+}
+
+impl From<GenerateError> for EngineError {
+    /// A request the generator refuses is the caller's to fix; a model or MLX failure is not.
+    fn from(e: GenerateError) -> Self {
+        match e {
+            GenerateError::Model(_) | GenerateError::Mlx(_) => EngineError::Unavailable(e.to_string()),
+            _ => EngineError::BadRequest(e.to_string()),
+        }
+    }
+}
+
+/// The longest sequence (prompt and answer, in tokens) a served model runs by default
+/// (`laya serve --max-seq-len`); what the catalog sizes a model's KV cache for.
+pub const DEFAULT_MAX_SEQ_LEN: usize = 8192;
 
 /// Which model of a pool: the size tier and the bit width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -148,7 +281,7 @@ pub struct ModelFacts {
     /// Whose prompt format the model reads, from its file; the default for a remote server's
     /// model, which does not say.
     #[serde(default)]
-    pub family: crate::prompt::Family,
+    pub family: crate::family::Family,
 }
 
 /// Milliseconds a model takes per prompt token prefilled and per token decoded.
@@ -218,6 +351,23 @@ pub struct CompletionRequest {
     pub branch_first: bool,
 }
 
+impl CompletionRequest {
+    /// One greedy candidate of at most `max_tokens` tokens after `prompt`, on the engine's
+    /// default model, with no stop string; the other fields are set with struct update
+    /// syntax (`CompletionRequest { n: 3, ..CompletionRequest::new(prompt, 48) }`).
+    pub fn new(prompt: impl Into<String>, max_tokens: usize) -> CompletionRequest {
+        CompletionRequest {
+            model: None,
+            prompt: prompt.into(),
+            max_tokens,
+            n: 1,
+            sampling: SamplingParams::default(),
+            stop: vec![],
+            branch_first: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Choice {
     pub text: String,
@@ -280,14 +430,22 @@ pub enum ModelState {
     Failed(String),
 }
 
-/// What the completion pipeline needs from an engine: the in-process worker, the daemon
-/// client and a remote OpenAI-compatible server all provide it.
+/// What the completion pipeline needs from an engine: the in-process worker, the model pool,
+/// the daemon client and a remote OpenAI-compatible server all provide it.
 #[async_trait::async_trait]
 pub trait Engine: Send + Sync + 'static {
     /// Run one request; cancelling `cancel` stops it: waiting for the model, between prompt
-    /// chunks and between decode steps. Dropping the future cancels it too.
-    async fn complete(&self, req: CompletionRequest, cancel: Cancel)
-        -> Result<CompletionOutput, EngineError>;
+    /// chunks and between decode steps. Dropping the future cancels it too. With `pieces`,
+    /// `(candidate, piece)` is also sent as text is decoded; a candidate's pieces concatenate
+    /// to its final text. Engines that cannot stream send each candidate's whole text once it
+    /// is done ([`send_whole`]).
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Cancel,
+        pieces: Option<PieceSender>,
+    ) -> Result<CompletionOutput, EngineError>;
+
     fn state(&self) -> ModelState;
 
     /// Parameter count of the model that answers requests naming none, once it is known
@@ -308,23 +466,16 @@ pub trait Engine: Send + Sync + 'static {
     fn work(&self) -> Option<worker::WorkStats> {
         None
     }
+}
 
-    /// [`complete`](Self::complete), also sending `(candidate, piece)` to `on_piece` as text
-    /// is decoded; a candidate's pieces concatenate to its final text. Engines that cannot
-    /// stream send each candidate's whole text once it is done (this default).
-    async fn complete_stream(
-        &self,
-        req: CompletionRequest,
-        cancel: Cancel,
-        on_piece: PieceSender,
-    ) -> Result<CompletionOutput, EngineError> {
-        let out = self.complete(req, cancel).await?;
-        for (i, c) in out.choices.iter().enumerate() {
-            if !c.text.is_empty() {
-                let _ = on_piece.send((i, c.text.clone()));
-            }
+/// For an engine that cannot stream: sends each candidate's whole text to `pieces`, once the
+/// answer is there.
+pub fn send_whole(out: &CompletionOutput, pieces: Option<&PieceSender>) {
+    let Some(tx) = pieces else { return };
+    for (i, c) in out.choices.iter().enumerate() {
+        if !c.text.is_empty() {
+            let _ = tx.send((i, c.text.clone()));
         }
-        Ok(out)
     }
 }
 
@@ -342,7 +493,7 @@ pub struct LocalModel {
 }
 
 impl LocalModel {
-    pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineError> {
+    pub fn load(path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
         let loaded = load::load(path, opts)?;
         let specials = loaded.tokenizer.special_tokens(loaded.family)?;
         Ok(LocalModel {
@@ -366,19 +517,13 @@ impl LocalModel {
             bodies.push((long_warm_up_source(), 8));
         }
         for (body, max_tokens) in bodies {
-            let req = CompletionRequest {
-                model: None,
-                prompt: self
-                    .specials
+            let req = CompletionRequest::new(
+                self.specials
                     .family
                     .fim()
                     .fim(&format!("{body}def add(a, b):\n    return"), "\n"),
                 max_tokens,
-                n: 1,
-                sampling: SamplingParams::default(),
-                stop: vec![],
-                branch_first: false,
-            };
+            );
             self.complete(&req, &Cancel::new())?;
         }
         if models::on_gpu() {
@@ -396,7 +541,7 @@ impl LocalModel {
         let ids = self.loaded.tokenizer.encode(&warm_up_source_for_rows(), false)?;
         for &rows in WARM_ROWS {
             let Some(chunk) = ids.get(..rows) else {
-                return Err(EngineError::Request(format!(
+                return Err(EngineError::Unavailable(format!(
                     "warm-up text has {} tokens, fewer than {rows}",
                     ids.len()
                 )));
@@ -428,12 +573,12 @@ impl LocalModel {
     ) -> Result<CompletionOutput, EngineError> {
         let start = Instant::now();
         if req.n == 0 {
-            return Err(EngineError::Request("n must be at least 1".into()));
+            return Err(EngineError::BadRequest("n must be at least 1".into()));
         }
         let tokenizer = &self.loaded.tokenizer;
         let ids = tokenizer.encode(&req.prompt, true)?;
         if ids.is_empty() {
-            return Err(EngineError::Request("the prompt is empty".into()));
+            return Err(EngineError::BadRequest("the prompt is empty".into()));
         }
         let greq = GenerateRequest {
             max_tokens: req.max_tokens,
@@ -604,7 +749,7 @@ fn scale_functions(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::tokenizer::{tests::any_vocabulary, Tokenizer};
+    use crate::tokenizer::{tests::any_vocabulary, Tokenizer};
 
     #[test]
     fn the_row_count_warm_up_text_has_a_token_for_every_row() {

@@ -9,7 +9,7 @@ use mlx_rs::Array;
 use serde::Deserialize;
 
 use super::{insert_weight, EngineLoadError, LoadOptions, Precision};
-use crate::engine::{
+use crate::{
     models::{Arch, Model, ModelConfig, MoeConfig},
     tokenizer::Tokenizer,
 };

@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelState,
-    Timing,
+    send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
+    ModelState, PieceSender, Timing,
 };
 
 /// Where the remote server is and how to talk to it.
@@ -166,7 +166,7 @@ impl RemoteEngine {
     }
 
     fn error(&self, msg: String) -> EngineError {
-        EngineError::Request(format!("remote {}: {msg}", self.config.url))
+        EngineError::Transport(format!("remote {}: {msg}", self.config.url))
     }
 
     fn http_error(&self, what: &str, e: ureq::Error) -> EngineError {
@@ -201,7 +201,7 @@ impl RemoteEngine {
                 cancel,
             )
             .map_err(|e| match e {
-                PlainError::Cancelled => EngineError::Request("cancelled".into()),
+                PlainError::Cancelled => EngineError::Cancelled,
                 PlainError::Other(m) => self.error(format!("{what}: {m}")),
             })?;
             return Ok((status, String::from_utf8_lossy(&bytes).into_owned()));
@@ -225,11 +225,11 @@ impl RemoteEngine {
     ) -> Result<CompletionOutput, EngineError> {
         let start = Instant::now();
         if req.n == 0 {
-            return Err(EngineError::Request("n must be at least 1".into()));
+            return Err(EngineError::BadRequest("n must be at least 1".into()));
         }
         let model = self.model_name()?;
         if cancel.is_cancelled() {
-            return Err(EngineError::Request("cancelled".into()));
+            return Err(EngineError::Cancelled);
         }
         // A server cannot start candidates from chosen tokens; greedy ones from the same
         // prompt would all be the same, so branching asks for one.
@@ -308,6 +308,7 @@ impl Engine for RemoteEngine {
         &self,
         req: CompletionRequest,
         cancel: Cancel,
+        pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
         // Dropped (the client gave up, a newer request won): the blocking call sees the flag
         // and closes its connection.
@@ -315,9 +316,11 @@ impl Engine for RemoteEngine {
         let this = self.clone();
         let out = tokio::task::spawn_blocking(move || this.complete_blocking(&req, &cancel))
             .await
-            .map_err(|e| EngineError::Request(format!("remote request task failed: {e}")))?;
+            .map_err(|e| EngineError::Unavailable(format!("remote request task failed: {e}")))?;
         guard.disarm();
-        out
+        let out = out?;
+        send_whole(&out, pieces.as_ref());
+        Ok(out)
     }
 
     fn state(&self) -> ModelState {
@@ -535,7 +538,6 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::SamplingParams;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
 
@@ -564,13 +566,9 @@ mod tests {
 
     fn request() -> CompletionRequest {
         CompletionRequest {
-            model: None,
-            prompt: "<|fim_prefix|>def f():<|fim_suffix|><|fim_middle|>".into(),
-            max_tokens: 8,
             n: 2,
-            sampling: SamplingParams::default(),
             stop: vec!["\n\n".into()],
-            branch_first: false,
+            ..CompletionRequest::new("<|fim_prefix|>def f():<|fim_suffix|><|fim_middle|>", 8)
         }
     }
 
@@ -819,7 +817,7 @@ mod tests {
         let never = Cancel::new();
         let gave_up = tokio::time::timeout(
             Duration::from_millis(200),
-            engine.complete(request(), never.clone()),
+            engine.complete(request(), never.clone(), None),
         )
         .await;
         assert!(gave_up.is_err(), "the silent server never answers");

@@ -355,11 +355,11 @@ mod tests {
     /// `w` quantized as the loader quantizes a checkpoint (the router kept at 8 bits), and the
     /// values that quantization leaves, on the host.
     fn loader_quantized(w: &HostWeights, gs: i32, bits: i32) -> (HashMap<String, Array>, HostWeights) {
-        let opts = crate::engine::load::LoadOptions {
+        let opts = crate::load::LoadOptions {
             precision: match bits {
-                4 => crate::engine::load::Precision::Q4,
-                6 => crate::engine::load::Precision::Q6,
-                _ => crate::engine::load::Precision::Q8,
+                4 => crate::load::Precision::Q4,
+                6 => crate::load::Precision::Q6,
+                _ => crate::load::Precision::Q8,
             },
             group_size: gs,
             ..Default::default()
@@ -367,8 +367,7 @@ mod tests {
         let mut q = HashMap::new();
         for (name, (data, shape)) in w {
             let a = Array::from_slice(data, shape);
-            crate::engine::load::insert_weight(&mut q, name.clone(), a, &opts, std::path::Path::new("test"))
-                .unwrap();
+            crate::load::insert_weight(&mut q, name.clone(), a, &opts, std::path::Path::new("test")).unwrap();
         }
         let mut deq = w.clone();
         for (name, (data, _)) in deq.iter_mut() {
@@ -552,17 +551,10 @@ mod tests {
         assert!(broken(&|c| c.arch = Arch::Qwen3));
     }
 
-    /// Qwen3-Coder-30B-A3B's shape counts the 30.5B parameters of its model card; a decode
-    /// step reads the experts of one token only.
+    /// A decode step reads the experts of one token only (the 30B-A3B's parameter count is
+    /// the catalog's test, `qwen3_coder_30b_a3b_counts_the_parameters_of_its_model_card`).
     #[test]
     fn parameters_and_bytes_read_per_token() {
-        let coder = crate::catalog::find("qwen3-coder-30b-a3b")
-            .unwrap()
-            .shape
-            .config();
-        let n = coder.parameters() as f64;
-        assert!((n / 30.5e9 - 1.0).abs() < 0.01, "{n}");
-
         let model = tiny_model(Arch::Qwen3Moe, 95);
         let FeedForward::Sparse(block) = &model.layers[0].mlp else {
             panic!("dense")

@@ -673,8 +673,8 @@ fn most_likely(logits: &Array, n: usize) -> Result<(Vec<u32>, Vec<f32>), Generat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::models::test_util::tiny_model;
-    use crate::engine::models::Arch;
+    use crate::models::test_util::tiny_model;
+    use crate::models::Arch;
     use std::sync::atomic::AtomicBool;
 
     const PROMPT: [u32; 9] = [5, 9, 13, 2, 88, 41, 7, 60, 33];
@@ -765,7 +765,7 @@ mod tests {
                 for (k, &t) in c.iter().enumerate() {
                     let lps = reference_log_probs(&model, &seq);
                     if k > 0 {
-                        assert_eq!(t, crate::engine::sample::argmax_row(&lps));
+                        assert_eq!(t, crate::sample::argmax_row(&lps));
                     }
                     want += lps[t as usize];
                     seq.push(t);
@@ -930,7 +930,7 @@ mod tests {
         let a = prefill(&model, &mut chunked, &long, &cancel).unwrap().unwrap();
         let t = Array::from_slice(&long, &[1, long.len() as i32]);
         let b = model.forward(&t, &mut model.new_caches()).unwrap();
-        use crate::engine::models::test_util::{max_abs_diff, tol};
+        use crate::models::test_util::{max_abs_diff, tol};
         assert!(max_abs_diff(&a, &b) <= tol(1e-4));
         assert_eq!(chunked[0].offset(), long.len());
         // Any cut gives those logits: fixed chunks of 7, and chunks timed to a few tokens.
@@ -1257,8 +1257,8 @@ mod tests {
         let got = prefill(&model, &mut caches, &seq[kept..kept + 1], &Cancel::new())
             .unwrap()
             .unwrap();
-        let tol = crate::engine::models::test_util::tol(1e-4);
-        assert!(crate::engine::models::test_util::max_abs_diff(&got, &want) <= tol);
+        let tol = crate::models::test_util::tol(1e-4);
+        assert!(crate::models::test_util::max_abs_diff(&got, &want) <= tol);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Models with random weights of real shapes (the catalog's, [`crate::catalog::Shape`]), for
+//! Models with random weights of real shapes (the catalog's, [`crate::models::Shape`]), for
 //! speed measurements where the real weights cannot travel (a GPU machine reached through a
 //! 64 MiB pipe). Numbers from them are labeled synthetic: speed depends on shapes and bit
 //! widths, not on the values.
@@ -192,7 +192,7 @@ pub fn write_folder(
 
 /// The shape of the tiny model folders the fetch and verification tests write (a Qwen2 of
 /// hidden size 8, 2 layers, a vocabulary of 32).
-pub const TINY_SHAPE: crate::catalog::Shape = crate::catalog::Shape {
+pub const TINY_SHAPE: crate::models::Shape = crate::models::Shape {
     arch: Arch::Qwen2,
     hidden_size: 8,
     intermediate_size: 16,
@@ -223,57 +223,4 @@ pub fn safetensors_file(tensors: &[(&str, &[u64])]) -> Vec<u8> {
     out.extend(text);
     out.extend((0..offset).map(|i| (i % 251) as u8));
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every shape builds at reduced depth and width (the real sizes are for GPUs): the MoE
-    /// shape's experts are stacked and quantized as asked, its router kept at 8 bits as the
-    /// loader keeps it, and a forward gives finite logits.
-    #[test]
-    fn every_shape_builds_and_runs_reduced() {
-        for m in crate::catalog::MODELS {
-            let (name, mut cfg) = (m.name, m.shape.config());
-            cfg.num_hidden_layers = 2;
-            cfg.vocab_size = 512;
-            cfg.hidden_size = 256;
-            cfg.intermediate_size = 512;
-            cfg.num_attention_heads = 4;
-            cfg.num_key_value_heads = 2;
-            cfg.head_dim = 64;
-            if let Some(m) = cfg.moe.as_mut() {
-                m.num_experts = 16;
-                m.moe_intermediate_size = 128;
-            }
-            let w = random_weights(&cfg, Precision::Q4, 64, Dtype::Float32, 1).unwrap();
-            let bits = |t: &str| {
-                let (wq, s) = (&w[&format!("{t}.weight")], &w[&format!("{t}.scales")]);
-                wq.dim(-1) * 32 / (s.dim(-1) * 64)
-            };
-            let p = "model.layers.1.mlp";
-            if cfg.moe.is_some() {
-                assert_eq!(
-                    w[&format!("{p}.switch_mlp.up_proj.weight")].shape(),
-                    &[16, 128, 256 * 4 / 32]
-                );
-                assert_eq!(bits(&format!("{p}.switch_mlp.down_proj")), 4, "{name}");
-                assert_eq!(bits(&format!("{p}.gate")), 8, "{name}");
-                assert!(!w.contains_key(&format!("{p}.up_proj.weight")));
-            } else {
-                assert_eq!(bits(&format!("{p}.up_proj")), 4, "{name}");
-            }
-            let model = Model::from_weights(cfg.clone(), w, 64).unwrap();
-            let mut caches = model.new_caches();
-            let ids = Array::from_slice(&[1i32, 7, 42, 300, 5, 9], &[1, 6]);
-            let logits = model.forward(&ids, &mut caches).unwrap();
-            let v: Vec<f32> = logits
-                .as_dtype(Dtype::Float32)
-                .unwrap()
-                .as_slice::<f32>()
-                .to_vec();
-            assert!(!v.is_empty() && v.iter().all(|x| x.is_finite()), "{name}");
-        }
-    }
 }

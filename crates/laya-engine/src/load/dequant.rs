@@ -501,7 +501,10 @@ mod tests {
     /// (scripts/gen_dequant_fixture.py): every value must be bit-identical.
     #[test]
     fn matches_gguf_py_on_fixture_blocks() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant_blocks.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/dequant_blocks.json"
+        );
         let text = std::fs::read_to_string(path).expect("read tests/data/dequant_blocks.json");
         let doc: serde_json::Value = serde_json::from_str(&text).expect("parse fixture");
         let entries = doc["blocks"].as_array().expect("blocks array");

@@ -15,9 +15,9 @@ use super::{
     runtime::DevicePref,
     worker::{ModelWorker, WorkStats},
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
-    ModelState, Precision, RunsOn, Tier,
+    ModelState, PieceSender, Precision, RunsOn, Tier,
 };
-use crate::prompt::Family;
+use crate::family::Family;
 
 /// Where a tier's model comes from.
 #[derive(Clone, Debug)]
@@ -38,7 +38,7 @@ pub struct PoolConfig {
     pub device: DevicePref,
     pub prefix: PrefixLimits,
     /// Drafts for decoding on local models.
-    pub speculation: crate::engine::draft::SpeculationChoice,
+    pub speculation: crate::draft::SpeculationChoice,
 }
 
 /// Hears (model, state) on every change of any model of the pool.
@@ -86,7 +86,7 @@ impl ModelPool {
     /// Start loading the default model and the preloads.
     pub fn new(config: PoolConfig, report: PoolReport) -> Result<ModelPool, EngineError> {
         if !config.tiers.contains_key(&config.default.tier) {
-            return Err(EngineError::Request(format!(
+            return Err(EngineError::BadRequest(format!(
                 "the default model {} has no source",
                 config.default
             )));
@@ -163,8 +163,9 @@ impl ModelPool {
             }
             tracing::info!(model = %key, "the model's files changed since it failed to load: loading it again");
         }
-        let source = source
-            .ok_or_else(|| EngineError::Request(format!("no {} model is configured", key.tier.label())))?;
+        let source = source.ok_or_else(|| {
+            EngineError::Unavailable(format!("no {} model is configured", key.tier.label()))
+        })?;
         let mut source_stamp = None;
         let engine: Arc<dyn Engine> = match source {
             TierSource::Local { path, group_size } => {
@@ -292,9 +293,10 @@ impl Engine for ModelPool {
         &self,
         req: CompletionRequest,
         cancel: Cancel,
+        pieces: Option<PieceSender>,
     ) -> Result<CompletionOutput, EngineError> {
         let (key, engine) = self.resolve(req.model.unwrap_or(self.config.default))?;
-        let mut out = engine.complete(req, cancel).await?;
+        let mut out = engine.complete(req, cancel, pieces).await?;
         out.served_by = Some(key);
         Ok(out)
     }

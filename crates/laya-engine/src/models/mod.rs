@@ -18,6 +18,9 @@
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3_moe;
+mod shape;
+
+pub use shape::Shape;
 
 use std::{cell::RefCell, collections::HashMap};
 
@@ -28,7 +31,7 @@ use mlx_rs::ops::{self, quantized_matmul};
 use mlx_rs::transforms::{compile::compile, eval};
 use mlx_rs::{Array, Device, DeviceType, Dtype};
 
-use crate::engine::cache::KvCache;
+use crate::cache::KvCache;
 
 /// Which attention variant a checkpoint uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,7 +249,7 @@ impl Model {
             )));
         }
         let mut weights = weights;
-        let float = crate::engine::runtime::activation_dtype().map_err(ModelError::Config)?;
+        let float = crate::runtime::activation_dtype().map_err(ModelError::Config)?;
         if let Some(dtype) = float {
             // Quantized weights stay integers; their scales and biases and every float tensor
             // take the type, and the activations follow them.

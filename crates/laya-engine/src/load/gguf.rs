@@ -984,10 +984,15 @@ pub(crate) mod tests {
 
     /// A real model file of the model directory, for a test of that file: `None` (the test
     /// is skipped) unless `LAYA_TEST_REAL_MODELS=1`; with it, a missing file fails the test
-    /// with the fix ([`crate::testing::real_model`]).
+    /// with the fix ([`crate::testing::real_model`]). The one file used is the 0.5B's,
+    /// [`MODEL_05B`].
     #[track_caller]
     pub(crate) fn real_model_path(file_name: &str) -> Option<PathBuf> {
-        crate::testing::real_model(file_name)
+        let fix = match file_name {
+            MODEL_05B => "laya models fetch qwen2.5-coder-0.5b",
+            _ => "laya models fetch",
+        };
+        crate::testing::real_model(file_name, fix)
     }
 
     pub(crate) const MODEL_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
@@ -1487,7 +1492,10 @@ pub(crate) mod tests {
             return;
         };
         let f = GgufFile::open(path).unwrap();
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant_blocks.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/dequant_blocks.json"
+        );
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let entries = doc["tensors"].as_array().unwrap();
         let mut types = std::collections::BTreeSet::new();

@@ -14,7 +14,7 @@
 use mlx_rs::Array;
 
 use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, RmsNorm, Weights};
-use crate::engine::cache::KvCache;
+use crate::cache::KvCache;
 
 pub(super) struct Attention {
     /// q, k and v projections, stacked when their formats allow.

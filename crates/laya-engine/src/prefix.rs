@@ -175,10 +175,10 @@ pub fn generate_with_store(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::models::{test_util::tiny_model, Arch};
+    use crate::models::{test_util::tiny_model, Arch};
     use mlx_rs::Array;
 
-    fn filled(model: &crate::engine::models::Model, ids: &[u32]) -> Vec<KvCache> {
+    fn filled(model: &crate::models::Model, ids: &[u32]) -> Vec<KvCache> {
         let mut caches = model.new_caches();
         model
             .forward(&Array::from_slice(ids, &[1, ids.len() as i32]), &mut caches)
@@ -248,13 +248,13 @@ mod tests {
         let req = GenerateRequest {
             max_tokens: 5,
             n: 1,
-            sampling: crate::engine::SamplingParams::default(),
+            sampling: crate::SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
-            speculation: crate::engine::draft::Speculation::Off,
+            speculation: crate::draft::Speculation::Off,
             history: vec![],
         };
-        let no = crate::engine::Cancel::new();
+        let no = crate::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);
         // Ids stay below the tiny model's vocabulary (97).
         let mut ids: Vec<u32> = (0..40).map(|_| rng.gen_range(1..97)).collect();

@@ -1,0 +1,66 @@
+//! A model's shape as its configuration states it, as data: what a catalog entry records
+//! before a byte is downloaded (parameters, KV cache), what a downloaded folder's
+//! configuration is checked against, and what synthetic models are built in.
+
+use super::{Arch, ModelConfig, MoeConfig};
+
+/// A model's shape as its configuration states it: enough for its parameter count and KV
+/// cache, and to tell that a downloaded folder holds this model and not another.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub arch: Arch,
+    pub hidden_size: i32,
+    pub intermediate_size: i32,
+    pub layers: i32,
+    pub heads: i32,
+    pub kv_heads: i32,
+    pub head_dim: i32,
+    pub vocab_size: i32,
+    /// The LM head is the embedding (no head tensor of its own in the weights laya loads).
+    pub tied: bool,
+    /// A mixture of experts in every layer: (experts, experts a token, an expert's width).
+    pub experts: Option<(i32, i32, i32)>,
+}
+
+impl Shape {
+    /// The engine's configuration of this shape (rope and norm constants at Qwen's values;
+    /// they change no count).
+    pub fn config(&self) -> ModelConfig {
+        ModelConfig {
+            arch: self.arch,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_hidden_layers: self.layers,
+            num_attention_heads: self.heads,
+            num_key_value_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            vocab_size: self.vocab_size,
+            rope_theta: 1_000_000.0,
+            rms_norm_eps: 1e-6,
+            tie_word_embeddings: self.tied,
+            moe: self.experts.map(|(num_experts, used, width)| MoeConfig {
+                num_experts,
+                num_experts_per_tok: used,
+                moe_intermediate_size: width,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: vec![],
+            }),
+        }
+    }
+
+    /// Parameters as the engine counts them ([`ModelConfig::parameters`]).
+    pub fn parameters(&self) -> u64 {
+        self.config().parameters()
+    }
+
+    /// Parameters one token runs through ([`ModelConfig::active_parameters`]).
+    pub fn active_parameters(&self) -> u64 {
+        self.config().active_parameters()
+    }
+
+    /// Values the KV cache holds per token: keys and values of every layer's KV heads.
+    pub fn kv_values_per_token(&self) -> u64 {
+        2 * self.layers.max(0) as u64 * self.kv_heads.max(0) as u64 * self.head_dim.max(0) as u64
+    }
+}
