@@ -225,6 +225,7 @@ run)
   # A recheck: laya beside llama-server on the held-out file windows only, then the MoE shape.
   recheck() { # recheck TAG GGUF
     local tag=$1 g=$2
+    wait_for "$S/llama-server"
     log "$tag: llama-server /infill, held-out file windows (to the line break)"
     python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$XL" \
       --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-$tag-line.log" \
