@@ -4,18 +4,28 @@
 //! ## How it works
 //!
 //! `laya complete FILE:LINE:COL`: `parse_location`, then `run(&Config) -> Report`: the model
-//! loaded, one fill-in-the-middle request, the answer post-processed; the report's `Display` is
-//! the timing line the command writes on stderr (load, prefill, decode, finish).
+//! loaded, the completion pipeline's plan for an invoked request at the position (the LSP's
+//! prompt, `Pipeline::plan_once`), one model call, the answer post-processed as the LSP's
+//! (`finish_once`); the report's `Display` is the timing line the command writes on stderr
+//! (load, prefill, decode, finish).
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{
+    fmt,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use crate::{
     bench::error_chain,
-    completion::postprocess,
+    completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
     config::resolve_model,
+    document::Document,
     engine::{
         runtime::{use_device, DevicePref},
-        Cancel, CompletionRequest, FinishReason, LoadOptions, LocalModel, Precision, SamplingParams,
+        send_whole, Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
+        LoadOptions, LocalModel, ModelFacts, ModelKey, ModelState, PieceSender, Precision, RunsOn,
+        SamplingParams,
     },
     prompt::{self, LineCol},
 };
@@ -100,47 +110,116 @@ impl fmt::Display for Report {
     }
 }
 
-/// Load the model and complete at the position.
+/// Load the model and complete at the position, with the plan an editor's invoked request
+/// gets there (the pipeline's [`plan_once`](Pipeline::plan_once): syntax context, a line or a
+/// block, the model's budget and prompt format) and its post-processing.
 pub fn run(cfg: &Config) -> Result<Report, String> {
     let file = &cfg.file;
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let offset = prompt::byte_offset(&text, cfg.position).map_err(|e| format!("{}: {e}", file.display()))?;
-    let (prefix, suffix) = text.split_at(offset);
-    let device = use_device(cfg.device)?;
+    let device = use_device(cfg.device).map_err(|e| e.to_string())?;
     let path = resolve_model(&cfg.model).map_err(|e| e.to_string())?;
     let model = LocalModel::load(&path, &cfg.options).map_err(|e| error_chain(&e))?;
-    let req = CompletionRequest {
-        sampling: SamplingParams {
-            temperature: cfg.temperature,
-            ..SamplingParams::default()
-        },
-        ..CompletionRequest::new(model.specials.family.fim().fim(prefix, suffix), cfg.max_tokens)
+    let (precision, load_time, from_cache) = (
+        model.loaded.precision,
+        model.loaded.load_time,
+        model.loaded.from_cache,
+    );
+    let name = file.to_string_lossy();
+    let doc = Document::for_path(&text, &name).snapshot(&name);
+    let settings = CompletionSettings {
+        max_tokens_line: cfg.max_tokens,
+        max_tokens_block: cfg.max_tokens,
+        ..CompletionSettings::default()
+    };
+    let request = Request {
+        doc: &doc,
+        others: &[],
+        cursor: offset,
+        trigger: Trigger::Invoked,
+        settings: &settings,
+        workspace_root: None,
+        workspace: None,
+    };
+    let model = Arc::new(OnThisThread(Mutex::new(model)));
+    let pipeline = Pipeline::new(model.clone());
+    let mut plan = pipeline.plan_once(&request, None).map_err(|e| error_chain(&e))?;
+    plan.request.sampling = SamplingParams {
+        temperature: cfg.temperature,
+        ..SamplingParams::default()
     };
     let out = model
-        .complete(&req, &Cancel::new())
+        .run(&plan.request, &Cancel::new())
         .map_err(|e| error_chain(&e))?;
-    let choice = &out.choices[0];
-    let completion =
-        postprocess::process(&choice.text, &postprocess::Surroundings::at(&text, offset)).map(|e| e.text);
-    let loaded = &model.loaded;
-    let t = &out.timing;
+    let t = out.timing.clone();
+    let finish = out.choices[0].finish_reason;
+    let completion = pipeline
+        .finish_once(&request, plan, out)
+        .edits
+        .into_iter()
+        .next()
+        .map(|e| e.text);
     Ok(Report {
         completion,
         model: path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        precision: loaded.precision,
+        precision,
         device,
-        load_time: loaded.load_time,
-        from_cache: loaded.from_cache,
+        load_time,
+        from_cache,
         prefilled_tokens: t.prefilled_tokens,
         prefill: t.prefill,
         generated_tokens: t.generated_tokens,
         forwards: t.forwards(),
         decode: t.decode,
-        finish: choice.finish_reason,
+        finish,
     })
+}
+
+/// The loaded model as the pipeline's engine, run on the calling thread: the command does
+/// nothing else while it runs.
+struct OnThisThread(Mutex<LocalModel>);
+
+impl OnThisThread {
+    fn run(&self, req: &CompletionRequest, cancel: &Cancel) -> Result<CompletionOutput, EngineError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .complete(req, cancel)
+    }
+}
+
+#[async_trait::async_trait]
+impl Engine for OnThisThread {
+    async fn complete(
+        &self,
+        req: CompletionRequest,
+        cancel: Cancel,
+        pieces: Option<PieceSender>,
+    ) -> Result<CompletionOutput, EngineError> {
+        let out = self.run(&req, &cancel)?;
+        send_whole(&out, pieces.as_ref());
+        Ok(out)
+    }
+
+    fn state(&self) -> ModelState {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        ModelState::Ready {
+            load_time: m.loaded.load_time,
+            device: if m.facts().runs_on == RunsOn::Gpu {
+                "gpu"
+            } else {
+                "cpu"
+            }
+            .into(),
+        }
+    }
+
+    fn facts(&self, _model: ModelKey) -> Option<ModelFacts> {
+        Some(self.0.lock().unwrap_or_else(|p| p.into_inner()).facts())
+    }
 }
 
 #[cfg(test)]

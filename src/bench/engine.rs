@@ -76,7 +76,7 @@ impl fmt::Display for Report {
 /// Measure every target at every precision, then the peer if asked; `on_line` hears each
 /// line of the report as soon as it is measured (the command prints them as they come).
 pub fn run(cfg: &Config, mut on_line: impl FnMut(&str)) -> Result<Report, String> {
-    let device = use_device(cfg.device)?;
+    let device = use_device(cfg.device).map_err(|e| e.to_string())?;
     let on_gpu = device.starts_with("gpu");
     let mut targets = vec![];
     let models = if cfg.models.is_empty() && cfg.synthetic.is_empty() {

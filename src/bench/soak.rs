@@ -372,7 +372,7 @@ pub fn run(cfg: &Config, mut log: impl FnMut(&str)) -> Result<Report, String> {
     let model = match &cfg.model {
         Model::Path(p) => p.clone(),
         Model::Tiny => {
-            use_device(DevicePref::Cpu)?;
+            use_device(DevicePref::Cpu).map_err(|e| e.to_string())?;
             let gguf = resolve_model("qwen2.5-coder-0.5b")
                 .map_err(|e| format!("the tiny model borrows its tokenizer: {e}"))?;
             log(&format!("writing a tiny random model to {}", scratch.display()));
@@ -519,7 +519,7 @@ pub fn tiny_model(dir: &Path, tokenizer_gguf: &Path) -> Result<PathBuf, String> 
     let cfg = synthetic::tiny();
     let weights = synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Float32, 7)
         .map_err(|e| e.to_string())?;
-    synthetic::write_folder(dir, &cfg, &weights, None, tokenizer_gguf)?;
+    synthetic::write_folder(dir, &cfg, &weights, None, tokenizer_gguf).map_err(|e| e.to_string())?;
     Ok(dir.to_owned())
 }
 

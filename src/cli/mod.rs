@@ -247,7 +247,7 @@ pub struct RemoteArgs {
 }
 
 fn remote_extra(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    RemoteConfig::parse_extra_body(text)
+    RemoteConfig::parse_extra_body(text).map_err(|e| e.to_string())
 }
 
 impl RemoteArgs {

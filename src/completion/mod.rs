@@ -9,6 +9,9 @@
 //! `pipeline.rs`: one keystroke flows one way. `plan` (context → route → the routed model's
 //! budget, `Engine::facts` giving its size → prompt) makes a `Plan`; the engine runs its request;
 //! `finish` ranks, post-processes and remembers. Sees the engine only through the `Engine` trait.
+//! A request outside an editor's session (HTTP `/complete`, `laya complete`) takes the same
+//! plan through `plan_once` (the route fixed where the request names a model; no anchor
+//! continued or stored) and `finish_once` (nothing of the document kept).
 //! Per document it keeps the last shown suggestion (`Shown`: typing its first characters is
 //! answered from it, no model call), an `Anchor` (text, cursor, budget and prompt of the last
 //! fresh prompt: while the only change is text typed at that cursor and the route gives the same

@@ -329,6 +329,18 @@ fn display_path(uri: &str, root: Option<&str>) -> String {
         .unwrap_or_else(|| path.rsplit('/').next().unwrap_or(path).to_owned())
 }
 
+/// The request's cursor must be a character boundary of its document.
+fn check_cursor(r: &Request) -> Result<(), EngineError> {
+    let text: &str = &r.doc.text;
+    if r.cursor > text.len() || !text.is_char_boundary(r.cursor) {
+        return Err(EngineError::BadRequest(format!(
+            "cursor byte {} is not inside the document",
+            r.cursor
+        )));
+    }
+    Ok(())
+}
+
 /// What one completion request needs besides the engine.
 pub struct Request<'a> {
     pub doc: &'a DocumentSnapshot,
@@ -438,9 +450,10 @@ pub struct ContextFile {
 }
 
 /// A model call, decided: the route, the request and what the finish needs.
-struct Plan {
+pub struct Plan {
+    /// What goes to the engine.
+    pub request: CompletionRequest,
     route: Route,
-    request: CompletionRequest,
     cursor_kind: CursorKind,
     anchored: bool,
     drawn_on: Vec<ContextFile>,
@@ -519,20 +532,36 @@ impl Pipeline {
     /// engine. Typing through the shown suggestion is the caller's to check first
     /// ([`typed_through`](Self::typed_through)), once: the LSP does it before its debounce.
     pub async fn complete(&self, r: Request<'_>, cancel: Cancel) -> Result<Completion, EngineError> {
-        let text: &str = &r.doc.text;
-        if r.cursor > text.len() || !text.is_char_boundary(r.cursor) {
-            return Err(EngineError::BadRequest(format!(
-                "cursor byte {} is not inside the document",
-                r.cursor
-            )));
-        }
-        let plan = self.plan(&r);
+        check_cursor(&r)?;
+        let plan = self.plan(&r, None);
         let out = self.engine.complete(plan.request.clone(), cancel, None).await?;
-        Ok(self.finish(&r, plan, out))
+        Ok(self.finish(&r, plan, out, true))
     }
 
-    /// Context → route → the routed model's budget → prompt.
-    fn plan(&self, r: &Request) -> Plan {
+    /// The model call for a completion asked for once, outside an editor's session (HTTP
+    /// `/complete` and `/v1/completions` with a suffix, `laya complete`): the plan an editor's
+    /// request gets — the syntax context, a line or a block, the routed model's budget and
+    /// prompt format, the stop — with `model` in place of the router's choice where given.
+    /// The document's anchor is neither continued nor replaced. Its answer goes to
+    /// [`finish_once`](Self::finish_once).
+    pub fn plan_once(&self, r: &Request, model: Option<ModelKey>) -> Result<Plan, EngineError> {
+        check_cursor(r)?;
+        let fixed = model.map(|model| Route {
+            model,
+            reason: "asked for by the request".into(),
+        });
+        Ok(self.plan(r, Some(fixed)))
+    }
+
+    /// Rank and post-process the answer to a [`plan_once`](Self::plan_once) as an editor's
+    /// is; the model's speed is noted for the router, nothing of the document is kept.
+    pub fn finish_once(&self, r: &Request, plan: Plan, out: CompletionOutput) -> Completion {
+        self.finish(r, plan, out, false)
+    }
+
+    /// Context → route → the routed model's budget → prompt. `once`: a request outside an
+    /// editor's session ([`plan_once`](Self::plan_once)), with the route it fixes, if any.
+    fn plan(&self, r: &Request, once: Option<Option<Route>>) -> Plan {
         let (text, cursor, settings): (&str, usize, &CompletionSettings) =
             (&r.doc.text, r.cursor, r.settings);
         let mut context = Context::gather(r);
@@ -553,7 +582,9 @@ impl Pipeline {
         };
         // The anchor's prompt followed by the text typed at its cursor since, while typing
         // goes on; with the anchor's budget and format and the bytes typed.
-        let continued: Option<Continued> = self.docs.get(&r.doc.uri).and_then(|d| {
+        // None for a request outside an editor's session.
+        let session = self.docs.get(&r.doc.uri).filter(|_| once.is_none());
+        let continued: Option<Continued> = session.and_then(|d| {
             let anchor = d.anchor.as_ref()?;
             let typed = anchor.mark.typed_since(text, cursor)?;
             (typed.len() <= settings.anchor_max_bytes).then(|| {
@@ -575,23 +606,23 @@ impl Pipeline {
                 (tokens, tokens)
             }
         };
-        let route = self.route(
-            settings,
-            &RouteInput {
-                trigger: r.trigger,
-                cursor_kind: context.cursor_kind,
-                language_id: &r.doc.language_id,
-                block,
-                prompt_tokens,
-                new_tokens,
-                max_tokens,
-            },
-        );
+        let route = match once.flatten() {
+            Some(fixed) => fixed,
+            None => self.route(
+                settings,
+                &RouteInput {
+                    trigger: r.trigger,
+                    cursor_kind: context.cursor_kind,
+                    language_id: &r.doc.language_id,
+                    block,
+                    prompt_tokens,
+                    new_tokens,
+                    max_tokens,
+                },
+            ),
+        };
         let facts = self.engine.facts(route.model);
-        let parameters = facts
-            .and_then(|f| f.parameters)
-            .or_else(|| self.engine.parameters());
-        let budget = settings.budget.for_model(parameters);
+        let budget = settings.budget.for_model(facts.and_then(|f| f.parameters));
         let family = facts.map(|f| f.family).unwrap_or_default();
         let (prompt, anchored, drawn_on, anchor) =
             match continued.filter(|((b, f), ..)| *b == budget && *f == family) {
@@ -676,8 +707,9 @@ impl Pipeline {
         (prompt.text, anchor)
     }
 
-    /// Rank → post-process → remember what was shown and why.
-    fn finish(&self, r: &Request, plan: Plan, out: CompletionOutput) -> Completion {
+    /// Rank → post-process → with `remember`, keep what was shown and why (and the plan's
+    /// anchor) for the document.
+    fn finish(&self, r: &Request, plan: Plan, out: CompletionOutput, remember: bool) -> Completion {
         let surroundings = Surroundings::at(&r.doc.text, r.cursor);
         let mut edits: Vec<Edit> = vec![];
         let mut origins: Vec<Origin> = vec![];
@@ -712,6 +744,9 @@ impl Pipeline {
             anchored: plan.anchored,
             context_files: plan.drawn_on,
         };
+        if !remember {
+            return c;
+        }
         let mut state = self.docs.entry(r.doc.uri.clone()).or_default();
         if let Some(anchor) = plan.anchor {
             state.anchor = Some(anchor);
@@ -760,10 +795,6 @@ mod tests {
 
         fn state(&self) -> ModelState {
             ModelState::Loading
-        }
-
-        fn parameters(&self) -> Option<u64> {
-            Some(494_000_000)
         }
 
         fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
@@ -952,6 +983,100 @@ mod tests {
                 Some(a) => assert_eq!(got.unwrap().anchored, a, "typed {typed:?}"),
             }
         }
+    }
+
+    /// A request outside an editor's session gets the request an editor's gets at the same
+    /// cursor (the same prompt, limit and stop; the named model where one is named), and keeps
+    /// nothing: the editor's anchor is neither continued by it nor replaced, and no
+    /// suggestion is remembered for typing through.
+    #[tokio::test]
+    async fn a_one_off_request_is_planned_as_an_editors_and_keeps_nothing() {
+        let engine = Arc::new(TwoTiers::default());
+        let pipeline = Pipeline::new(engine.clone());
+        let settings = CompletionSettings::default();
+        let text = "import os\n\ndef f(path):\n    return os.path.";
+        let doc = Document::new(text, 1, "python").snapshot("file:///w/f.py");
+        let request = |doc| Request {
+            doc,
+            others: &[],
+            cursor: text.len(),
+            trigger: Trigger::Invoked,
+            settings: &settings,
+            workspace_root: None,
+            workspace: None,
+        };
+        let once = pipeline.plan_once(&request(&doc), None).unwrap().request;
+        pipeline.complete(request(&doc), Cancel::new()).await.unwrap();
+        let editor = engine.asked.lock().unwrap()[0].clone();
+        assert_eq!(
+            (&once.prompt, once.max_tokens, &once.stop, once.model),
+            (&editor.prompt, editor.max_tokens, &editor.stop, editor.model)
+        );
+        assert!(
+            once.prompt.contains("import os"),
+            "the syntax context: {:?}",
+            once.prompt
+        );
+
+        // The editor's request made an anchor; a one-off after text typed at its cursor is
+        // built afresh (a prompt of its own text, not the anchor's plus what was typed).
+        let typed = format!("{text}jo");
+        let later = Document::new(&typed, 2, "python").snapshot("file:///w/f.py");
+        let small = ModelKey {
+            tier: Tier::Small,
+            precision: crate::engine::Precision::Q4,
+        };
+        let later_request = Request {
+            cursor: typed.len(),
+            ..request(&later)
+        };
+        let plan = pipeline.plan_once(&later_request, Some(small)).unwrap();
+        assert_eq!(
+            plan.request.model,
+            Some(small),
+            "the named model, not the router's"
+        );
+        assert!(
+            plan.request.prompt.contains("os.path.jo<"),
+            "{:?}",
+            plan.request.prompt
+        );
+        let out = CompletionOutput {
+            served_by: Some(small),
+            choices: vec![choice("in(path)", 2, None)],
+            timing: Timing::default(),
+        };
+        let c = pipeline.finish_once(&later_request, plan, out);
+        assert!(!c.anchored);
+        assert_eq!(c.edits[0].text, "in(path)");
+        // The editor's next request continues the anchor of its own last one: the one-off
+        // did not replace it.
+        let c = pipeline.complete(later_request, Cancel::new()).await.unwrap();
+        assert!(c.anchored);
+        let continued = engine.asked.lock().unwrap()[1].prompt.clone();
+        assert_eq!(continued, format!("{}jo", editor.prompt));
+        // No one-off answer is remembered to type through (in a document of its own).
+        let other = Document::new(text, 1, "python").snapshot("file:///w/g.py");
+        let plan = pipeline.plan_once(&request(&other), None).unwrap();
+        let out = CompletionOutput {
+            served_by: None,
+            choices: vec![choice("join(path)", 2, None)],
+            timing: Timing::default(),
+        };
+        assert_eq!(
+            pipeline.finish_once(&request(&other), plan, out).edits[0].text,
+            "join(path)"
+        );
+        let next = Document::new(&typed, 2, "python").snapshot("file:///w/g.py");
+        assert!(pipeline.typed_through(&next, typed.len(), &settings).is_none());
+        let bad = Request {
+            cursor: text.len() + 1,
+            ..request(&doc)
+        };
+        assert!(matches!(
+            pipeline.plan_once(&bad, None),
+            Err(EngineError::BadRequest(_))
+        ));
     }
 
     /// What an automatic request asks for: a block (the block's token limit, ending at a

@@ -64,8 +64,6 @@ type Report = Box<dyn Fn(&ModelState) + Send>;
 struct Inner {
     cfg: ClientConfig,
     state: Mutex<ModelState>,
-    /// The default model's parameter count, as the daemon last reported it (0: unknown).
-    parameters: std::sync::atomic::AtomicU64,
     /// The daemon's models as it last reported them (for [`Engine::facts`]).
     models: Mutex<Vec<ModelStatus>>,
     report: Mutex<Report>,
@@ -95,7 +93,6 @@ impl DaemonEngine {
             inner: Arc::new(Inner {
                 cfg,
                 state: Mutex::new(ModelState::Loading),
-                parameters: std::sync::atomic::AtomicU64::new(0),
                 models: Mutex::new(vec![]),
                 report: Mutex::new(Box::new(report)),
                 starting: tokio::sync::Mutex::new(()),
@@ -135,8 +132,6 @@ impl DaemonEngine {
                                 st.pid
                             );
                         }
-                        let parameters = default_model(&st).and_then(|m| m.parameters).unwrap_or(0);
-                        this.inner.parameters.store(parameters, Ordering::Relaxed);
                         *this.inner.models.lock().unwrap_or_else(|p| p.into_inner()) = st.models.clone();
                         let s = state_of(&st);
                         let loading = s == ModelState::Loading;
@@ -387,10 +382,6 @@ impl Engine for DaemonEngine {
 
     fn state(&self) -> ModelState {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn parameters(&self) -> Option<u64> {
-        Some(self.inner.parameters.load(Ordering::Relaxed)).filter(|&p| p > 0)
     }
 
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {

@@ -1,5 +1,6 @@
 //! The daemon's HTTP API (axum): `POST /complete` (laya's own: a plain `prompt` to continue,
-//! or a prefix and suffix, from which the FIM prompt is built here), the OpenAI-compatible `POST /v1/completions` (with SSE streaming) and
+//! or a prefix and suffix, whose FIM prompt is the one an editor gets at that cursor: the
+//! completion pipeline's plan), the OpenAI-compatible `POST /v1/completions` (with SSE streaming) and
 //! `GET /v1/models`, and `GET /health`. Errors are JSON `{"error": {"message", "type"}}`
 //! with a 4xx status for anything the client can fix.
 
@@ -32,10 +33,13 @@ use super::{
     server::{Daemon, DaemonError, Served},
 };
 use crate::{
+    completion::pipeline::{CompletionSettings, Pipeline, Request as PipelineRequest, Trigger},
+    document::Document,
+    engine::Engine,
     engine::{
         Cancel, CancelOnDrop, CompletionRequest, FinishReason, ModelKey, Precision, SamplingParams, Tier,
     },
-    prompt::{self, Budget, PromptInput},
+    prompt::Budget,
 };
 
 /// Prompt budget (tokens) for prompts built here from a prefix and suffix, unless the
@@ -68,7 +72,7 @@ impl From<DaemonError> for HttpError {
     fn from(e: DaemonError) -> Self {
         HttpError {
             status: StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            kind: e.kind(),
+            kind: e.kind().as_str(),
             message: e.to_string(),
         }
     }
@@ -319,8 +323,10 @@ fn model_key(d: &Daemon, field: Option<ModelField>) -> Result<ModelKey, HttpErro
     }
 }
 
-/// A FIM prompt from a prefix and suffix for the model `key`, inside the prompt budget (its
-/// suffix share by the model's size, as the LSP's prompts).
+/// The FIM prompt for a prefix and suffix on the model `key`: the plan an editor's request
+/// at that cursor gets ([`Pipeline::plan_once`]: the syntax context of the file, whose
+/// language `path`'s extension names, inside the model's budget and in its prompt format),
+/// within `max_prompt_tokens` (default [`DEFAULT_PROMPT_TOKENS`]) and the sequence limit.
 fn fim_prompt(
     d: &Daemon,
     key: ModelKey,
@@ -328,30 +334,39 @@ fn fim_prompt(
     suffix: &str,
     path: &str,
     max_tokens: usize,
-    budget: Option<usize>,
-) -> String {
+    max_prompt_tokens: Option<usize>,
+) -> Result<String, HttpError> {
     let room = d
         .config()
         .limits
         .max_seq_len
         .saturating_sub(max_tokens)
         .saturating_sub(16); // the FIM markers
-    let budget = Budget {
-        max_tokens: budget.unwrap_or(DEFAULT_PROMPT_TOKENS).min(room),
-        ..Budget::default()
-    }
-    .for_model(d.parameters_of(key));
-    prompt::build(
-        &PromptInput {
-            path,
-            prefix,
-            suffix,
-            family: d.family_of(key),
-            ..Default::default()
+    let settings = CompletionSettings {
+        budget: Budget {
+            max_tokens: max_prompt_tokens.unwrap_or(DEFAULT_PROMPT_TOKENS).min(room),
+            ..Budget::default()
         },
-        &budget,
-    )
-    .text
+        ..CompletionSettings::default()
+    };
+    let text = format!("{prefix}{suffix}");
+    let doc = Document::for_path(&text, path).snapshot(path);
+    let pool: Arc<dyn Engine> = d.pool().map_err(DaemonError::Engine)?;
+    let plan = Pipeline::new(pool)
+        .plan_once(
+            &PipelineRequest {
+                doc: &doc,
+                others: &[],
+                cursor: prefix.len(),
+                trigger: Trigger::Invoked,
+                settings: &settings,
+                workspace_root: None,
+                workspace: None,
+            },
+            Some(key),
+        )
+        .map_err(DaemonError::Engine)?;
+    Ok(plan.request.prompt)
 }
 
 fn sampling(
@@ -399,7 +414,7 @@ async fn complete(
             &b.path,
             max_tokens,
             b.max_prompt_tokens,
-        ),
+        )?,
         (Some(_), _) => {
             return Err(HttpError::bad(
                 "give either `prompt` (a plain continuation) or `prefix` and `suffix` \
@@ -478,7 +493,7 @@ async fn v1_completions(
         .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = d.model_for_name(b.model.as_deref())?;
     let prompt = match &b.suffix {
-        Some(suffix) => fim_prompt(&d, key, &text, suffix, "", max_tokens, b.max_prompt_tokens),
+        Some(suffix) => fim_prompt(&d, key, &text, suffix, "", max_tokens, b.max_prompt_tokens)?,
         None => text,
     };
     let req = CompletionRequest {
@@ -625,7 +640,7 @@ fn stream(
                     st.pending.push_back(Event::default().data(last.to_string()));
                 }
                 Ok(Err(e)) => {
-                    let body = json!({ "error": { "message": e.to_string(), "type": e.kind() } });
+                    let body = json!({ "error": { "message": e.to_string(), "type": e.kind().as_str() } });
                     st.pending.push_back(Event::default().data(body.to_string()));
                 }
                 Err(_) => {

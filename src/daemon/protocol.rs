@@ -125,8 +125,41 @@ pub enum ServerMessage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WireError {
     pub message: String,
-    /// `invalid_request_error`, `rate_limit_error`, `model_unavailable`, `server_error`.
-    pub kind: String,
+    pub kind: ErrorKind,
+}
+
+/// What kind of error a request met, by what its sender can do about it: the OpenAI-style
+/// error type, on the socket and in HTTP bodies (`"type"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request cannot run as sent.
+    InvalidRequestError,
+    /// The queue is full: try again later.
+    RateLimitError,
+    /// No model can answer it now.
+    ModelUnavailable,
+    /// It was given up before its answer.
+    Cancelled,
+    /// A model server elsewhere failed.
+    ServerError,
+    /// A kind this version does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequestError => "invalid_request_error",
+            ErrorKind::RateLimitError => "rate_limit_error",
+            ErrorKind::ModelUnavailable => "model_unavailable",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::ServerError => "server_error",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
 }
 
 impl WireError {
@@ -134,11 +167,11 @@ impl WireError {
     /// ([`DaemonError::kind`](super::server::DaemonError::kind)), the daemon's message.
     pub fn into_engine_error(self) -> EngineError {
         let message = format!("laya daemon: {}", self.message);
-        match self.kind.as_str() {
-            "invalid_request_error" => EngineError::BadRequest(message),
-            "model_unavailable" | "rate_limit_error" => EngineError::Unavailable(message),
-            "cancelled" => EngineError::Cancelled,
-            _ => EngineError::Transport(message),
+        match self.kind {
+            ErrorKind::InvalidRequestError => EngineError::BadRequest(message),
+            ErrorKind::ModelUnavailable | ErrorKind::RateLimitError => EngineError::Unavailable(message),
+            ErrorKind::Cancelled => EngineError::Cancelled,
+            ErrorKind::ServerError | ErrorKind::Unknown => EngineError::Transport(message),
         }
     }
 }
@@ -407,6 +440,50 @@ mod tests {
             panic!()
         };
         assert_eq!((request.prompt.as_str(), request.max_tokens), ("x", 2));
+    }
+
+    /// Each kind of daemon error reaches a client as the engine error of the same meaning;
+    /// a kind this version does not know is the transport's.
+    #[test]
+    fn error_kinds_map_to_engine_errors_by_kind() {
+        let error = |kind: &str| -> EngineError {
+            let line = format!(r#"{{"type":"error","error":{{"message":"m","kind":"{kind}"}}}}"#);
+            match serde_json::from_str::<ServerMessage>(&line).unwrap() {
+                ServerMessage::Error { error } => error.into_engine_error(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            error("invalid_request_error"),
+            EngineError::BadRequest("laya daemon: m".into())
+        );
+        assert_eq!(
+            error("rate_limit_error"),
+            EngineError::Unavailable("laya daemon: m".into())
+        );
+        assert_eq!(
+            error("model_unavailable"),
+            EngineError::Unavailable("laya daemon: m".into())
+        );
+        assert_eq!(error("cancelled"), EngineError::Cancelled);
+        assert_eq!(
+            error("server_error"),
+            EngineError::Transport("laya daemon: m".into())
+        );
+        assert_eq!(
+            error("from_a_newer_daemon"),
+            EngineError::Transport("laya daemon: m".into())
+        );
+        for kind in [
+            ErrorKind::InvalidRequestError,
+            ErrorKind::RateLimitError,
+            ErrorKind::ModelUnavailable,
+            ErrorKind::Cancelled,
+            ErrorKind::ServerError,
+        ] {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.as_str(), "the wire name is the HTTP body's type");
+        }
     }
 
     #[test]

@@ -22,8 +22,8 @@ use tokio::{
 use super::{
     paths,
     protocol::{
-        ClientMessage, DaemonStatus, ModelStatus, QueueStatus, ServerMessage, WireError, WireOutput,
-        MAX_LINE_BYTES, PROTOCOL_VERSION,
+        ClientMessage, DaemonStatus, ErrorKind, ModelStatus, QueueStatus, ServerMessage, WireError,
+        WireOutput, MAX_LINE_BYTES, PROTOCOL_VERSION,
     },
     queue::{Busy, FairQueue},
 };
@@ -110,17 +110,17 @@ pub enum DaemonError {
 
 impl DaemonError {
     /// The OpenAI-style error type.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
             DaemonError::BadRequest(_) | DaemonError::Engine(EngineError::BadRequest(_)) => {
-                "invalid_request_error"
+                ErrorKind::InvalidRequestError
             }
-            DaemonError::Busy(_) => "rate_limit_error",
+            DaemonError::Busy(_) => ErrorKind::RateLimitError,
             DaemonError::Unavailable(_) | DaemonError::Engine(EngineError::Unavailable(_)) => {
-                "model_unavailable"
+                ErrorKind::ModelUnavailable
             }
-            DaemonError::Cancelled | DaemonError::Engine(EngineError::Cancelled) => "cancelled",
-            DaemonError::Engine(EngineError::Transport(_)) => "server_error",
+            DaemonError::Cancelled | DaemonError::Engine(EngineError::Cancelled) => ErrorKind::Cancelled,
+            DaemonError::Engine(EngineError::Transport(_)) => ErrorKind::ServerError,
         }
     }
 
@@ -140,7 +140,7 @@ impl DaemonError {
     pub fn wire(&self) -> WireError {
         WireError {
             message: self.to_string(),
-            kind: self.kind().into(),
+            kind: self.kind(),
         }
     }
 }
@@ -570,7 +570,7 @@ async fn handle_connection(daemon: Arc<Daemon>, stream: UnixStream) {
     let error = |message: String| ServerMessage::Error {
         error: WireError {
             message,
-            kind: "invalid_request_error".into(),
+            kind: ErrorKind::InvalidRequestError,
         },
     };
     let msg = match read_line_limited(&mut rd, MAX_LINE_BYTES).await {

@@ -86,6 +86,16 @@ impl Document {
         )
     }
 
+    /// A file's text outside an editor (HTTP, the command line): the language by the
+    /// extension of `path` (its first LSP id, else `plaintext`); unknown ones get no tree.
+    pub fn for_path(text: &str, path: &str) -> Self {
+        let language = Language::from_path(path);
+        let id = language
+            .and_then(|l| l.config().language_ids.first().copied())
+            .unwrap_or("plaintext");
+        Self::with_language(text, 1, id, language)
+    }
+
     pub fn with_language(text: &str, version: i32, language_id: &str, language: Option<Language>) -> Self {
         let rope = Rope::from_str(text);
         let tree = language.and_then(|l| syntax::parse_rope(l, &rope, None));

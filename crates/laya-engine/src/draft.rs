@@ -60,14 +60,16 @@ impl SpeculationChoice {
 }
 
 impl std::str::FromStr for SpeculationChoice {
-    type Err = String;
+    type Err = crate::ParseError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, crate::ParseError> {
         match s {
             "auto" => Ok(SpeculationChoice::Auto),
             "on" => Ok(SpeculationChoice::On),
             "off" => Ok(SpeculationChoice::Off),
-            other => Err(format!("speculation must be auto, on or off, not {other:?}")),
+            other => Err(crate::ParseError(format!(
+                "speculation must be auto, on or off, not {other:?}"
+            ))),
         }
     }
 }

@@ -197,8 +197,9 @@ impl Tier {
     }
 }
 
-/// A name that does not parse as a [`Tier`], [`Precision`], [`ModelKey`] or
-/// [`DevicePref`](runtime::DevicePref); the message says what was expected.
+/// Text that does not parse as a [`Tier`], [`Precision`], [`ModelKey`],
+/// [`DevicePref`](runtime::DevicePref), [`SpeculationChoice`](draft::SpeculationChoice) or a
+/// remote server's extra body; the message says what was expected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ParseError(pub String);
@@ -448,15 +449,9 @@ pub trait Engine: Send + Sync + 'static {
 
     fn state(&self) -> ModelState;
 
-    /// Parameter count of the model that answers requests naming none, once it is known
-    /// (loaded); `None` where the engine cannot tell (a remote server that does not state it).
-    fn parameters(&self) -> Option<u64> {
-        None
-    }
-
     /// What is known of the model that answers requests for `model` (its size, its bit width,
-    /// where it runs), before any request goes to it; `None` where the engine cannot tell
-    /// (then [`parameters`](Self::parameters) is all there is).
+    /// where it runs, its prompt family), before any request goes to it; an engine of one
+    /// model states that model's whatever the key. `None` where the engine cannot tell.
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
         let _ = model;
         None
@@ -502,6 +497,24 @@ impl LocalModel {
             prefix: std::sync::Mutex::new(prefix::PrefixStore::new(opts.prefix)),
             speculation: opts.speculation.resolve(),
         })
+    }
+
+    /// What the router and the prompt budget weigh: the parameter count (and a mixture's
+    /// active one), the bit width, the device and the prompt family of the loaded model.
+    pub fn facts(&self) -> ModelFacts {
+        let config = self.loaded.model.config();
+        let active = config.active_parameters();
+        ModelFacts {
+            parameters: Some(config.parameters()),
+            active_parameters: (active != config.parameters()).then_some(active),
+            bits: self.loaded.precision.bits().map_or(16, |b| b as u32),
+            runs_on: if models::on_gpu() {
+                RunsOn::Gpu
+            } else {
+                RunsOn::Cpu
+            },
+            family: self.specials.family,
+        }
     }
 
     /// Run a short request once, so the first real one does not pay for kernel compilation

@@ -31,7 +31,7 @@ pub fn converted_dir() -> PathBuf {
 /// The Python of the llama.cpp peer (llama-cpp-python and gguf-py), for the tests and
 /// benchmarks that compare with llama.cpp: `LAYA_PEER_PYTHON`, else the venv
 /// `scripts/peer-setup.sh` makes under the cache; an error naming the fix when it is missing.
-pub fn peer_python() -> Result<PathBuf, String> {
+pub fn peer_python() -> Result<PathBuf, NoPeerPython> {
     let py = std::env::var_os("LAYA_PEER_PYTHON")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -39,10 +39,15 @@ pub fn peer_python() -> Result<PathBuf, String> {
     if py.is_file() {
         Ok(py)
     } else {
-        Err(format!(
-            "no llama-cpp-python at {}: run scripts/peer-setup.sh (it prints the python to put in \
-             LAYA_PEER_PYTHON), or scripts/test.sh, which runs it",
-            py.display()
-        ))
+        Err(NoPeerPython(py))
     }
 }
+
+/// The llama.cpp peer's Python is not where [`peer_python`] looked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no llama-cpp-python at {}: run scripts/peer-setup.sh (it prints the python to put in \
+     LAYA_PEER_PYTHON), or scripts/test.sh, which runs it",
+    .0.display()
+)]
+pub struct NoPeerPython(pub PathBuf);

@@ -206,7 +206,7 @@ impl ModelPool {
     pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
         let key = self.canonical(key);
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        engines.get(&key)?.engine.parameters()
+        engines.get(&key)?.engine.facts(key)?.parameters
     }
 
     /// What the worker of the local model behind `key` has run (starts nothing).
@@ -306,10 +306,6 @@ impl Engine for ModelPool {
             Ok(e) => e.state(),
             Err(e) => ModelState::Failed(e.to_string()),
         }
-    }
-
-    fn parameters(&self) -> Option<u64> {
-        self.parameters_of(self.config.default)
     }
 
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {

@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
-    ModelState, PieceSender, Timing,
+    family::Family, send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError,
+    FinishReason, ModelFacts, ModelKey, ModelState, ParseError, PieceSender, RunsOn, Timing,
 };
 
 /// Where the remote server is and how to talk to it.
@@ -55,13 +55,13 @@ impl RemoteConfig {
     }
 
     /// Parses `--remote-extra`: a JSON object, or a message saying what is wrong with it.
-    pub fn parse_extra_body(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    pub fn parse_extra_body(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, ParseError> {
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(m)) => Ok(m),
-            Ok(other) => Err(format!(
+            Ok(other) => Err(ParseError(format!(
                 "expected a JSON object such as {{\"repeat_penalty\": 1.0}}, got {other}"
-            )),
-            Err(e) => Err(format!("not JSON: {e}")),
+            ))),
+            Err(e) => Err(ParseError(format!("not JSON: {e}"))),
         }
     }
 }
@@ -330,9 +330,17 @@ impl Engine for RemoteEngine {
         }
     }
 
-    /// Known once the model list was read (no `--remote-model`) and the server states it.
-    fn parameters(&self) -> Option<u64> {
-        self.parameters.get().copied()
+    /// The bits asked for (the server's own are not stated) and the parameter count, known
+    /// once the model list was read (no `--remote-model`) and the server states it; never a
+    /// speed estimate (`RunsOn::Remote`), nor a family (the default).
+    fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
+        Some(ModelFacts {
+            parameters: self.parameters.get().copied(),
+            active_parameters: None,
+            bits: model.precision.bits().map_or(16, |b| b as u32),
+            runs_on: RunsOn::Remote,
+            family: Family::default(),
+        })
     }
 }
 
@@ -541,6 +549,11 @@ mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
 
+    const KEY: ModelKey = ModelKey {
+        tier: crate::Tier::Large,
+        precision: crate::Precision::Native,
+    };
+
     /// A one-shot HTTP server that answers each request with the next canned body and returns
     /// the requests it saw.
     fn serve(answers: Vec<(u16, String)>) -> (String, std::thread::JoinHandle<Vec<String>>) {
@@ -642,9 +655,13 @@ mod tests {
             (200, answer.into()),
         ]);
         let engine = RemoteEngine::new(RemoteConfig::new(url));
-        assert_eq!(engine.parameters(), None, "unknown before the list is read");
+        assert_eq!(
+            engine.facts(KEY).and_then(|f| f.parameters),
+            None,
+            "unknown before the list is read"
+        );
         engine.complete_blocking(&request(), &Cancel::new()).unwrap();
-        assert_eq!(engine.parameters(), Some(494_032_768));
+        assert_eq!(engine.facts(KEY).and_then(|f| f.parameters), Some(494_032_768));
         server.join().unwrap();
 
         let (url, server) = serve(vec![
@@ -653,7 +670,7 @@ mod tests {
         ]);
         let engine = RemoteEngine::new(RemoteConfig::new(url));
         engine.complete_blocking(&request(), &Cancel::new()).unwrap();
-        assert_eq!(engine.parameters(), None);
+        assert_eq!(engine.facts(KEY).and_then(|f| f.parameters), None);
         server.join().unwrap();
     }
 
@@ -833,9 +850,11 @@ mod tests {
         assert!(RemoteConfig::parse_extra_body(r#"{"repeat_penalty": 1.0}"#).is_ok());
         assert!(RemoteConfig::parse_extra_body("[1]")
             .unwrap_err()
+            .0
             .contains("JSON object"));
         assert!(RemoteConfig::parse_extra_body("{")
             .unwrap_err()
+            .0
             .contains("not JSON"));
     }
 

@@ -105,20 +105,45 @@ impl MlxInfo {
     }
 
     /// The loaded libmlx must be the version mlx-c was compiled against (no stable C++ ABI).
-    pub fn check_version(&self) -> Result<(), String> {
+    pub fn check_version(&self) -> Result<(), RuntimeError> {
         if self.runtime_version == self.build_version {
             Ok(())
         } else {
-            Err(format!(
-                "the loaded libmlx is version {} but laya was built against {}; run `scripts/setup.sh` to rebuild",
-                self.runtime_version, self.build_version
-            ))
+            Err(RuntimeError::VersionMismatch {
+                runtime: self.runtime_version.clone(),
+                build: self.build_version,
+            })
         }
     }
 }
 
+/// Why MLX cannot run as asked: the linked library, the device or a setting of the
+/// environment; the message says how to fix it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(
+        "the loaded libmlx is version {runtime} but laya was built against {build}; run \
+         `scripts/setup.sh` to rebuild"
+    )]
+    VersionMismatch { runtime: String, build: &'static str },
+    #[error(
+        "--device gpu: the linked MLX ({backend} backend) has no GPU; use --device cpu, or build \
+         against mlx-cuda-13 (scripts/setup.sh --backend cuda13)"
+    )]
+    NoGpu { backend: &'static str },
+    /// An environment variable that does not parse.
+    #[error("{name} must be {expected}, got `{value}`")]
+    Setting {
+        name: &'static str,
+        expected: &'static str,
+        value: String,
+    },
+    #[error("setting MLX's cache limit: {0}")]
+    Mlx(String),
+}
+
 /// The device chosen for a preference, with a human description (`cpu`, `gpu (cuda)`).
-pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String), String> {
+pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String), RuntimeError> {
     match (pref, info.gpu_kind) {
         (DevicePref::Cpu, _) | (DevicePref::Auto, None) => {
             Ok((Device::new(DeviceType::Cpu, 0), "cpu".into()))
@@ -126,11 +151,9 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
         (DevicePref::Gpu | DevicePref::Auto, Some(kind)) => {
             Ok((Device::new(DeviceType::Gpu, 0), format!("gpu ({kind})")))
         }
-        (DevicePref::Gpu, None) => Err(format!(
-            "--device gpu: the linked MLX ({} backend) has no GPU; use --device cpu, or build against \
-             mlx-cuda-13 (scripts/setup.sh --backend cuda13)",
-            info.build_backend
-        )),
+        (DevicePref::Gpu, None) => Err(RuntimeError::NoGpu {
+            backend: info.build_backend,
+        }),
     }
 }
 
@@ -144,16 +167,17 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
 pub const DEFAULT_CACHE_LIMIT: usize = 1 << 30;
 
 /// The cache limit: `LAYA_MLX_CACHE_LIMIT` (bytes; `0` keeps no freed buffers) or the default.
-pub fn cache_limit() -> Result<usize, String> {
+pub fn cache_limit() -> Result<usize, RuntimeError> {
     parse_cache_limit(std::env::var("LAYA_MLX_CACHE_LIMIT").ok().as_deref())
 }
 
-fn parse_cache_limit(value: Option<&str>) -> Result<usize, String> {
+fn parse_cache_limit(value: Option<&str>) -> Result<usize, RuntimeError> {
     match value {
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("LAYA_MLX_CACHE_LIMIT must be a number of bytes, got `{v}`")),
+        Some(v) => v.trim().parse().map_err(|_| RuntimeError::Setting {
+            name: "LAYA_MLX_CACHE_LIMIT",
+            expected: "a number of bytes",
+            value: v.to_owned(),
+        }),
         None => Ok(DEFAULT_CACHE_LIMIT),
     }
 }
@@ -165,7 +189,7 @@ fn parse_cache_limit(value: Option<&str>) -> Result<usize, String> {
 /// f16/bf16 activations (f32 takes its naive kernel): the 0.5B's prompt ran at 55-79k tokens/s
 /// in bf16 against 24-28k in f32 on an H100, its decode step 2.19 against 2.02 ms
 /// (docs/benchmarks.md, "MLX's CUDA backend"). Unmeasured on Metal, which keeps f32.
-pub fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, String> {
+pub fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, RuntimeError> {
     match parse_activation_dtype(std::env::var("LAYA_ACTIVATIONS").ok().as_deref())? {
         Some(d) => Ok(Some(d)),
         None => Ok(on_cuda().then_some(mlx_rs::Dtype::Bfloat16)),
@@ -177,14 +201,18 @@ fn on_cuda() -> bool {
     crate::models::on_gpu() && flag(mlx_sys::mlx_cuda_is_available)
 }
 
-fn parse_activation_dtype(value: Option<&str>) -> Result<Option<mlx_rs::Dtype>, String> {
+fn parse_activation_dtype(value: Option<&str>) -> Result<Option<mlx_rs::Dtype>, RuntimeError> {
     use mlx_rs::Dtype;
     match value.map(str::trim) {
         None | Some("") => Ok(None),
         Some("f32") => Ok(Some(Dtype::Float32)),
         Some("bf16") => Ok(Some(Dtype::Bfloat16)),
         Some("f16") => Ok(Some(Dtype::Float16)),
-        Some(v) => Err(format!("LAYA_ACTIVATIONS must be f32, bf16 or f16, got `{v}`")),
+        Some(v) => Err(RuntimeError::Setting {
+            name: "LAYA_ACTIVATIONS",
+            expected: "f32, bf16 or f16",
+            value: v.to_owned(),
+        }),
     }
 }
 
@@ -232,12 +260,12 @@ pub fn apply_mlx_env_defaults() {
 static GPU_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Make `pref` the default device for every MLX op of this process and return its description.
-pub fn use_device(pref: DevicePref) -> Result<String, String> {
+pub fn use_device(pref: DevicePref) -> Result<String, RuntimeError> {
     let info = MlxInfo::probe();
     info.check_version()?;
     let (device, desc) = choose_device(pref, &info)?;
     Device::set_default(&device);
-    mlx_rs::memory::set_cache_limit(cache_limit()?).map_err(|e| format!("setting MLX's cache limit: {e}"))?;
+    mlx_rs::memory::set_cache_limit(cache_limit()?).map_err(|e| RuntimeError::Mlx(e.to_string()))?;
     if matches!(device.get_type(), Ok(DeviceType::Gpu)) {
         GPU_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -386,14 +414,14 @@ mod tests {
         assert_eq!(parse_cache_limit(None), Ok(DEFAULT_CACHE_LIMIT));
         assert_eq!(parse_cache_limit(Some(" 268435456 ")), Ok(256 << 20));
         assert_eq!(parse_cache_limit(Some("0")), Ok(0));
-        let e = parse_cache_limit(Some("1G")).unwrap_err();
+        let e = parse_cache_limit(Some("1G")).unwrap_err().to_string();
         assert!(e.contains("LAYA_MLX_CACHE_LIMIT") && e.contains("`1G`"), "{e}");
         use mlx_rs::Dtype;
         assert_eq!(parse_activation_dtype(None), Ok(None));
         assert_eq!(parse_activation_dtype(Some("bf16")), Ok(Some(Dtype::Bfloat16)));
         assert_eq!(parse_activation_dtype(Some(" f16 ")), Ok(Some(Dtype::Float16)));
         assert_eq!(parse_activation_dtype(Some("f32")), Ok(Some(Dtype::Float32)));
-        let e = parse_activation_dtype(Some("fp8")).unwrap_err();
+        let e = parse_activation_dtype(Some("fp8")).unwrap_err().to_string();
         assert!(e.contains("LAYA_ACTIVATIONS") && e.contains("`fp8`"), "{e}");
     }
 

@@ -171,21 +171,26 @@ pub fn write_folder(
     weights: &HashMap<String, Array>,
     quantization: Option<(i32, i32)>,
     tokenizer_gguf: &std::path::Path,
-) -> Result<(), String> {
-    let gguf = super::load::gguf::GgufFile::open(tokenizer_gguf).map_err(|e| e.to_string())?;
-    let tokenizer = super::tokenizer::Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::write(dir.join("config.json"), config_json(cfg, quantization))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> std::io::Result<()> {
+    let other = |what: &dyn std::fmt::Display, e: &dyn std::fmt::Display| {
+        std::io::Error::other(format!("{what}: {e}"))
+    };
+    let gguf = super::load::gguf::GgufFile::open(tokenizer_gguf)
+        .map_err(|e| other(&tokenizer_gguf.display(), &e))?;
+    let tokenizer =
+        super::tokenizer::Tokenizer::from_gguf(&gguf).map_err(|e| other(&tokenizer_gguf.display(), &e))?;
+    let io = |e: std::io::Error| other(&dir.display(), &e);
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("config.json"), config_json(cfg, quantization)).map_err(io)?;
     tokenizer
         .save_json(dir.join("tokenizer.json"))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| other(&"tokenizer.json", &e))?;
     let (a, b): (Vec<_>, Vec<_>) = weights.iter().partition(|(k, _)| k.contains("layers.1."));
     for (part, name) in [
         (a, "model-00001-of-00002.safetensors"),
         (b, "model-00002-of-00002.safetensors"),
     ] {
-        Array::save_safetensors(part, None, dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+        Array::save_safetensors(part, None, dir.join(name)).map_err(|e| other(&name, &e))?;
     }
     Ok(())
 }

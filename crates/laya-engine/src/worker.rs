@@ -17,7 +17,7 @@ use super::{
     generate::Meter,
     runtime::{use_device, DevicePref},
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, LoadOptions, LocalModel,
-    ModelState, PieceSender,
+    ModelFacts, ModelKey, ModelState, PieceSender,
 };
 
 /// What a model worker has run over its life (the daemon's status shows it): whether a
@@ -77,7 +77,8 @@ struct Job {
 pub struct ModelWorker {
     jobs: Mutex<Sender<Job>>,
     state: Arc<Mutex<ModelState>>,
-    parameters: Arc<std::sync::OnceLock<u64>>,
+    /// The loaded model's facts, set once it is ready.
+    facts: Arc<std::sync::OnceLock<ModelFacts>>,
     work: Arc<Work>,
 }
 
@@ -92,8 +93,8 @@ impl ModelWorker {
         let (tx, rx) = mpsc::channel::<Job>();
         let state = Arc::new(Mutex::new(ModelState::Loading));
         let shared = state.clone();
-        let parameters = Arc::new(std::sync::OnceLock::new());
-        let known = parameters.clone();
+        let facts = Arc::new(std::sync::OnceLock::new());
+        let known = facts.clone();
         let work = Arc::new(Work::default());
         let counted = work.clone();
         std::thread::Builder::new()
@@ -104,7 +105,7 @@ impl ModelWorker {
                     *shared.lock().unwrap_or_else(|p| p.into_inner()) = s;
                 };
                 let loaded = use_device(device)
-                    .map_err(EngineError::Unavailable)
+                    .map_err(|e| EngineError::Unavailable(e.to_string()))
                     .and_then(|dev| {
                         LocalModel::load(&path, &opts)
                             .map(|m| (m, dev))
@@ -117,7 +118,7 @@ impl ModelWorker {
                 });
                 match loaded {
                     Ok((model, device)) => {
-                        let _ = known.set(model.loaded.model.config().parameters());
+                        let _ = known.set(model.facts());
                         set(ModelState::Ready {
                             load_time: model.loaded.load_time,
                             device,
@@ -141,7 +142,7 @@ impl ModelWorker {
         ModelWorker {
             jobs: Mutex::new(tx),
             state,
-            parameters,
+            facts,
             work,
         }
     }
@@ -231,8 +232,10 @@ impl Engine for ModelWorker {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn parameters(&self) -> Option<u64> {
-        self.parameters.get().copied()
+    /// The loaded model's, whatever the key (a worker holds one model); `None` until it is
+    /// ready.
+    fn facts(&self, _model: ModelKey) -> Option<ModelFacts> {
+        self.facts.get().copied()
     }
 
     fn work(&self) -> Option<WorkStats> {

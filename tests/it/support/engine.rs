@@ -9,8 +9,8 @@ use std::{
 };
 
 use laya::engine::{
-    send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
-    ModelState, PieceSender, Timing,
+    family::Family, send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError,
+    FinishReason, ModelFacts, ModelKey, ModelState, PieceSender, RunsOn, Timing,
 };
 
 type Script = Box<dyn Fn(&str) -> Vec<String> + Send + Sync>;
@@ -181,7 +181,16 @@ impl Engine for FakeEngine {
         ready()
     }
 
-    fn parameters(&self) -> Option<u64> {
-        self.parameters
+    /// With `with_parameters`, that size; stated as a remote model's, so the router has no
+    /// speed to estimate (as for a fake without facts).
+    fn facts(&self, _model: ModelKey) -> Option<ModelFacts> {
+        let parameters = self.parameters?;
+        Some(ModelFacts {
+            parameters: Some(parameters),
+            active_parameters: None,
+            bits: 8,
+            runs_on: RunsOn::Remote,
+            family: Family::default(),
+        })
     }
 }

@@ -249,7 +249,7 @@ impl Model {
             )));
         }
         let mut weights = weights;
-        let float = crate::runtime::activation_dtype().map_err(ModelError::Config)?;
+        let float = crate::runtime::activation_dtype().map_err(|e| ModelError::Config(e.to_string()))?;
         if let Some(dtype) = float {
             // Quantized weights stay integers; their scales and biases and every float tensor
             // take the type, and the activations follow them.
