@@ -20,7 +20,7 @@ use std::{
 
 use crate::{fail, Built};
 
-/// laya's cache: `$LAYA_CACHE_DIR`, else `${XDG_CACHE_HOME:-~/.cache}/laya` (as src/paths.rs).
+/// laya's cache: `$LAYA_CACHE_DIR`, else `${XDG_CACHE_HOME:-~/.cache}/laya` (as crates/laya-engine/src/paths.rs).
 fn cache_root() -> Option<PathBuf> {
     if let Some(dir) = env::var_os("LAYA_CACHE_DIR").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(dir));
