@@ -411,6 +411,42 @@ fn dir_socket(dir: &Path) -> PathBuf {
     dir.join("laya.sock")
 }
 
+/// HTTP `/complete` with a prefix and suffix sends the model the prompt an editor's request
+/// at that cursor sends (one prompt builder): here under a budget that leaves the file's
+/// import out of the prefix window, which both bring back as context.
+#[test]
+fn http_complete_sends_the_prompt_an_editor_sends() {
+    let stub = stub();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rt");
+    let _cleanup = KillDaemons(dir.clone());
+    let settings = json!({ "completion": { "debounceMs": 0, "budget": { "maxTokens": 64 } } });
+    let tiers = stub_tiers(&stub, "127.0.0.1:0");
+    let mut p = lsp_configured(&dir, &tiers, settings, Some(Duration::from_secs(20)));
+    let filler: String = (0..40).map(|i| format!("LIMIT_{i} = {i}\n")).collect();
+    let text = format!("import os\n{filler}\ndef f(path):\n    return os.path.");
+    assert_eq!(
+        complete_in(&mut p, "f", &text),
+        Some(vec![STUB_TEXT.to_owned()]),
+        "{:?}",
+        p.logs
+    );
+    let editor = stub.prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        editor.contains("import os\n") && !editor.contains("LIMIT_0 "),
+        "the import as context, the window near the cursor: {editor:?}"
+    );
+
+    let status = socket_request(&dir, r#"{"op":"status"}"#);
+    let addr: std::net::SocketAddr = status[0]["status"]["http"].as_str().unwrap().parse().unwrap();
+    let body = json!({ "prefix": text, "suffix": "", "path": "t/f.py", "max_prompt_tokens": 64 });
+    let answer = ok_json(addr, "POST", "/complete", Some(&body.to_string()));
+    assert_eq!(answer["text"], STUB_TEXT, "{answer}");
+    let http = stub.prompts.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(http, editor);
+    p.shutdown(Duration::from_secs(5));
+}
+
 #[test]
 fn lsp_clients_start_and_share_one_daemon_which_is_restarted_after_a_kill() {
     let stub = stub();
