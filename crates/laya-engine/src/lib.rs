@@ -19,7 +19,7 @@
 //!   On CUDA it gives a model's float tensors bf16 (`activation_dtype`, `LAYA_ACTIVATIONS`) and sets
 //!   MLX's environment defaults (`MLX_ENV_DEFAULTS`: no graph-cache fuse, no cuDNN attention).
 //! - `load/`: `gguf.rs` parses GGUF (mmap; every count and offset bounds-checked, errors name
-//!   the file and tensor), `dequant.rs` dequantizes F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/
+//!   the file and tensor; `ggml_type.rs` holds the tensor types both read), `dequant.rs` dequantizes F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/
 //!   Q5_K/Q6_K exactly as llama.cpp, `safetensors_dir.rs` reads HF and mlx-community folders,
 //!   `mod.rs` maps GGUF names to HF names (a `qwen3moe` file's 3-D `ffn_*_exps` to stacked
 //!   `switch_mlp` experts, a layer without `ffn_gate_inp` to a dense MLP), quantizes to MLX

@@ -196,9 +196,14 @@ pub fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, RuntimeError> {
     }
 }
 
+/// Whether MLX's default device (where the model runs) is a GPU.
+pub fn on_gpu() -> bool {
+    matches!(Device::default().get_type(), Ok(DeviceType::Gpu))
+}
+
 /// Whether arrays go to MLX's CUDA backend by default.
 fn on_cuda() -> bool {
-    crate::models::on_gpu() && flag(mlx_sys::mlx_cuda_is_available)
+    on_gpu() && flag(mlx_sys::mlx_cuda_is_available)
 }
 
 fn parse_activation_dtype(value: Option<&str>) -> Result<Option<mlx_rs::Dtype>, RuntimeError> {

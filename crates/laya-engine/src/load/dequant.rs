@@ -12,7 +12,7 @@ use std::num::NonZeroUsize;
 
 use half::f16;
 
-use super::gguf::GgmlType;
+use super::ggml_type::GgmlType;
 
 /// Why a buffer could not be dequantized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

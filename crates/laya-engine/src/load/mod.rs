@@ -9,6 +9,7 @@
 //! keeps (almost) all that the file has.
 
 pub mod dequant;
+pub mod ggml_type;
 pub mod gguf;
 mod safetensors_dir;
 

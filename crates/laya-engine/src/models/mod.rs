@@ -29,7 +29,7 @@ use mlx_rs::fast;
 use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::ops::{self, quantized_matmul};
 use mlx_rs::transforms::{compile::compile, eval};
-use mlx_rs::{Array, Device, DeviceType, Dtype};
+use mlx_rs::{Array, Dtype};
 
 use crate::cache::KvCache;
 
@@ -590,10 +590,7 @@ fn gate_and_up(parts: Vec<Array>) -> Result<[Array; 2]> {
         .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))
 }
 
-/// Whether MLX's default device (where the model runs) is a GPU.
-pub(crate) fn on_gpu() -> bool {
-    matches!(Device::default().get_type(), Ok(DeviceType::Gpu))
-}
+pub(crate) use crate::runtime::on_gpu;
 
 type Fused2 = Box<dyn for<'a> FnMut((&'a Array, &'a Array)) -> std::result::Result<Array, Exception>>;
 
