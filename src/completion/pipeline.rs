@@ -449,6 +449,15 @@ pub struct ContextFile {
     pub symbols: Vec<String>,
 }
 
+/// Whose request a plan is for.
+enum Caller {
+    /// An editor's: the document's anchor may be continued, the router chooses.
+    Editor,
+    /// One outside an editor's session ([`Pipeline::plan_once`]): no anchor continued, the
+    /// model given where one is.
+    Once(Option<ModelKey>),
+}
+
 /// A model call, decided: the route, the request and what the finish needs.
 pub struct Plan {
     /// What goes to the engine.
@@ -533,7 +542,7 @@ impl Pipeline {
     /// ([`typed_through`](Self::typed_through)), once: the LSP does it before its debounce.
     pub async fn complete(&self, r: Request<'_>, cancel: Cancel) -> Result<Completion, EngineError> {
         check_cursor(&r)?;
-        let plan = self.plan(&r, None);
+        let plan = self.plan(&r, Caller::Editor);
         let out = self.engine.complete(plan.request.clone(), cancel, None).await?;
         Ok(self.finish(&r, plan, out, true))
     }
@@ -546,11 +555,7 @@ impl Pipeline {
     /// [`finish_once`](Self::finish_once).
     pub fn plan_once(&self, r: &Request, model: Option<ModelKey>) -> Result<Plan, EngineError> {
         check_cursor(r)?;
-        let fixed = model.map(|model| Route {
-            model,
-            reason: "asked for by the request".into(),
-        });
-        Ok(self.plan(r, Some(fixed)))
+        Ok(self.plan(r, Caller::Once(model)))
     }
 
     /// Rank and post-process the answer to a [`plan_once`](Self::plan_once) as an editor's
@@ -559,9 +564,8 @@ impl Pipeline {
         self.finish(r, plan, out, false)
     }
 
-    /// Context → route → the routed model's budget → prompt. `once`: a request outside an
-    /// editor's session ([`plan_once`](Self::plan_once)), with the route it fixes, if any.
-    fn plan(&self, r: &Request, once: Option<Option<Route>>) -> Plan {
+    /// Context → route → the routed model's budget → prompt.
+    fn plan(&self, r: &Request, caller: Caller) -> Plan {
         let (text, cursor, settings): (&str, usize, &CompletionSettings) =
             (&r.doc.text, r.cursor, r.settings);
         let mut context = Context::gather(r);
@@ -582,8 +586,10 @@ impl Pipeline {
         };
         // The anchor's prompt followed by the text typed at its cursor since, while typing
         // goes on; with the anchor's budget and format and the bytes typed.
-        // None for a request outside an editor's session.
-        let session = self.docs.get(&r.doc.uri).filter(|_| once.is_none());
+        let session = match caller {
+            Caller::Editor => self.docs.get(&r.doc.uri),
+            Caller::Once(_) => None,
+        };
         let continued: Option<Continued> = session.and_then(|d| {
             let anchor = d.anchor.as_ref()?;
             let typed = anchor.mark.typed_since(text, cursor)?;
@@ -606,9 +612,12 @@ impl Pipeline {
                 (tokens, tokens)
             }
         };
-        let route = match once.flatten() {
-            Some(fixed) => fixed,
-            None => self.route(
+        let route = match caller {
+            Caller::Once(Some(model)) => Route {
+                model,
+                reason: "asked for by the request".into(),
+            },
+            Caller::Editor | Caller::Once(None) => self.route(
                 settings,
                 &RouteInput {
                     trigger: r.trigger,

@@ -246,23 +246,6 @@ impl Daemon {
         Ok(pool)
     }
 
-    /// The size of the model `key` names, once it has loaded (None before that, and for a
-    /// remote server that does not state it; a prompt built then gets the larger models'
-    /// suffix share).
-    pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
-        self.pool.get()?.parameters_of(key)
-    }
-
-    /// Whose prompt format the model `key` names reads (read from its file; the default for
-    /// a remote server's model, or before the pool exists).
-    pub fn family_of(&self, key: ModelKey) -> crate::prompt::Family {
-        self.pool
-            .get()
-            .and_then(|p| p.facts_of(key))
-            .map(|f| f.family)
-            .unwrap_or_default()
-    }
-
     /// The model a name given by an HTTP client means: `small`/`large`, `small/q4`, or a
     /// tier's model name (`qwen2.5-coder-1.5b`), each at the default bit width unless given.
     /// Any other name means the default model (clients such as editors send the name their
