@@ -128,12 +128,14 @@ impl DaemonError {
     /// queue, 503 for a model that cannot answer, 499 for a request given up, 502 for a model
     /// server elsewhere that failed.
     pub fn http_status(&self) -> u16 {
-        match self {
-            DaemonError::BadRequest(_) | DaemonError::Engine(EngineError::BadRequest(_)) => 400,
-            DaemonError::Busy(_) => 429,
-            DaemonError::Unavailable(_) | DaemonError::Engine(EngineError::Unavailable(_)) => 503,
-            DaemonError::Cancelled | DaemonError::Engine(EngineError::Cancelled) => 499,
-            DaemonError::Engine(EngineError::Transport(_)) => 502,
+        match self.kind() {
+            ErrorKind::InvalidRequestError => 400,
+            ErrorKind::RateLimitError => 429,
+            ErrorKind::ModelUnavailable => 503,
+            ErrorKind::Cancelled => 499,
+            ErrorKind::ServerError => 502,
+            // `kind` never gives it: only a client reading a newer daemon meets it.
+            ErrorKind::Unknown => 500,
         }
     }
 
@@ -774,5 +776,48 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each error's HTTP status and wire kind, by what its sender can do about it.
+    #[test]
+    fn errors_map_to_a_status_and_a_kind_by_variant() {
+        let m = || "m".to_owned();
+        for (e, status, kind) in [
+            (DaemonError::BadRequest(m()), 400, ErrorKind::InvalidRequestError),
+            (
+                DaemonError::Engine(EngineError::BadRequest(m())),
+                400,
+                ErrorKind::InvalidRequestError,
+            ),
+            (DaemonError::Busy(m()), 429, ErrorKind::RateLimitError),
+            (DaemonError::Unavailable(m()), 503, ErrorKind::ModelUnavailable),
+            (
+                DaemonError::Engine(EngineError::Unavailable(m())),
+                503,
+                ErrorKind::ModelUnavailable,
+            ),
+            (DaemonError::Cancelled, 499, ErrorKind::Cancelled),
+            (
+                DaemonError::Engine(EngineError::Cancelled),
+                499,
+                ErrorKind::Cancelled,
+            ),
+            (
+                DaemonError::Engine(EngineError::Transport(m())),
+                502,
+                ErrorKind::ServerError,
+            ),
+        ] {
+            assert_eq!(
+                (e.http_status(), e.kind(), e.wire().kind),
+                (status, kind, kind),
+                "{e:?}"
+            );
+        }
     }
 }

@@ -11,7 +11,7 @@
 //! most relevant last, nearest the current file); a token budget (estimated from bytes) split between prefix, suffix
 //! and context (the suffix's share follows the model's size unless set: 2 % under 1B parameters,
 //! 6 % above, each measured the better on 600 cases, docs/lab/2026-12-03-large-set-vs-llama-server.md; the pipeline asks the
-//! engine for the size through `Engine::parameters`, which a daemon reports in its status and a
+//! engine for the size through `Engine::facts`, which a daemon reports in its status and a
 //! remote llama.cpp server in its model list);
 //! stable parts first; lines kept whole and indentation byte for byte. When the prefix window
 //! cuts the top of the file, the enclosing scopes' signatures, types in reach and imports it no
