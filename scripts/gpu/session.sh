@@ -63,9 +63,14 @@ pack)
   mkdir -p .stage
   rm -f .stage/*
   xz -T2 -6 -c .device/laya >.stage/laya.xz
+  # A build to compare with (`.device/laya-base`, e.g. the commit before a change) and the MLX
+  # op tests (`.device/mlx_ops`), where present.
+  for b in laya-base mlx_ops; do
+    [[ -f .device/$b ]] && xz -T2 -6 -c ".device/$b" >".stage/$b.xz"
+  done
   : >.stage/MANIFEST
   part_mb=${PART_MB:-46}
-  for g in qwen2.5-coder-0.5b-instruct-q4_k_m.gguf qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; do
+  for g in ${PACK_MODELS:-qwen2.5-coder-0.5b-instruct-q4_k_m.gguf qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}; do
     src=${LAYA_MODEL_DIR:-$HOME/.cache/laya/models}/$g
     split -b "${part_mb}m" -d -a 2 "$src" ".stage/$g."
     echo "$g $(ls .stage/"$g".* | wc -l) $(sha256sum "$src" | cut -d' ' -f1)" >>.stage/MANIFEST
@@ -86,7 +91,9 @@ stage)
     *) cp ".stage/$f" "$S/" ;;
     esac
   done
-  if [[ -f $S/laya.xz && ! -x $S/laya ]]; then xz -dc "$S/laya.xz" >"$S/laya" && chmod +x "$S/laya"; fi
+  for b in laya laya-base mlx_ops; do
+    if [[ -f $S/$b.xz && ! -x $S/$b ]]; then xz -dc "$S/$b.xz" >"$S/$b.tmp" && chmod +x "$S/$b.tmp" && mv "$S/$b.tmp" "$S/$b"; fi
+  done
   if [[ -f .peer/llama-server-cuda-sm90.xz && ! -x $S/llama-server ]]; then
     xz -dc .peer/llama-server-cuda-sm90.xz >"$S/llama-server" && chmod +x "$S/llama-server"
   fi
@@ -235,6 +242,65 @@ run)
       --compare "$R/llama-server-$tag-xl-line.json" --out "$R/laya-$tag-xl-$ACT-spec-off.json" \
       2>>"$R/laya-$tag.err" | tail -14
   }
+  # The decode step and where answers end: the MLX op tests on the GPU, then `laya-base` (the
+  # build before) and `laya` alternated on the same shapes and cases.
+  decode_queue() {
+    local b shape
+    wait_for "$S/mlx_ops"
+    log "MLX op tests on the GPU"
+    LAYA_DEVICE=gpu cx "$S/mlx_ops" mlx_ops:: --test-threads=1 2>&1 | grep -E "test |rel err|result" | tail -40
+    wait_for "$S/laya-base"
+    for shape in qwen2.5-coder-0.5b qwen2.5-coder-3b; do
+      for b in laya-base laya; do
+        log "$b --synthetic $shape"
+        cx "$S/$b" --device gpu bench engine --synthetic "$shape" --precision q8 --prefill 128,512,2048 --decode 64 \
+          --json "$R/syn-$b-$shape.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+      done
+    done
+    mlx_lm_site
+    log "mlx-lm qwen2.5-coder-3b"
+    PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
+      --prefill 128,2048 --decode 64 --ops --json "$R/mlx-lm-3b.jsonl" 2>&1 | tail -3
+    assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
+    wait_for "$S/llama-server"
+    log "llama-server /infill, held-out file windows (to the line break)"
+    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$G05" --cases "$XL" \
+      --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-0.5b-line.log" \
+      --out "$R/llama-server-0.5b-xl-line.json" 2>&1 | tail -2
+    for b in laya laya-base; do
+      log "$b held-out file windows, automatic"
+      cx "$S/$b" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
+        --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/$b-0.5b-xl-auto.json" 2>>"$R/$b.err" | tail -8
+      [[ $b == laya ]] || continue
+      log "$b held-out file windows, invoked (blocks, 128 tokens)"
+      cx "$S/$b" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
+        --invoked --out "$R/$b-0.5b-xl-invoked.json" 2>>"$R/$b.err" | tail -8
+    done
+    for b in laya laya-base; do
+      log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
+      cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
+        --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+    done
+    log "laya --synthetic qwen3-coder-30b-a3b"
+    cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
+      --decode 32 --json "$R/syn-laya-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+    log "mlx-lm qwen3-coder-30b-a3b"
+    PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
+      --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
+  }
+  # mlx's Python bindings and mlx-lm (.whl, carried) over the carried libmlx, in /tmp/mlx-site.
+  mlx_lm_site() {
+    local site=/tmp/mlx-site
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+      .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
+    for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
+  }
+  if [[ $(cat "$S/queue" 2>/dev/null) == decode ]]; then
+    decode_queue
+    log "all done"
+    exit 0
+  fi
+
   if [[ $(cat "$S/queue" 2>/dev/null) == recheck ]]; then
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf && recheck 0.5b "$G05"
     assemble qwen2.5-coder-1.5b-instruct-q4_k_m.gguf && recheck 1.5b "$G15"

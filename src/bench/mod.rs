@@ -96,6 +96,22 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The local model's tokenizer (to count the tokens of what was shown); `None` for a
+    /// remote server.
+    pub fn tokenizer(&self) -> Result<Option<crate::engine::tokenizer::Tokenizer>, String> {
+        match self {
+            Target::Remote(_) => Ok(None),
+            Target::Local { model, .. } => {
+                let path = resolve_model(model).map_err(|e| e.to_string())?;
+                crate::engine::load::tokenizer(&path)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 /// A bench's completion settings: `base` (the LSP's `completion` section, over the defaults)
 /// with `overrides` (`--settings`, a JSON object) written over it.
 pub fn completion_settings(

@@ -44,6 +44,9 @@ pub struct Config {
     /// Where repository cases' workspaces are (`<name>.tar.xz`); default: `repos/` beside
     /// the case file.
     pub repos: Option<PathBuf>,
+    /// Send each case as an explicit request (the user asked: a block, the cursor being at
+    /// the start of a line) instead of one made while typing.
+    pub invoked: bool,
 }
 
 /// What `laya bench quality` found: the cases run, laya's answers and the other engine's.
@@ -112,10 +115,17 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
         }))?),
         false => None,
     };
-    let results = rt.block_on(run_cases(
+    let trigger = if cfg.invoked {
+        Trigger::Invoked
+    } else {
+        Trigger::Automatic
+    };
+    let tokenizer = cfg.target.tokenizer()?;
+    let mut results = rt.block_on(run_cases(
         engine.clone(),
         &all,
         &settings,
+        trigger,
         workspaces.as_mut(),
         |i, case, r| {
             let (exact, _) = score(&r.output, &case.expected);
@@ -134,6 +144,12 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
     ));
     if let ModelState::Failed(e) = engine.state() {
         return Err(format!("the model failed to load: {e}"));
+    }
+    // Tokens of what was shown, against the tokens decoded.
+    if let Some(tok) = &tokenizer {
+        for r in results.iter_mut() {
+            r.kept_tokens = Some(tok.encode(&r.output, false).map(|ids| ids.len()).unwrap_or(0));
+        }
     }
     let failed = results.iter().filter(|r| r.error.is_some()).count();
     if failed > 0 {
@@ -189,6 +205,25 @@ pub fn speed(r: &Results) -> String {
         s += &format!(
             "; {tokens} tokens in {forwards} forwards ({:.2} tokens per forward)",
             tokens as f64 / forwards as f64
+        );
+    }
+    let kept: Vec<(usize, usize)> = r
+        .results
+        .iter()
+        .filter_map(|c| c.kept_tokens.map(|k| (c.tokens, k)))
+        .collect();
+    if !kept.is_empty() {
+        let decoded: usize = kept.iter().map(|(d, _)| d).sum();
+        let shown: usize = kept.iter().map(|(_, k)| k).sum();
+        let mut per: Vec<f64> = kept.iter().map(|&(d, _)| d as f64).collect();
+        per.sort_by(f64::total_cmp);
+        s += &format!(
+            "\n{}: tokens decoded {decoded}, kept {shown} ({:.0} %); decoded per case p50 {:.0}, p99 {:.0}, max {:.0}",
+            r.engine,
+            100.0 * shown as f64 / decoded.max(1) as f64,
+            super::percentile(&per, 50.0),
+            super::percentile(&per, 99.0),
+            per.last().copied().unwrap_or(0.0)
         );
     }
     if let Some(stages) = stage_medians(r) {
@@ -328,6 +363,10 @@ pub struct CaseResult {
     pub tokens: usize,
     #[serde(default)]
     pub forwards: usize,
+    /// Tokens of the text shown (the model's tokenizer), where the bench had it: what of the
+    /// tokens decoded was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_tokens: Option<usize>,
     /// Where the request's time went, for answers this engine made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<Stages>,
@@ -461,6 +500,7 @@ pub async fn run_cases(
     engine: Arc<dyn Engine>,
     cases: &[Case],
     settings: &CompletionSettings,
+    trigger: Trigger,
     mut workspaces: Option<&mut Workspaces>,
     mut progress: impl FnMut(usize, &Case, &CaseResult),
 ) -> Vec<CaseResult> {
@@ -497,7 +537,7 @@ pub async fn run_cases(
                             doc: &doc,
                             others: &[],
                             cursor: case.prefix.len(),
-                            trigger: Trigger::Automatic,
+                            trigger,
                             settings,
                             workspace_root: repo.as_ref().map(|(_, _, root)| root.as_str()),
                             workspace: repo.as_ref().map(|(index, _, _)| &**index),
@@ -547,6 +587,7 @@ pub async fn run_cases(
             alternatives,
             tokens,
             forwards,
+            kept_tokens: None,
             stages,
         };
         progress(i, case, &r);
@@ -675,6 +716,7 @@ mod tests {
             alternatives: vec![],
             tokens: 0,
             forwards: 0,
+            kept_tokens: None,
             stages: None,
         }
     }
@@ -806,7 +848,15 @@ mod tests {
             debounce_ms: 0,
             ..CompletionSettings::default()
         };
-        let results = run_cases(Arc::new(Failing), &[c], &settings, None, |_, _, _| {}).await;
+        let results = run_cases(
+            Arc::new(Failing),
+            &[c],
+            &settings,
+            Trigger::Automatic,
+            None,
+            |_, _, _| {},
+        )
+        .await;
         assert_eq!(results[0].output, "");
         let err = results[0].error.as_deref().unwrap_or_default();
         assert!(err.contains("the model is gone"), "{err}");
@@ -860,7 +910,15 @@ mod tests {
             candidates: 3,
             ..CompletionSettings::default()
         };
-        let results = run_cases(Arc::new(Branched), &[c], &settings, None, |_, _, _| {}).await;
+        let results = run_cases(
+            Arc::new(Branched),
+            &[c],
+            &settings,
+            Trigger::Automatic,
+            None,
+            |_, _, _| {},
+        )
+        .await;
         let r = &results[0];
         assert_eq!(r.output, "x = 1", "greedy first");
         let got: Vec<(&str, usize, usize, Option<f32>)> = r

@@ -177,6 +177,10 @@ pub enum BenchCommand {
         /// beside the case file).
         #[arg(long)]
         repos: Option<PathBuf>,
+        /// Explicit requests (the user asked; at the start of a line: a block) instead of
+        /// requests made while typing.
+        #[arg(long)]
+        invoked: bool,
     },
 }
 
@@ -358,6 +362,7 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
             compare,
             settings,
             repos,
+            invoked,
         } => {
             let cfg = bench::quality::Config {
                 cases,
@@ -370,6 +375,7 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
                 compare,
                 settings,
                 repos,
+                invoked,
             };
             print!("{}", bench::quality::run(&cfg, log).map_err(msg)?);
         }

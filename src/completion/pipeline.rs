@@ -28,7 +28,9 @@ use super::{
 };
 use crate::{
     document::DocumentSnapshot,
-    engine::{Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, Timing},
+    engine::{
+        Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, LineEnd, ModelKey, Timing,
+    },
     prompt::{self, Budget, Family, LocalPart, PromptInput, Snippet},
     syntax::CursorKind,
     workspace::{file_path, retrieve, WorkspaceIndex},
@@ -45,6 +47,9 @@ pub struct CompletionSettings {
     /// Most tokens for a completion of the rest of a line / of a block.
     pub max_tokens_line: usize,
     pub max_tokens_block: usize,
+    /// Most lines of a block answer: the engine stops decoding there, as at the block's end
+    /// (docs/decisions.md, "How long a block answer is").
+    pub max_lines_block: usize,
     /// Suggestions per request: 1 is the greedy answer; more are the greedy continuations of
     /// the model's next most likely first tokens, after the greedy one (engines that cannot
     /// branch, such as remote servers, answer once).
@@ -73,6 +78,7 @@ impl Default for CompletionSettings {
             budget: Budget::default(),
             max_tokens_line: 48,
             max_tokens_block: 128,
+            max_lines_block: 8,
             candidates: 1,
             languages: vec![],
             router: RouterPolicy::default(),
@@ -650,6 +656,12 @@ impl Pipeline {
                 // A blank line after code ends a block in every supported language's style; a
                 // line ends at its line break.
                 stop: vec![if block { "\n\n\n" } else { "\n" }.into()],
+                // A block also ends where post-processing would cut it, and at its line limit.
+                lines: if block {
+                    postprocess::block_end(&surroundings, Some(settings.max_lines_block.max(1)))
+                } else {
+                    LineEnd::default()
+                },
                 branch_first: n > 1,
                 ..CompletionRequest::new(prompt, max_tokens)
             },
@@ -1153,6 +1165,20 @@ mod tests {
                 (limit, vec![stop.to_owned()]),
                 "{fixture:?} {trigger:?}"
             );
+            // A block ends in the engine where post-processing would cut it: below the
+            // cursor's 4 columns, at the suffix's first line of code written again, or after
+            // the block's line limit; a line needs no rule beyond its line break.
+            let repeats = match (i, block) {
+                (0, _) => "def g():",
+                (_, true) => "return y",
+                _ => "",
+            };
+            let want = block.then(|| LineEnd {
+                dedent_below: Some(4),
+                repeats: repeats.into(),
+                max_lines: Some(settings.max_lines_block),
+            });
+            assert_eq!(Some(asked.lines).filter(|l| !l.is_none()), want, "{fixture:?}");
         }
     }
 

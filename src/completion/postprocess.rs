@@ -11,6 +11,11 @@
 //! 6. an answer whose first line, completed as the cursor's line, is the next non-blank line
 //!    after the cursor is no completion: accepting it would leave that line twice (a model
 //!    that skips to the suffix writes it; single-line and block answers alike).
+//!
+//! Rules 1 and 3 are also handed to the engine for a block ([`block_end`]), which stops
+//! decoding where they would cut: what is shown is the same, without the tokens after.
+
+use crate::engine::LineEnd;
 
 /// The text around the cursor that the rules look at.
 #[derive(Clone, Copy, Debug)]
@@ -103,8 +108,7 @@ fn indent_of(line: &str) -> &str {
 
 /// Apply every rule to the raw model output; `None` when nothing worth showing is left.
 pub fn process(raw: &str, s: &Surroundings) -> Option<Edit> {
-    // The suffix as the model saw it: the rest of this line, then the following lines.
-    let suffix = format!("{}\n{}", s.line_suffix, s.after_line);
+    let suffix = model_suffix(s);
     // On a line indented already and holding nothing else, indentation at the start of the
     // answer is that indentation again (models write lines from column 0 after a prompt that
     // ends in spaces): it is not inserted twice.
@@ -145,11 +149,34 @@ pub fn repeats_next_line(edit: &Edit, s: &Surroundings) -> bool {
     line.trim_end() == next.trim_end()
 }
 
+/// The suffix as the model saw it: the rest of the cursor's line, then the following lines.
+fn model_suffix(s: &Surroundings) -> String {
+    format!("{}\n{}", s.line_suffix, s.after_line)
+}
+
+/// The first line of `suffix` that carries code (at least 3 non-blank characters), trimmed:
+/// a middle that starts one of its later lines with it is writing the suffix again.
+fn suffix_anchor(suffix: &str) -> Option<&str> {
+    suffix.lines().map(str::trim).find(|l| l.len() >= 3)
+}
+
+/// Where the engine may end a block answer at the cursor as it decodes, by the rules below
+/// that cut a block (the suffix written again, the first line indented less than the
+/// cursor's block), so that no token these rules would throw away is decoded; `max_lines`
+/// bounds the block besides.
+pub fn block_end(s: &Surroundings, max_lines: Option<usize>) -> LineEnd {
+    LineEnd {
+        dedent_below: Some(block_indent(s.line_prefix)),
+        repeats: suffix_anchor(&model_suffix(s)).unwrap_or_default().to_owned(),
+        max_lines,
+    }
+}
+
 /// Cut `middle` where it starts re-creating the text after the cursor: at the first line of
 /// `suffix` that carries code (at least 3 non-blank characters), when the middle contains it
 /// at the start of one of its lines.
 pub fn cut_suffix_repeat(middle: &str, suffix: &str) -> String {
-    let Some(anchor) = suffix.lines().map(str::trim).find(|l| l.len() >= 3) else {
+    let Some(anchor) = suffix_anchor(suffix) else {
         return middle.trim_end().to_owned();
     };
     let mut line_start = 0;
@@ -167,11 +194,7 @@ pub fn cut_suffix_repeat(middle: &str, suffix: &str) -> String {
 /// block's indentation is the cursor line's: its text before the cursor when that is blank,
 /// else that line's leading whitespace.
 fn stop_at_dedent(text: &str, line_prefix: &str) -> String {
-    let block = if line_prefix.trim().is_empty() {
-        line_prefix.len()
-    } else {
-        indent_of(line_prefix).len()
-    };
+    let block = block_indent(line_prefix);
     let mut out = String::new();
     for (i, line) in text.split_inclusive('\n').enumerate() {
         // The first line's indentation is relative to the cursor, not to column 0.
@@ -186,6 +209,16 @@ fn stop_at_dedent(text: &str, line_prefix: &str) -> String {
         out.push_str(line);
     }
     out
+}
+
+/// The cursor's block's indentation in bytes: the text before the cursor when that is blank,
+/// else that line's leading whitespace.
+fn block_indent(line_prefix: &str) -> usize {
+    if line_prefix.trim().is_empty() {
+        line_prefix.len()
+    } else {
+        indent_of(line_prefix).len()
+    }
 }
 
 /// When the completion's last line ends with closers that already follow the cursor, replace
@@ -436,6 +469,39 @@ mod tests {
         assert_eq!((s.line_prefix, s.line_suffix, s.after_line), ("cd", " ef", "gh"));
         let end = Surroundings::at(text, text.len());
         assert_eq!((end.line_prefix, end.line_suffix, end.after_line), ("gh", "", ""));
+    }
+
+    proptest::proptest! {
+        /// The engine's end of a block (the suffix written again, the first line indented
+        /// less than the block) cuts only what post-processing would cut: the answer shown is
+        /// the same with it as without.
+        #[test]
+        fn ending_a_block_in_the_engine_shows_what_post_processing_alone_shows(
+            fixture in 0usize..4,
+            lines in proptest::collection::vec((0usize..10, 0usize..6), 0..8),
+            first in 0usize..4,
+        ) {
+            let docs = [
+                "def f(x):\n    $0\n    return y\n",
+                "def f(x):\n    $0\n\ndef g():\n    pass\n",
+                "fn f() {\n    let a = 1;$0\n}\n",
+                "if (x) {\n\t$0\n}\nfoo();\n",
+            ];
+            let words = ["", "return y", "return", "def g():", "x = 1", "}", "\tfoo();"];
+            let doc = docs[fixture];
+            let cursor = doc.find("$0").unwrap();
+            let text = doc.replace("$0", "");
+            let s = Surroundings::at(&text, cursor);
+            let mut raw = ["y = 2", "", "  z", "return y"][first].to_owned();
+            for (indent, word) in lines {
+                raw.push('\n');
+                raw.push_str(&" ".repeat(indent));
+                raw.push_str(words[word]);
+            }
+            let end = block_end(&s, None);
+            let cut = end.end_of(&raw).map_or(raw.as_str(), |at| &raw[..at]);
+            proptest::prop_assert_eq!(process(cut, &s), process(&raw, &s), "{:?} cut to {:?}", raw, cut);
+        }
     }
 
     #[test]

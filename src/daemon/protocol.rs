@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{
-    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, ModelFacts,
-    ModelKey, SamplingParams, Timing,
+    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, LineEnd,
+    ModelFacts, ModelKey, SamplingParams, Timing,
 };
 
 /// Bumped when a message changes incompatibly.
@@ -66,6 +66,8 @@ pub struct WireRequest {
     pub seed: Option<u64>,
     #[serde(default)]
     pub stop: Vec<String>,
+    #[serde(default, skip_serializing_if = "LineEnd::is_none")]
+    pub lines: LineEnd,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub branch_first: bool,
 }
@@ -90,6 +92,7 @@ impl From<&CompletionRequest> for WireRequest {
             top_k: r.sampling.top_k,
             seed: r.sampling.seed,
             stop: r.stop.clone(),
+            lines: r.lines.clone(),
             branch_first: r.branch_first,
         }
     }
@@ -107,6 +110,7 @@ impl From<WireRequest> for CompletionRequest {
                 seed: w.seed,
             },
             stop: w.stop,
+            lines: w.lines,
             branch_first: w.branch_first,
             ..CompletionRequest::new(w.prompt, w.max_tokens)
         }
@@ -401,6 +405,11 @@ mod tests {
                 top_k: 0,
                 seed: None,
                 stop: vec!["\n".into()],
+                lines: LineEnd {
+                    dedent_below: Some(4),
+                    repeats: "return x".into(),
+                    max_lines: Some(6),
+                },
                 branch_first: true,
             },
         };
@@ -423,6 +432,14 @@ mod tests {
         };
         let request = CompletionRequest::from(request);
         assert!(request.branch_first);
+        assert_eq!(
+            (
+                request.lines.dedent_below,
+                request.lines.repeats.as_str(),
+                request.lines.max_lines
+            ),
+            (Some(4), "return x", Some(6))
+        );
         // Defaults for what a hand-written client leaves out.
         let min: ClientMessage =
             serde_json::from_str(r#"{"op":"complete","request":{"prompt":"x","max_tokens":2}}"#).unwrap();

@@ -391,3 +391,44 @@ fn rope_of_a_transposed_view_at_an_offset() {
     let want = rope_ref(&swap12(&x, 1, l, h, d), h, l, d, d, false, 1e6, 5);
     assert_close("rope of a transposed view", &host(&y), &want, 2e-4);
 }
+
+/// The decode path (one token over the KV cache: q/k/v as heads of one reshape, RoPE of q and
+/// k in one call, one slice update a buffer) gives the logits of a whole forward of the same
+/// tokens, for both attention variants, one candidate and two; and a chunk run in groups of
+/// layers gives the logits of one forward.
+#[test]
+fn decode_steps_over_the_cache_give_the_logits_of_whole_forwards() {
+    use laya::engine::{load::Precision, models::Arch, synthetic};
+    let (_g, backend) = mlx();
+    let tol = mm_tol(backend) * 10.0;
+    for arch in [Arch::Qwen2, Arch::Qwen3] {
+        let mut cfg = synthetic::tiny();
+        cfg.arch = arch;
+        cfg.vocab_size = 512;
+        let model = synthetic::random_model(&cfg, Precision::Q8, 64, mlx_rs::Dtype::Float32, 5).unwrap();
+        let ids: Vec<u32> = (0..40u32).map(|i| i * 37 % 512).collect();
+        let row = |ids: &[u32]| Array::from_slice(ids, &[1, ids.len() as i32]);
+        let mut caches = model.new_caches();
+        model.forward(&row(&ids[..30]), &mut caches).unwrap();
+        let mut pair: Vec<_> = caches.iter().map(|c| c.repeat(2).unwrap()).collect();
+        for t in 30..40 {
+            let step = model.forward(&row(&ids[t..=t]), &mut caches).unwrap();
+            let whole = model.forward(&row(&ids[..=t]), &mut model.new_caches()).unwrap();
+            let want = host(&whole);
+            assert_close(&format!("{arch:?} step {t}"), &host(&step), &want, tol);
+            let both = Array::from_slice(&[ids[t], ids[t]], &[2, 1]);
+            let two = host(&model.forward(&both, &mut pair).unwrap());
+            let n = want.len();
+            assert_close(&format!("{arch:?} step {t}, row 0 of 2"), &two[..n], &want, tol);
+            assert_close(&format!("{arch:?} step {t}, row 1 of 2"), &two[n..], &want, tol);
+        }
+        let mut grouped = model.new_caches();
+        model.forward(&row(&ids[..10]), &mut grouped).unwrap();
+        let g = model
+            .forward_grouped(&row(&ids[10..]), &mut grouped, 2, || true)
+            .unwrap()
+            .unwrap();
+        let whole = model.forward(&row(&ids), &mut model.new_caches()).unwrap();
+        assert_close(&format!("{arch:?} grouped"), &host(&g), &host(&whole), tol);
+    }
+}

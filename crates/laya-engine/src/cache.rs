@@ -7,9 +7,11 @@
 //! never changes another, which is what a prefix store wants.
 
 use mlx_rs::error::{Exception, Result};
-use mlx_rs::ops::indexing::{TryIndexMutOp, TryIndexOp};
+use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::ops::{broadcast_to, concatenate, zeros_dtype};
 use mlx_rs::Array;
+
+use crate::direct::slice_update;
 
 /// Positions a buffer grows by.
 pub const STEP: i32 = 256;
@@ -68,9 +70,11 @@ impl KvCache {
             self.values = Some(grown(self.values.take(), values, prev, grow)?);
         }
         let end = prev + len;
+        // One `SliceUpdate` each (mlx-rs's `try_index_mut` would reshape the update twice).
+        let at = [0, 0, prev, 0];
         let (k_buf, v_buf) = self.buffers_mut();
-        k_buf.try_index_mut((.., .., prev..end, ..), keys)?;
-        v_buf.try_index_mut((.., .., prev..end, ..), values)?;
+        *k_buf = slice_update(k_buf, keys, &at)?;
+        *v_buf = slice_update(v_buf, values, &at)?;
         self.offset = end as usize;
         self.fetch()
     }

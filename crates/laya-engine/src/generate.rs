@@ -23,8 +23,10 @@
 //! Cancellation: `cancel` is read before each prompt chunk, before each decode step is
 //! queued and after each token is read back: an atomic load, never a host sync. What a
 //! cancelled request still runs is the piece in flight, so the pieces are kept short
-//! ([`Pacing::for_device`]): on a GPU 512-token chunks and the overlapped decode (the step
-//! queued ahead is the one more piece); on the CPU chunks sized to take about
+//! ([`Pacing::for_device`]): on a GPU 512-token chunks, each run in groups of layers of about
+//! [`GPU_PIECE_TIME`] where the model's last chunk took longer (a large model: the chunk keeps
+//! its size, and so its throughput), and the overlapped decode (the step queued ahead is the
+//! one more piece); on the CPU chunks sized to take about
 //! [`CPU_CHUNK_TIME`] (one token on a CPU where a token takes longer) and no step queued
 //! ahead (the overlap hides microseconds of graph building behind a step of 0.4-2 s there,
 //! and would make a cancel wait for two steps instead of one).
@@ -96,22 +98,48 @@ pub struct Pacing {
     pub chunking: Chunking,
     /// With a greedy sampler, queue decode step `i + 1` before reading token `i` back.
     pub overlap: bool,
+    /// A prompt chunk expected to take longer than this (by the model's last chunk) runs in
+    /// groups of layers that each take about this long, `cancel` read between them
+    /// ([`Model::forward_grouped`]); `None`: a chunk is one piece.
+    pub layer_groups: Option<Duration>,
 }
 
+/// How long a group of layers of a prompt chunk takes at most on a GPU (where chunks keep
+/// their 512 tokens): the most a cancelled prefill keeps the model, whatever its size.
+pub const GPU_PIECE_TIME: Duration = Duration::from_millis(20);
+
 impl Pacing {
-    /// A GPU: 512-token chunks and the overlapped decode. The CPU: chunks of about
-    /// [`CPU_CHUNK_TIME`], one decode step at a time.
+    /// A GPU: 512-token chunks, run in groups of layers of about [`GPU_PIECE_TIME`] where a
+    /// chunk takes longer (a large model), and the overlapped decode. The CPU: chunks of
+    /// about [`CPU_CHUNK_TIME`], one decode step at a time.
     pub fn for_device() -> Pacing {
         if super::models::on_gpu() {
             Pacing {
                 chunking: Chunking::Fixed(PREFILL_CHUNK),
                 overlap: true,
+                layer_groups: Some(GPU_PIECE_TIME),
             }
         } else {
             Pacing {
                 chunking: Chunking::Timed(CPU_CHUNK_TIME),
                 overlap: false,
+                layer_groups: None,
             }
+        }
+    }
+
+    /// Groups of layers a chunk of `tokens` runs in: enough that each takes about
+    /// `layer_groups`, by the model's last chunk; one a layer before any chunk ran.
+    fn groups_for(&self, model: &Model, tokens: usize) -> usize {
+        let Some(piece) = self.layer_groups else {
+            return 1;
+        };
+        let layers = model.layer_count().max(1);
+        match model.prefill_estimate(tokens) {
+            Some(t) => (t.as_secs_f64() / piece.as_secs_f64())
+                .ceil()
+                .clamp(1.0, layers as f64) as usize,
+            None => layers,
         }
     }
 }
@@ -315,7 +343,7 @@ pub fn generate_paced(
         decode_build_time: Duration::ZERO,
         decode_wait_time: Duration::ZERO,
     };
-    let p = prefill_paced(model, caches, prompt_ids, cancel, pacing.chunking)?;
+    let p = prefill_paced(model, caches, prompt_ids, cancel, pacing)?;
     out.prefill_tokens = p.tokens;
     out.prefill_time = start.elapsed();
     let Some(logits) = p.logits else {
@@ -554,7 +582,7 @@ pub fn prefill(
     ids: &[u32],
     cancel: &Cancel,
 ) -> Result<Option<Array>, GenerateError> {
-    Ok(prefill_paced(model, caches, ids, cancel, Pacing::for_device().chunking)?.logits)
+    Ok(prefill_paced(model, caches, ids, cancel, Pacing::for_device())?.logits)
 }
 
 /// What a prefill did.
@@ -567,26 +595,29 @@ pub struct Prefilled {
     pub chunks: usize,
 }
 
-/// [`prefill`] in chunks cut as `chunking` says; `cancel` is read before each chunk.
+/// [`prefill`] in chunks cut as `pacing` says; `cancel` is read before each chunk (and
+/// between the groups of layers of a chunk run in groups).
 pub fn prefill_paced(
     model: &Model,
     caches: &mut [KvCache],
     ids: &[u32],
     cancel: &Cancel,
-    chunking: Chunking,
+    pacing: Pacing,
 ) -> Result<Prefilled, GenerateError> {
     if ids.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
+    let chunking = pacing.chunking;
     let (mut done, mut chunks) = (0, 0);
     let mut size = chunking.first();
     loop {
+        let cancelled = Prefilled {
+            logits: None,
+            tokens: done,
+            chunks,
+        };
         if cancel.is_cancelled() {
-            return Ok(Prefilled {
-                logits: None,
-                tokens: done,
-                chunks,
-            });
+            return Ok(cancelled);
         }
         let chunk = &ids[done..(done + size).min(ids.len())];
         let started = Instant::now();
@@ -594,19 +625,35 @@ pub fn prefill_paced(
             m.prefill_chunks.fetch_add(1, Ordering::Relaxed);
             m.prefill_tokens.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         });
-        let logits = model.forward(&Array::from_slice(chunk, &[1, chunk.len() as i32]), caches)?;
+        let tokens = Array::from_slice(chunk, &[1, chunk.len() as i32]);
+        let groups = pacing.groups_for(model, chunk.len());
+        let last = done + chunk.len() == ids.len();
+        let logits = if groups > 1 {
+            let Some(logits) = model.forward_grouped(&tokens, caches, groups, || !cancel.is_cancelled())?
+            else {
+                return Ok(cancelled);
+            };
+            logits
+        } else {
+            let logits = model.forward(&tokens, caches)?;
+            if last {
+                eval([&logits])?;
+            } else {
+                // Only the caches are needed from a middle chunk.
+                eval(caches.iter().flat_map(KvCache::arrays))?;
+            }
+            logits
+        };
         done += chunk.len();
         chunks += 1;
-        if done == ids.len() {
-            eval([&logits])?;
+        model.note_prefill(chunk.len(), started.elapsed());
+        if last {
             return Ok(Prefilled {
                 logits: Some(logits),
                 tokens: done,
                 chunks,
             });
         }
-        // Only the caches are needed from a middle chunk.
-        eval(caches.iter().flat_map(KvCache::arrays))?;
         size = chunking.next(size, chunk.len(), started.elapsed());
     }
 }
@@ -940,13 +987,114 @@ mod tests {
             Chunking::Timed(Duration::from_secs(1)),
         ] {
             let mut caches = model.new_caches();
-            let p = prefill_paced(&model, &mut caches, &long, &cancel, chunking).unwrap();
+            let pacing = Pacing {
+                chunking,
+                overlap: false,
+                layer_groups: None,
+            };
+            let p = prefill_paced(&model, &mut caches, &long, &cancel, pacing).unwrap();
             assert!(max_abs_diff(&p.logits.unwrap(), &b) <= tol(1e-4), "{chunking:?}");
             assert_eq!((p.tokens, caches[0].offset()), (long.len(), long.len()));
             if chunking == Chunking::Fixed(7) {
                 assert_eq!(p.chunks, long.len().div_ceil(7));
             }
         }
+    }
+
+    /// A chunk run in groups of layers gives the logits and caches of one forward; a group
+    /// boundary that says stop leaves the caches as they were, and the next run from there
+    /// gives the same logits again.
+    #[test]
+    fn a_chunk_run_in_groups_of_layers_is_the_same_forward_and_a_stop_between_them_undoes_it() {
+        use crate::models::test_util::{max_abs_diff, tol};
+        for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe] {
+            let model = tiny_model(arch, 36);
+            let first = Array::from_slice(&PROMPT[..4], &[1, 4]);
+            let rest = Array::from_slice(&PROMPT[4..], &[1, PROMPT.len() as i32 - 4]);
+            let mut plain = model.new_caches();
+            model.forward(&first, &mut plain).unwrap();
+            let want = model.forward(&rest, &mut plain).unwrap();
+            for groups in [1, 2, 5] {
+                let mut caches = model.new_caches();
+                model.forward(&first, &mut caches).unwrap();
+                let mut asked = 0;
+                let got = model
+                    .forward_grouped(&rest, &mut caches, groups, || {
+                        asked += 1;
+                        true
+                    })
+                    .unwrap()
+                    .unwrap();
+                assert!(max_abs_diff(&got, &want) <= tol(1e-5), "{arch:?} {groups}");
+                assert_eq!(asked, groups.min(model.layer_count()) - 1);
+                assert_eq!(caches[1].offset(), PROMPT.len());
+                // Stopped after the first group: nothing of the chunk stays.
+                let mut stopped = model.new_caches();
+                model.forward(&first, &mut stopped).unwrap();
+                let none = model
+                    .forward_grouped(&rest, &mut stopped, groups, || false)
+                    .unwrap();
+                if groups > 1 {
+                    assert!(none.is_none());
+                    assert!(stopped.iter().all(|c| c.offset() == 4), "{arch:?} {groups}");
+                    let again = model.forward(&rest, &mut stopped).unwrap();
+                    assert!(max_abs_diff(&again, &want) <= tol(1e-5), "{arch:?} {groups}");
+                } else {
+                    assert!(none.is_some());
+                }
+            }
+        }
+    }
+
+    /// On a GPU a chunk expected (by the last one) to outlast the piece time runs in groups of
+    /// layers sized to it, one a layer before any chunk ran; the CPU's chunks are one piece.
+    #[test]
+    fn layer_groups_follow_the_models_last_chunk() {
+        let model = tiny_model(Arch::Qwen2, 37);
+        let gpu = Pacing {
+            chunking: Chunking::Fixed(PREFILL_CHUNK),
+            overlap: true,
+            layer_groups: Some(Duration::from_millis(20)),
+        };
+        let fresh = tiny_model(Arch::Qwen2, 38);
+        assert_eq!(gpu.groups_for(&fresh, 512), fresh.layer_count());
+        model.note_prefill(512, Duration::from_millis(30));
+        assert_eq!(gpu.groups_for(&model, 512), 2);
+        assert_eq!(gpu.groups_for(&model, 100), 1);
+        model.note_prefill(512, Duration::from_secs(3));
+        assert_eq!(gpu.groups_for(&model, 512), model.layer_count());
+        let cpu = Pacing {
+            layer_groups: None,
+            ..gpu
+        };
+        assert_eq!(cpu.groups_for(&model, 512), 1);
+    }
+
+    /// A cancel set while a chunk runs in groups of layers stops it at the next group: the
+    /// chunks before it stay in the caches, nothing of it does.
+    #[test]
+    fn a_cancel_set_during_a_grouped_chunk_stops_it_between_layers() {
+        let model = tiny_model(Arch::Qwen2, 39);
+        let long: Vec<u32> = (0..60u32).map(|i| i * 13 % 97).collect();
+        let pacing = Pacing {
+            chunking: Chunking::Fixed(20),
+            overlap: false,
+            // Far shorter than any chunk: a group a layer.
+            layer_groups: Some(Duration::from_nanos(1)),
+        };
+        let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
+        let mut caches = model.new_caches();
+        let (out, _, ran) = cancel_when(2, chunks, |cancel| {
+            generate_paced(&model, &mut caches, &long, &req(4, 1), cancel, pacing, |_, _| {
+                Control::Continue
+            })
+            .unwrap()
+        });
+        assert_eq!(out.finish_reasons, [FinishReason::Cancelled]);
+        assert!(ran >= 2);
+        assert_eq!(out.prefill_tokens % 20, 0, "whole chunks only");
+        assert!(caches.iter().all(|c| c.offset() == out.prefill_tokens));
+        assert!(out.prefill_tokens < long.len());
     }
 
     #[test]
@@ -1013,6 +1161,7 @@ mod tests {
             let pacing = Pacing {
                 chunking,
                 overlap: false,
+                layer_groups: None,
             };
             let (out, seen, ran) = cancel_when(3, chunks, |cancel| {
                 generate_paced(&model, &mut caches, &long, &req(4, 1), cancel, pacing, |_, _| {
@@ -1041,6 +1190,7 @@ mod tests {
             let pacing = Pacing {
                 chunking: Chunking::Fixed(PREFILL_CHUNK),
                 overlap,
+                layer_groups: None,
             };
             let mut caches = model.new_caches();
             let max = 3000;
@@ -1075,6 +1225,7 @@ mod tests {
             let pacing = Pacing {
                 chunking: Chunking::Timed(CPU_CHUNK_TIME),
                 overlap,
+                layer_groups: None,
             };
             let mut caches = model.new_caches();
             let no = Cancel::new();

@@ -42,14 +42,16 @@
 //!   product, `gather_qmm`/`gather_mm`, then the down rows in another), (token, expert) pairs
 //!   sorted by expert from 64 pairs on, as mlx-lm's `SwitchGLU`; the k experts' rows summed with
 //!   their weights in one `[1, k] × [k, hidden]` product. Built from a weight map with HF names (per-expert HF tensors are
-//!   stacked at load). q, k and v are made row-contiguous before RoPE (MLX 0.32's CUDA RoPE
-//!   misreads transposed views). MLX's CPU `gather_mm` is f32-only: there dense experts are
+//!   stacked at load). The fused q/k/v product is taken as heads by one reshape at a decode
+//!   step (a chunk copies all heads once: MLX 0.32's CUDA RoPE misreads transposed views);
+//!   Qwen2's q and k take RoPE in one call, and each KV buffer one slice update a step. MLX's CPU `gather_mm` is f32-only: there dense experts are
 //!   widened to f32 at load.
 //! - `cache.rs`: the KV cache (offset, update_and_fetch, trim, nbytes), grown in steps; fetch
 //!   returns views of its buffers, no copies.
 //! - `sample.rs`: greedy (on device) and temperature/top-k/top-p (seeded) sampling.
-//! - `generate.rs`: prefill in chunks paced for the device (512 tokens on a GPU; on the CPU
-//!   sized to take about 250 ms: one token for the models in use here), then decode `n`
+//! - `generate.rs`: prefill in chunks paced for the device (512 tokens on a GPU, a chunk that
+//!   takes longer than 20 ms run in groups of layers with the cancel flag read between them;
+//!   on the CPU sized to take about 250 ms: one token for the models in use here), then decode `n`
 //!   candidates sharing the prompt's KV, one evaluation per token (on a GPU with the next step
 //!   queued before the current token is read back); the cancel flag is read before each chunk
 //!   and each step, so a cancelled request runs at most one more (docs/reliability.md, "Stale
@@ -98,6 +100,7 @@
 
 pub mod cache;
 pub mod cancel;
+mod direct;
 pub mod draft;
 pub mod family;
 pub mod generate;
@@ -346,6 +349,10 @@ pub struct CompletionRequest {
     pub sampling: SamplingParams,
     /// A candidate ends before the first occurrence of any of these strings.
     pub stop: Vec<String>,
+    /// A candidate ends where its lines say (a dedent, the suffix written again, a line
+    /// count), checked as it is decoded: no token past that end is decoded. Engines that
+    /// decode elsewhere ignore it (the caller's post-processing cuts there anyway).
+    pub lines: LineEnd,
     /// Candidate `i` starts from the model's `i`-th most likely first token (candidate 0 is
     /// the greedy one when sampling is greedy), and each choice carries its log-probability,
     /// so that the caller can rank them. Engines that cannot do this ignore it.
@@ -364,9 +371,92 @@ impl CompletionRequest {
             n: 1,
             sampling: SamplingParams::default(),
             stop: vec![],
+            lines: LineEnd::default(),
             branch_first: false,
         }
     }
+}
+
+/// Where a candidate ends by the lines of its text. The candidate's first line (the rest of
+/// the cursor's line) is never ended by the indentation or suffix rules; a line that ends the
+/// candidate is not part of it, nor is the line break before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LineEnd {
+    /// End before the first later line that carries text and is indented by fewer bytes of
+    /// leading whitespace than this: the cursor's block has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedent_below: Option<usize>,
+    /// End before the first later line whose text, leading whitespace aside, starts with this:
+    /// the code after the cursor is being written again. Empty: no such end.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub repeats: String,
+    /// End after this many lines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lines: Option<usize>,
+}
+
+impl LineEnd {
+    /// No rule: the candidate ends by its stop strings, tokens and limit alone.
+    pub fn is_none(&self) -> bool {
+        *self == LineEnd::default()
+    }
+
+    /// The byte offset where these rules end `text`, taken as a whole candidate's text.
+    pub fn end_of(&self, text: &str) -> Option<usize> {
+        match self.scan(text) {
+            LineScan::End(at) => Some(at),
+            LineScan::Open { .. } => None,
+        }
+    }
+
+    /// Where `text` (a candidate's text so far) ends by these rules, or how much of it is
+    /// final: a later line whose indentation or start is not known yet may still end the
+    /// candidate, and then the line break before it goes too.
+    fn scan(&self, text: &str) -> LineScan {
+        let mut start = 0;
+        let mut lines = 0;
+        loop {
+            let line_end = text[start..].find('\n').map(|i| start + i);
+            let line = &text[start..line_end.unwrap_or(text.len())];
+            if lines > 0 {
+                let body = line.trim_start();
+                let open = line_end.is_none();
+                let blank = body.trim().is_empty();
+                let dedents = self
+                    .dedent_below
+                    .is_some_and(|b| !blank && line.len() - body.len() < b);
+                let repeats = !self.repeats.is_empty() && body.starts_with(self.repeats.as_str());
+                if dedents || repeats {
+                    return LineScan::End(start - 1);
+                }
+                // Not known yet: the indentation before any text, or a start that may become
+                // the repeat.
+                let undecided = open
+                    && ((self.dedent_below.is_some() && blank)
+                        || (!self.repeats.is_empty() && self.repeats.starts_with(body)));
+                if undecided {
+                    return LineScan::Open { settled: start - 1 };
+                }
+            }
+            let Some(end) = line_end else {
+                return LineScan::Open { settled: text.len() };
+            };
+            lines += 1;
+            if self.max_lines.is_some_and(|m| lines >= m.max(1)) {
+                return LineScan::End(end);
+            }
+            start = end + 1;
+        }
+    }
+}
+
+/// What [`LineEnd::scan`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LineScan {
+    /// The candidate ends: its text is cut at this byte offset.
+    End(usize),
+    /// Not ended yet: the text up to this byte offset is final.
+    Open { settled: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -602,7 +692,7 @@ impl LocalModel {
             speculation: self.speculation,
             history: vec![],
         };
-        let mut texts = StopScanner::new(tokenizer, req.n, &req.stop);
+        let mut texts = StopScanner::new(tokenizer, req.n, &req.stop, &req.lines);
         let (out, reused) = prefix::generate_with_store(
             &self.loaded.model,
             Some(&self.prefix),
@@ -655,7 +745,7 @@ impl LocalModel {
 }
 
 /// Turns each candidate's tokens into text as they arrive (never splitting a UTF-8
-/// character) and stops a candidate at the first stop string.
+/// character) and stops a candidate at the first stop string or where its [`LineEnd`] says.
 struct StopScanner<'t> {
     decoders: Vec<tokenizer::StreamDecoder<'t>>,
     texts: Vec<String>,
@@ -663,16 +753,18 @@ struct StopScanner<'t> {
     /// Bytes of each text already handed out by [`settled`](Self::settled).
     settled: Vec<usize>,
     stop: &'t [String],
+    lines: &'t LineEnd,
 }
 
 impl<'t> StopScanner<'t> {
-    fn new(tokenizer: &'t tokenizer::Tokenizer, n: usize, stop: &'t [String]) -> Self {
+    fn new(tokenizer: &'t tokenizer::Tokenizer, n: usize, stop: &'t [String], lines: &'t LineEnd) -> Self {
         StopScanner {
             decoders: (0..n).map(|_| tokenizer.stream_decoder()).collect(),
             texts: vec![String::new(); n],
             stopped: vec![false; n],
             settled: vec![0; n],
             stop,
+            lines,
         }
     }
 
@@ -685,7 +777,11 @@ impl<'t> StopScanner<'t> {
             text.len()
         } else {
             let longest = self.stop.iter().map(String::len).max().unwrap_or(0);
-            text.len().saturating_sub(longest.saturating_sub(1))
+            let by_stop = text.len().saturating_sub(longest.saturating_sub(1));
+            match self.lines.scan(text) {
+                LineScan::Open { settled } => by_stop.min(settled),
+                LineScan::End(_) => by_stop,
+            }
         };
         while !text.is_char_boundary(upto) {
             upto -= 1;
@@ -720,6 +816,12 @@ impl<'t> StopScanner<'t> {
         if let Some(at) = hit {
             self.texts[i].truncate(from + at);
             self.stopped[i] = true;
+        }
+        if let LineScan::End(at) = self.lines.scan(&self.texts[i]) {
+            self.texts[i].truncate(at);
+            self.stopped[i] = true;
+        }
+        if self.stopped[i] {
             return Control::Stop;
         }
         Control::Continue
@@ -775,12 +877,112 @@ mod tests {
         }
     }
 
+    static NO_LINE_END: LineEnd = LineEnd {
+        dedent_below: None,
+        repeats: String::new(),
+        max_lines: None,
+    };
+
     /// Feed `text` token by token as candidate 0; returns (kept text, tokens pushed before Stop).
     fn scan(tok: &Tokenizer, text: &str, stop: &[String]) -> (String, Option<usize>) {
+        scan_lines(tok, text, stop, &NO_LINE_END)
+    }
+
+    fn scan_lines(tok: &Tokenizer, text: &str, stop: &[String], lines: &LineEnd) -> (String, Option<usize>) {
         let ids = tok.encode(text, false).unwrap();
-        let mut s = StopScanner::new(tok, 1, stop);
+        let mut s = StopScanner::new(tok, 1, stop, lines);
         let stopped_at = ids.iter().position(|&id| s.push(0, id) == Control::Stop);
         (s.text(0), stopped_at)
+    }
+
+    fn block(indent: usize) -> LineEnd {
+        LineEnd {
+            dedent_below: Some(indent),
+            ..LineEnd::default()
+        }
+    }
+
+    #[test]
+    fn a_block_ends_at_the_first_later_line_indented_less_than_the_block() {
+        let body = "x = 1\n    if x:\n        y = 2\n\n    return y\ndef g():\n    pass\n";
+        let rule = block(4);
+        assert_eq!(
+            rule.end_of(body).map(|at| &body[..at]),
+            Some("x = 1\n    if x:\n        y = 2\n\n    return y")
+        );
+        // The first line is the rest of the cursor's line: never ended by its indentation.
+        assert_eq!(rule.end_of("x\n    y"), None);
+        assert_eq!(rule.end_of("\n  y"), Some(0));
+        // Blank and whitespace-only lines do not end a block.
+        assert_eq!(rule.end_of("a\n\n  \n    b\n"), None);
+        // A line whose text has not come yet is open, its line break held back.
+        let open = "a\n    b\n  ";
+        assert_eq!(
+            rule.scan(open),
+            LineScan::Open {
+                settled: open.len() - 3
+            }
+        );
+        assert_eq!(rule.scan("a\n    b"), LineScan::Open { settled: 7 });
+    }
+
+    #[test]
+    fn a_candidate_ends_where_it_writes_the_suffix_again_or_at_its_line_limit() {
+        let rule = LineEnd {
+            repeats: "return y".into(),
+            ..LineEnd::default()
+        };
+        // The first line may start with it (it continues the cursor's line).
+        assert_eq!(rule.end_of("return y\nz"), None);
+        let t = "y = 1\n    return y\n";
+        assert_eq!(rule.end_of(t), Some(5));
+        // A prefix of the repeat is held back until it is decided either way.
+        assert_eq!(rule.scan("y = 1\n    retu"), LineScan::Open { settled: 5 });
+        assert_eq!(rule.scan("y = 1\n    retx"), LineScan::Open { settled: 14 });
+        let two = LineEnd {
+            max_lines: Some(2),
+            ..LineEnd::default()
+        };
+        assert_eq!(two.end_of("a\nb\nc"), Some(3));
+        assert_eq!(two.end_of("a\nb"), None);
+        assert!(LineEnd::default().is_none() && !two.is_none());
+    }
+
+    #[test]
+    fn a_line_end_stops_decoding_at_the_token_that_decides_it_and_streams_only_what_stays() {
+        for tok in any_vocabulary() {
+            let text = "total = 0\n    for v in values:\n        total += v\n    return total\ndef other():\n    pass\n";
+            let (kept, at) = scan_lines(&tok, text, &[], &block(4));
+            assert_eq!(
+                kept,
+                "total = 0\n    for v in values:\n        total += v\n    return total"
+            );
+            let ids = tok.encode(text, false).unwrap();
+            // Stopped on the token that brought `def`'s first character, not at the end.
+            let stopped = at.expect("stopped");
+            assert!(stopped + 1 < ids.len(), "{stopped} of {}", ids.len());
+            let decided = tok.decode(&ids[..=stopped]);
+            assert!(decided.contains("\nd"), "{decided:?}");
+            assert!(!tok.decode(&ids[..stopped]).contains("\nd"));
+            // Streamed pieces never hold what is cut.
+            let lines = block(4);
+            let mut s = StopScanner::new(&tok, 1, &[], &lines);
+            let mut streamed = String::new();
+            for &id in &ids {
+                let c = s.push(0, id);
+                if let Some(p) = s.settled(0, false) {
+                    streamed.push_str(p);
+                    assert!(kept.starts_with(&streamed), "{streamed:?}");
+                }
+                if c == Control::Stop {
+                    break;
+                }
+            }
+            if let Some(p) = s.settled(0, true) {
+                streamed.push_str(p);
+            }
+            assert_eq!(streamed, kept);
+        }
     }
 
     #[test]
@@ -808,7 +1010,7 @@ mod tests {
                 "no stop",
             ] {
                 let ids = tok.encode(text, false).unwrap();
-                let mut s = StopScanner::new(&tok, 1, &stop);
+                let mut s = StopScanner::new(&tok, 1, &stop, &NO_LINE_END);
                 let mut streamed = String::new();
                 for &id in &ids {
                     let c = s.push(0, id);

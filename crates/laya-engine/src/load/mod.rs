@@ -170,6 +170,19 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, EngineLoadError> 
     })
 }
 
+/// The tokenizer of a GGUF file or a safetensors folder alone, without its weights (a bench
+/// counts the tokens of what was shown with it).
+pub fn tokenizer(path: &Path) -> Result<Tokenizer, EngineLoadError> {
+    if !path.exists() {
+        return Err(EngineLoadError::NotFound(path.to_owned()));
+    }
+    Ok(if path.is_dir() {
+        Tokenizer::from_file(path.join("tokenizer.json"))?
+    } else {
+        Tokenizer::from_gguf(&GgufFile::open(path)?)?
+    })
+}
+
 /// The prompt family of a model of architecture `arch`: Qwen2.5-Coder's for Qwen2, the Qwen3
 /// generation's (Qwen3-Coder's) for Qwen3 and Qwen3-MoE.
 pub fn family(arch: Arch) -> Family {

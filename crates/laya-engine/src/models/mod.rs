@@ -22,6 +22,8 @@ mod shape;
 
 pub use shape::Shape;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use std::{cell::RefCell, collections::HashMap};
 
 use mlx_rs::error::Exception;
@@ -232,6 +234,9 @@ pub struct Model {
     norm: RmsNorm,
     /// `None`: tied, the head is `embed_tokens`.
     lm_head: Option<Linear>,
+    /// Seconds a prompt token took in the last prompt chunk run (`f64` bits; 0: none yet):
+    /// how long the next chunk will take, which sets how it is paced.
+    prefill_secs_per_token: AtomicU64,
 }
 
 impl Model {
@@ -289,7 +294,27 @@ impl Model {
             layers,
             norm,
             lm_head,
+            prefill_secs_per_token: AtomicU64::new(0),
         })
+    }
+
+    /// Notes that a prompt chunk of `tokens` tokens took `took`.
+    pub fn note_prefill(&self, tokens: usize, took: Duration) {
+        let per = took.as_secs_f64() / tokens.max(1) as f64;
+        self.prefill_secs_per_token
+            .store(per.to_bits(), Ordering::Relaxed);
+    }
+
+    /// How long a prompt chunk of `tokens` tokens should take, from the last one run; `None`
+    /// before any.
+    pub fn prefill_estimate(&self, tokens: usize) -> Option<Duration> {
+        let per = f64::from_bits(self.prefill_secs_per_token.load(Ordering::Relaxed));
+        (per > 0.0).then(|| Duration::from_secs_f64(per * tokens as f64))
+    }
+
+    /// Decoder layers.
+    pub fn layer_count(&self) -> usize {
+        self.layers.len()
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -337,6 +362,11 @@ impl Model {
     /// The result is lazy: nothing is computed until it (or a cache) is evaluated.
     pub fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
         let h = self.hidden_states(tokens, caches)?;
+        self.logits_of_last(h)
+    }
+
+    /// The logits of the last position of hidden states `[B, L, hidden]`: `[B, vocab]` f32.
+    fn logits_of_last(&self, h: Array) -> Result<Array> {
         let (b, l) = (h.dim(0), h.dim(1));
         let last = if l == 1 {
             h
@@ -349,6 +379,48 @@ impl Model {
             .as_dtype(Dtype::Float32)?)
     }
 
+    /// [`Model::forward`] evaluated in `groups` runs of consecutive layers (at most one a
+    /// layer), `keep_going` asked after each run but the last: a long prompt chunk of a large
+    /// model can be given up within one run's time. `None` when `keep_going` said no; the
+    /// caches then hold what they held before the call. The logits are evaluated.
+    pub fn forward_grouped(
+        &self,
+        tokens: &Array,
+        caches: &mut [KvCache],
+        groups: usize,
+        mut keep_going: impl FnMut() -> bool,
+    ) -> Result<Option<Array>> {
+        self.check_input(tokens, caches)?;
+        let before: Vec<usize> = caches.iter().map(KvCache::offset).collect();
+        let per = self
+            .layers
+            .len()
+            .div_ceil(groups.clamp(1, self.layers.len().max(1)));
+        let mut h = self.embed_tokens.lookup(tokens)?;
+        let mut done = 0;
+        for (layers, caches) in self.layers.chunks(per).zip(caches.chunks_mut(per)) {
+            if done > 0 {
+                eval([&h])?;
+                if !keep_going() {
+                    break;
+                }
+            }
+            for (layer, cache) in layers.iter().zip(caches.iter_mut()) {
+                h = layer.forward(&h, cache)?;
+            }
+            done += layers.len();
+        }
+        if done < self.layers.len() {
+            for (c, &offset) in caches.iter_mut().zip(&before) {
+                c.truncate_to(offset);
+            }
+            return Ok(None);
+        }
+        let logits = self.logits_of_last(h)?;
+        eval([&logits])?;
+        Ok(Some(logits))
+    }
+
     /// Like [`Model::forward`] but returns the logits of every position, `[B, L, vocab]` f32.
     pub fn forward_all(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
         let h = self.hidden_states(tokens, caches)?;
@@ -358,6 +430,15 @@ impl Model {
 
     /// Embedding and decoder blocks, before the final norm: `[B, L, hidden]`.
     fn hidden_states(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        self.check_input(tokens, caches)?;
+        let mut h = self.embed_tokens.lookup(tokens)?;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            h = layer.forward(&h, cache)?;
+        }
+        Ok(h)
+    }
+
+    fn check_input(&self, tokens: &Array, caches: &[KvCache]) -> Result<()> {
         if tokens.ndim() != 2 || tokens.dim(1) == 0 {
             return Err(ModelError::Input(format!(
                 "tokens must be [batch, length>0], got {:?}",
@@ -377,11 +458,7 @@ impl Model {
                 self.layers.len()
             )));
         }
-        let mut h = self.embed_tokens.lookup(tokens)?;
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            h = layer.forward(&h, cache)?;
-        }
-        Ok(h)
+        Ok(())
     }
 
     fn head(&self, h: &Array) -> Result<Array> {
@@ -519,40 +596,61 @@ impl AttentionCore {
         [self.n_heads * self.head_dim, kv, kv]
     }
 
-    /// Splits the fused projection `[B, L, (H + 2 KV) * D]` into q `[B, L, H, D]`, k and v
-    /// `[B, L, KV, D]`.
-    fn split_heads(&self, qkv: Vec<Array>) -> Result<[Array; 3]> {
-        let [q, k, v]: [Array; 3] = qkv
-            .try_into()
-            .map_err(|v: Vec<Array>| ModelError::Input(format!("{} q/k/v parts", v.len())))?;
-        let heads = |a: &Array, h: i32| a.reshape(&[a.dim(0), a.dim(1), h, self.head_dim]);
-        Ok([
-            heads(&q, self.n_heads)?,
-            heads(&k, self.n_kv_heads)?,
-            heads(&v, self.n_kv_heads)?,
-        ])
+    /// The fused projection `[B, L, (H + 2 KV) · D]` as heads `[B, H + 2 KV, L, D]`,
+    /// row-contiguous. At L = 1 (a decode step) that is one reshape of the same memory; a
+    /// longer chunk takes a reshape, a transpose and one copy of all heads (MLX 0.32's CUDA
+    /// RoPE misreads a transposed view at offsets past 0: the cached-vs-uncached tests failed
+    /// on an H200).
+    fn heads(&self, qkv: &Array) -> Result<Array> {
+        let (b, l) = (qkv.dim(0), qkv.dim(1));
+        let heads = self.n_heads + 2 * self.n_kv_heads;
+        if l == 1 {
+            return Ok(qkv.reshape(&[b, heads, 1, self.head_dim])?);
+        }
+        Ok(qkv
+            .reshape(&[b, l, heads, self.head_dim])?
+            .transpose_axes(&[0, 2, 1, 3])?
+            .contiguous()?)
     }
 
-    /// q `[B, L, H, D]`, k and v `[B, L, KV, D]` → `[B, L, H * D]`.
-    fn attend(&self, q: &Array, k: &Array, v: &Array, cache: &mut KvCache) -> Result<Array> {
-        let (b, l) = (q.dim(0), q.dim(1));
+    /// `heads` (`[B, heads, L, D]`) cut along the heads axis before each of `at`: one `Split`.
+    fn split_heads(&self, heads: &Array, at: &[i32]) -> Result<Vec<Array>> {
+        Ok(ops::split_at_indices(heads, at, 1)?)
+    }
+
+    /// NEOX RoPE (halves, not interleaved pairs, as llama.cpp runs qwen2/qwen3) of heads
+    /// `[B, heads, L, D]` at the cache's offset: q and k in one call where they are adjacent.
+    fn rope(&self, x: &Array, cache: &KvCache) -> Result<Array> {
         let offset = cache.offset() as i32;
-        // Row-contiguous copies: MLX 0.32's CUDA RoPE misreads a transposed view (wrong
-        // values at offsets past 0: the cached-vs-uncached tests failed on an H200).
-        let to_heads = |a: &Array| a.transpose_axes(&[0, 2, 1, 3])?.contiguous();
-        // NEOX rotation (halves, not interleaved pairs), as llama.cpp runs qwen2/qwen3.
-        let rope = |a: &Array| fast::rope(a, self.head_dim, false, self.rope_theta, 1.0, offset, None);
-        let q = rope(&to_heads(q)?)?;
-        let k = rope(&to_heads(k)?)?;
-        let (keys, values) = cache.update_and_fetch(&k, &to_heads(v)?)?;
+        Ok(fast::rope(
+            x,
+            self.head_dim,
+            false,
+            self.rope_theta,
+            1.0,
+            offset,
+            None,
+        )?)
+    }
+
+    /// q `[B, H, L, D]`, k and v `[B, KV, L, D]` (RoPE applied) → `[B, L, H · D]`: append k/v
+    /// to the cache, attend, merge the heads (at L = 1 a reshape: the same memory).
+    fn attend(&self, q: &Array, k: &Array, v: &Array, cache: &mut KvCache) -> Result<Array> {
+        let (b, l) = (q.dim(0), q.dim(2));
+        let (keys, values) = cache.update_and_fetch(k, v)?;
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         // MLX's causal mask is aligned to the bottom right (query i sees keys up to
         // offset + i), so a chunk after a cached prefix needs no explicit mask; GQA is native.
         let mask = (l > 1).then_some(fast::ScaledDotProductAttentionMask::Causal);
+        // Several candidates (B > 1) make q a strided view of the heads; attention gets a
+        // plain copy, as it always had.
+        let q = if b > 1 { q.contiguous()? } else { q.clone() };
         let out = fast::scaled_dot_product_attention(q, keys, values, scale, mask, None)?;
-        Ok(out
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[b, l, self.n_heads * self.head_dim])?)
+        let width = self.n_heads * self.head_dim;
+        if l == 1 {
+            return Ok(out.reshape(&[b, 1, width])?);
+        }
+        Ok(out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, l, width])?)
     }
 }
 
@@ -578,16 +676,23 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
-        let [gate, up] = gate_and_up(self.gate_up.forward(x)?)?;
+        let [gate, up] = pair(self.gate_up.forward(x)?)?;
         self.down_proj.forward(&swiglu(&gate, &up, self.fused_swiglu)?)
     }
 }
 
-/// The two halves of a fused gate/up product, as a pair.
-fn gate_and_up(parts: Vec<Array>) -> Result<[Array; 2]> {
+/// The two parts of a split (gate/up, q+k/v, q/k), as an array.
+fn pair(parts: Vec<Array>) -> Result<[Array; 2]> {
     parts
         .try_into()
-        .map_err(|v: Vec<Array>| ModelError::Input(format!("{} gate/up parts", v.len())))
+        .map_err(|v: Vec<Array>| ModelError::Input(format!("{} parts, expected 2", v.len())))
+}
+
+/// The three parts of a split (q/k/v), as an array.
+fn triple(parts: Vec<Array>) -> Result<[Array; 3]> {
+    parts
+        .try_into()
+        .map_err(|v: Vec<Array>| ModelError::Input(format!("{} parts, expected 3", v.len())))
 }
 
 pub(crate) use crate::runtime::on_gpu;
@@ -774,6 +879,18 @@ impl Linear {
         }
     }
 
+    /// The bias `[out]` as `[1, 1, out]`, the shape of a decode step's output row, so that
+    /// adding it there broadcasts nothing (one op fewer a step).
+    fn with_bias_as_row(mut self) -> Result<Linear> {
+        let (Linear::Dense { bias, .. } | Linear::Quantized { bias, .. }) = &mut self;
+        if let Some(b) = bias {
+            if b.ndim() == 1 {
+                *b = b.reshape(&[1, 1, b.dim(0)])?;
+            }
+        }
+        Ok(self)
+    }
+
     fn bias(&self) -> Option<&Array> {
         match self {
             Linear::Dense { bias, .. } | Linear::Quantized { bias, .. } => bias.as_ref(),
@@ -797,6 +914,7 @@ impl FusedLinear {
                 splits: vec![],
             });
         };
+        let fused = fused.with_bias_as_row()?;
         eval(fused.arrays())?;
         let splits = parts[..parts.len() - 1]
             .iter()
@@ -818,6 +936,18 @@ impl FusedLinear {
             }
         }
         self.parts.iter().map(|p| p.forward(x)).collect()
+    }
+
+    /// The parts' outputs side by side, `[..., Σ out]`: the fused product itself, or the
+    /// separate products joined (one more op, for checkpoints whose parts differ in format).
+    fn forward_joined(&self, x: &Array) -> Result<Array> {
+        match &self.parts[..] {
+            [one] => one.forward(x),
+            parts => {
+                let outs = parts.iter().map(|p| p.forward(x)).collect::<Result<Vec<_>>>()?;
+                Ok(ops::concatenate(&outs, -1)?)
+            }
+        }
     }
 
     fn arrays(&self) -> Vec<&Array> {

@@ -5,7 +5,7 @@
 //! ```text
 //! h = rmsnorm(x) * attn_norm
 //! q, k, v = h Wq + bq, h Wk + bk, h Wv + bv       // one matmul over stacked [Wq; Wk; Wv]
-//! q, k = rope_neox(q, pos), rope_neox(k, pos)     // theta from config, pairs (i, i + d/2)
+//! q, k = rope_neox(q, pos), rope_neox(k, pos)     // one call over both; pairs (i, i + d/2)
 //! o = softmax(q kᵀ / sqrt(d) + causal) v          // heads / kv_heads query heads per kv head
 //! x = x + o Wo
 //! x = x + down(silu(gate(h')) * up(h')),  h' = rmsnorm(x) * ffn_norm
@@ -15,7 +15,7 @@
 
 use mlx_rs::Array;
 
-use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, Weights};
+use super::{pair, AttentionCore, FusedLinear, Linear, ModelConfig, Result, Weights};
 use crate::cache::KvCache;
 
 pub(super) struct Attention {
@@ -40,8 +40,13 @@ impl Attention {
 
     /// `x`: `[B, L, hidden]`, already normed.
     pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let [q, k, v] = self.core.split_heads(self.qkv.forward(x)?)?;
-        self.o_proj.forward(&self.core.attend(&q, &k, &v, cache)?)
+        let core = &self.core;
+        let heads = core.heads(&self.qkv.forward_joined(x)?)?;
+        // q and k are adjacent heads: RoPE runs once over both.
+        let (h, kv) = (core.n_heads, core.n_kv_heads);
+        let [qk, v] = pair(core.split_heads(&heads, &[h + kv])?)?;
+        let [q, k] = pair(core.split_heads(&core.rope(&qk, cache)?, &[h])?)?;
+        self.o_proj.forward(&core.attend(&q, &k, &v, cache)?)
     }
 
     pub(super) fn arrays(&self) -> Vec<&Array> {

@@ -13,7 +13,7 @@
 
 use mlx_rs::Array;
 
-use super::{AttentionCore, FusedLinear, Linear, ModelConfig, Result, RmsNorm, Weights};
+use super::{triple, AttentionCore, FusedLinear, Linear, ModelConfig, Result, RmsNorm, Weights};
 use crate::cache::KvCache;
 
 pub(super) struct Attention {
@@ -42,10 +42,15 @@ impl Attention {
 
     /// `x`: `[B, L, hidden]`, already normed.
     pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
-        let [q, k, v] = self.core.split_heads(self.qkv.forward(x)?)?;
-        // Heads are [B, L, heads, head_dim] here, so the norm runs over head_dim.
-        let (q, k) = (self.q_norm.forward(&q)?, self.k_norm.forward(&k)?);
-        self.o_proj.forward(&self.core.attend(&q, &k, &v, cache)?)
+        let core = &self.core;
+        let heads = core.heads(&self.qkv.forward_joined(x)?)?;
+        let (h, kv) = (core.n_heads, core.n_kv_heads);
+        let [q, k, v] = triple(core.split_heads(&heads, &[h, h + kv])?)?;
+        // Heads are [B, heads, L, head_dim], so the norm runs over head_dim; q and k have
+        // norms of their own, so RoPE runs on each.
+        let q = core.rope(&self.q_norm.forward(&q)?, cache)?;
+        let k = core.rope(&self.k_norm.forward(&k)?, cache)?;
+        self.o_proj.forward(&core.attend(&q, &k, &v, cache)?)
     }
 
     pub(super) fn arrays(&self) -> Vec<&Array> {

@@ -24,7 +24,7 @@
 use mlx_rs::ops::{self, gather_mm, gather_qmm, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
-use super::{gate_and_up, on_gpu, swiglu, Linear, ModelConfig, ModelError, MoeConfig, Result, Weights};
+use super::{on_gpu, pair, swiglu, Linear, ModelConfig, ModelError, MoeConfig, Result, Weights};
 
 /// From this many (token, expert) pairs on, they are sorted by expert (mlx-lm's threshold).
 const SORT_FROM: usize = 64;
@@ -129,7 +129,7 @@ impl SwitchGlu {
             (x, indices.clone(), None)
         };
         let gate_up = self.gate_up.forward(&x, &idx, sort)?;
-        let [gate, up] = gate_and_up(ops::split_at_indices(&gate_up, &[self.inter], -1)?)?;
+        let [gate, up] = pair(ops::split_at_indices(&gate_up, &[self.inter], -1)?)?;
         let y = self
             .down_proj
             .forward(&swiglu(&gate, &up, self.fused_swiglu)?, &idx, sort)?;
