@@ -257,30 +257,30 @@ run)
           --json "$R/syn-$b-$shape.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
       done
     done
-    mlx_lm_site
-    log "mlx-lm qwen2.5-coder-3b"
-    PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
-      --prefill 128,2048 --decode 64 --ops --json "$R/mlx-lm-3b.jsonl" 2>&1 | tail -3
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
     wait_for "$S/llama-server"
     log "llama-server /infill, held-out file windows (to the line break)"
     python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$G05" --cases "$XL" \
       --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-0.5b-line.log" \
       --out "$R/llama-server-0.5b-xl-line.json" 2>&1 | tail -2
-    for b in laya laya-base; do
-      log "$b held-out file windows, automatic"
-      cx "$S/$b" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
-        --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/$b-0.5b-xl-auto.json" 2>>"$R/$b.err" | tail -8
-      [[ $b == laya ]] || continue
-      log "$b held-out file windows, invoked (blocks, 128 tokens)"
-      cx "$S/$b" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
-        --invoked --out "$R/$b-0.5b-xl-invoked.json" 2>>"$R/$b.err" | tail -8
-    done
+    log "laya held-out file windows, automatic"
+    cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
+      --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-0.5b-xl-auto.json" 2>>"$R/laya.err" | tail -8
+    log "laya held-out file windows, invoked (blocks, 128 tokens)"
+    cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
+      --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8
+    log "laya-base held-out file windows, automatic"
+    cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
+      --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-base-0.5b-xl-auto.json" 2>>"$R/laya-base.err" | tail -8
     for b in laya laya-base; do
       log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
       cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
         --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
     done
+    mlx_lm_site
+    log "mlx-lm qwen2.5-coder-3b"
+    PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
+      --prefill 128,2048 --decode 64 --ops --json "$R/mlx-lm-3b.jsonl" 2>&1 | tail -3
     log "laya --synthetic qwen3-coder-30b-a3b"
     cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
       --decode 32 --json "$R/syn-laya-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
