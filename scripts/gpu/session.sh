@@ -269,14 +269,14 @@ run)
     log "laya held-out file windows, invoked (blocks, 128 tokens)"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
       --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8
-    log "laya-base held-out file windows, automatic"
-    cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
-      --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-base-0.5b-xl-auto.json" 2>>"$R/laya-base.err" | tail -8
     for b in laya laya-base; do
       log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
       cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
         --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
     done
+    log "laya-base held-out file windows, automatic"
+    cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
+      --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-base-0.5b-xl-auto.json" 2>>"$R/laya-base.err" | tail -8
     mlx_lm_site
     log "mlx-lm qwen2.5-coder-3b"
     PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
