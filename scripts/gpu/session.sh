@@ -250,14 +250,18 @@ run)
     log "MLX op tests on the GPU"
     LAYA_DEVICE=gpu cx "$S/mlx_ops" mlx_ops:: --test-threads=1 2>&1 | grep -E "test |rel err|result" | tail -40
     wait_for "$S/laya-base"
-    for shape in qwen2.5-coder-0.5b qwen2.5-coder-3b; do
+    syn() { # syn SHAPE: the build before and this one
       for b in laya-base laya; do
-        log "$b --synthetic $shape"
-        cx "$S/$b" --device gpu bench engine --synthetic "$shape" --precision q8 --prefill 128,512,2048 --decode 64 \
-          --json "$R/syn-$b-$shape.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+        log "$b --synthetic $1"
+        cx "$S/$b" --device gpu bench engine --synthetic "$1" --precision q8 --prefill 128,512,2048 --decode 64 \
+          --json "$R/syn-$b-$1.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
       done
-    done
+    }
+    syn qwen2.5-coder-0.5b
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
+    log "laya held-out file windows, invoked (blocks, 128 tokens)"
+    cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
+      --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8
     wait_for "$S/llama-server"
     log "llama-server /infill, held-out file windows (to the line break)"
     python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$G05" --cases "$XL" \
@@ -266,9 +270,7 @@ run)
     log "laya held-out file windows, automatic"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-0.5b-xl-auto.json" 2>>"$R/laya.err" | tail -8
-    log "laya held-out file windows, invoked (blocks, 128 tokens)"
-    cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
-      --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8
+    syn qwen2.5-coder-3b
     for b in laya laya-base; do
       log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
       cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
