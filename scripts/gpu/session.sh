@@ -258,6 +258,16 @@ run)
       done
     }
     syn qwen2.5-coder-0.5b
+    if [[ $(cat "$S/queue") == decode-short ]]; then
+      # No model files: the synthetic shapes only.
+      syn qwen2.5-coder-3b
+      for b in laya laya-base; do
+        log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
+        cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
+          --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+      done
+      return
+    fi
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
     log "laya held-out file windows, invoked (blocks, 128 tokens)"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
@@ -297,7 +307,7 @@ run)
       .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
     for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
   }
-  if [[ $(cat "$S/queue" 2>/dev/null) == decode ]]; then
+  if [[ $(cat "$S/queue" 2>/dev/null) == decode* ]]; then
     decode_queue
     log "all done"
     exit 0
