@@ -250,8 +250,8 @@ run)
     log "MLX op tests on the GPU"
     LAYA_DEVICE=gpu cx "$S/mlx_ops" mlx_ops:: --test-threads=1 2>&1 | grep -E "test |rel err|result" | tail -40
     wait_for "$S/laya-base"
-    syn() { # syn SHAPE: the build before and this one
-      for b in laya-base laya; do
+    syn() { # syn SHAPE: this build and the one before
+      for b in laya laya-base; do
         log "$b --synthetic $1"
         cx "$S/$b" --device gpu bench engine --synthetic "$1" --precision q8 --prefill 128,512,2048 --decode 64 \
           --json "$R/syn-$b-$1.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
