@@ -229,14 +229,19 @@ run)
     done
   }
 
+  # llama-server's answers to the held-out file windows, ending at the line break.
+  peer_line() { # peer_line TAG GGUF
+    wait_for "$S/llama-server"
+    log "$1: llama-server /infill, held-out file windows (to the line break)"
+    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$2" --cases "$XL" \
+      --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-$1-line.log" \
+      --out "$R/llama-server-$1-xl-line.json" 2>&1 | tail -2
+  }
+
   # A recheck: laya beside llama-server on the held-out file windows only, then the MoE shape.
   recheck() { # recheck TAG GGUF
     local tag=$1 g=$2
-    wait_for "$S/llama-server"
-    log "$tag: llama-server /infill, held-out file windows (to the line break)"
-    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$g" --cases "$XL" \
-      --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-$tag-line.log" \
-      --out "$R/llama-server-$tag-xl-line.json" 2>&1 | tail -2
+    peer_line "$tag" "$g"
     log "$tag: laya held-out file windows ($ACT-spec-off)"
     cx "$L" --device gpu bench quality --model "$g" --precision q8 --cases "$XL" --speculation off \
       --compare "$R/llama-server-$tag-xl-line.json" --out "$R/laya-$tag-xl-$ACT-spec-off.json" \
@@ -257,35 +262,30 @@ run)
           --json "$R/syn-$b-$1.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
       done
     }
+    big() { # the 32B, q4: cancel → free and prefill, both builds
+      for b in laya laya-base; do
+        log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
+        cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 \
+          --decode 16 --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+      done
+    }
     syn qwen2.5-coder-0.5b
     if [[ $(cat "$S/queue") == decode-short ]]; then
       # No model files: the synthetic shapes only.
       syn qwen2.5-coder-3b
-      for b in laya laya-base; do
-        log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
-        cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
-          --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
-      done
+      big
       return
     fi
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
     log "laya held-out file windows, invoked (blocks, 128 tokens)"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
       --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8
-    wait_for "$S/llama-server"
-    log "llama-server /infill, held-out file windows (to the line break)"
-    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$G05" --cases "$XL" \
-      --n-ctx 8192 --batch-size 2048 --stop '\n' --server-log "$R/llama-server-0.5b-line.log" \
-      --out "$R/llama-server-0.5b-xl-line.json" 2>&1 | tail -2
+    peer_line 0.5b "$G05"
     log "laya held-out file windows, automatic"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-0.5b-xl-auto.json" 2>>"$R/laya.err" | tail -8
     syn qwen2.5-coder-3b
-    for b in laya laya-base; do
-      log "$b --synthetic qwen2.5-coder-32b (cancel → free, prefill)"
-      cx "$S/$b" --device gpu bench engine --synthetic qwen2.5-coder-32b --precision q4 --prefill 512,2048 --decode 16 \
-        --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
-    done
+    big
     log "laya-base held-out file windows, automatic"
     cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-base-0.5b-xl-auto.json" 2>>"$R/laya-base.err" | tail -8

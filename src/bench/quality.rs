@@ -848,15 +848,7 @@ mod tests {
             debounce_ms: 0,
             ..CompletionSettings::default()
         };
-        let results = run_cases(
-            Arc::new(Failing),
-            &[c],
-            &settings,
-            Trigger::Automatic,
-            None,
-            |_, _, _| {},
-        )
-        .await;
+        let results = run_one(Arc::new(Failing), c, &settings).await;
         assert_eq!(results[0].output, "");
         let err = results[0].error.as_deref().unwrap_or_default();
         assert!(err.contains("the model is gone"), "{err}");
@@ -901,6 +893,11 @@ mod tests {
         }
     }
 
+    /// One automatic request for `case` through the bench's loop.
+    async fn run_one(engine: Arc<dyn Engine>, case: Case, settings: &CompletionSettings) -> Vec<CaseResult> {
+        run_cases(engine, &[case], settings, Trigger::Automatic, None, |_, _, _| {}).await
+    }
+
     #[tokio::test]
     async fn branched_runs_record_every_edit_with_its_origin() {
         let mut c = case("a", "python", "x = 1");
@@ -910,15 +907,7 @@ mod tests {
             candidates: 3,
             ..CompletionSettings::default()
         };
-        let results = run_cases(
-            Arc::new(Branched),
-            &[c],
-            &settings,
-            Trigger::Automatic,
-            None,
-            |_, _, _| {},
-        )
-        .await;
+        let results = run_one(Arc::new(Branched), c, &settings).await;
         let r = &results[0];
         assert_eq!(r.output, "x = 1", "greedy first");
         let got: Vec<(&str, usize, usize, Option<f32>)> = r
