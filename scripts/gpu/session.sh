@@ -9,9 +9,17 @@
 #                                               # the case subsets; prints the part names
 # On the GPU machine, one call each, in order (each names its parts in `carry`):
 #   scripts/gpu/session.sh stage FILE...        # keep carried .stage/FILEs (and .device/mlx parts)
-#   scripts/gpu/session.sh start [recheck]      # the queue, in its own process session (recheck:
+#   scripts/gpu/session.sh start [QUEUE]        # the queue, in its own process session (recheck:
 #                                               # only the held-out file windows beside llama-server,
-#                                               # 0.5B and 1.5B, then the MoE shape beside mlx-lm)
+#                                               # 0.5B and 1.5B, then the MoE shape beside mlx-lm;
+#                                               # decode: the MLX op tests, then .device/laya-base
+#                                               # (a build to compare with) and laya alternated on
+#                                               # synthetic shapes, the 0.5B's explicit and automatic
+#                                               # requests on the held-out file windows beside
+#                                               # llama-server, the 32B's cancel and prefill, mlx-lm;
+#                                               # decode-short: its synthetic shapes only, no GGUF)
+#                                               # For decode: PACK_MODELS=<the 0.5B's GGUF> at pack,
+#                                               # `decide bf16 0` before start.
 #   scripts/gpu/session.sh decide ACT [CUDNN]   # the activation type the later jobs run with, and
 #                                               # MLX's cuDNN attention (1) or not (0, the default)
 #   scripts/gpu/session.sh status               # the log's end and the results so far
