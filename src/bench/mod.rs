@@ -94,9 +94,7 @@ impl Target {
             }
         })
     }
-}
 
-impl Target {
     /// The local model's tokenizer (to count the tokens of what was shown); `None` for a
     /// remote server.
     pub fn tokenizer(&self) -> Result<Option<crate::engine::tokenizer::Tokenizer>, String> {

@@ -148,7 +148,8 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
     // Tokens of what was shown, against the tokens decoded.
     if let Some(tok) = &tokenizer {
         for r in results.iter_mut() {
-            r.kept_tokens = Some(tok.encode(&r.output, false).map(|ids| ids.len()).unwrap_or(0));
+            // A text the tokenizer refuses is left uncounted rather than counted as none.
+            r.kept_tokens = tok.encode(&r.output, false).ok().map(|ids| ids.len());
         }
     }
     let failed = results.iter().filter(|r| r.error.is_some()).count();

@@ -658,7 +658,7 @@ impl Pipeline {
                 stop: vec![if block { "\n\n\n" } else { "\n" }.into()],
                 // A block also ends where post-processing would cut it, and at its line limit.
                 lines: if block {
-                    postprocess::block_end(&surroundings, Some(settings.max_lines_block.max(1)))
+                    postprocess::block_end(&surroundings, Some(settings.max_lines_block))
                 } else {
                     LineEnd::default()
                 },

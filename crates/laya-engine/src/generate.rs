@@ -635,15 +635,14 @@ pub fn prefill_paced(
             };
             logits
         } else {
-            let logits = model.forward(&tokens, caches)?;
-            if last {
-                eval([&logits])?;
-            } else {
-                // Only the caches are needed from a middle chunk.
-                eval(caches.iter().flat_map(KvCache::arrays))?;
-            }
-            logits
+            model.forward(&tokens, caches)?
         };
+        if last {
+            eval([&logits])?;
+        } else {
+            // Only the caches are needed from a middle chunk.
+            eval(caches.iter().flat_map(KvCache::arrays))?;
+        }
         done += chunk.len();
         chunks += 1;
         model.note_prefill(chunk.len(), started.elapsed());

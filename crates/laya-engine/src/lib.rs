@@ -877,15 +877,9 @@ mod tests {
         }
     }
 
-    static NO_LINE_END: LineEnd = LineEnd {
-        dedent_below: None,
-        repeats: String::new(),
-        max_lines: None,
-    };
-
     /// Feed `text` token by token as candidate 0; returns (kept text, tokens pushed before Stop).
     fn scan(tok: &Tokenizer, text: &str, stop: &[String]) -> (String, Option<usize>) {
-        scan_lines(tok, text, stop, &NO_LINE_END)
+        scan_lines(tok, text, stop, &LineEnd::default())
     }
 
     fn scan_lines(tok: &Tokenizer, text: &str, stop: &[String], lines: &LineEnd) -> (String, Option<usize>) {
@@ -1010,7 +1004,8 @@ mod tests {
                 "no stop",
             ] {
                 let ids = tok.encode(text, false).unwrap();
-                let mut s = StopScanner::new(&tok, 1, &stop, &NO_LINE_END);
+                let none = LineEnd::default();
+                let mut s = StopScanner::new(&tok, 1, &stop, &none);
                 let mut streamed = String::new();
                 for &id in &ids {
                     let c = s.push(0, id);

@@ -382,7 +382,8 @@ impl Model {
     /// [`Model::forward`] evaluated in `groups` runs of consecutive layers (at most one a
     /// layer), `keep_going` asked after each run but the last: a long prompt chunk of a large
     /// model can be given up within one run's time. `None` when `keep_going` said no; the
-    /// caches then hold what they held before the call. The logits are evaluated.
+    /// caches then hold what they held before the call. The layers are evaluated; the logits,
+    /// as [`Model::forward`]'s, are not.
     pub fn forward_grouped(
         &self,
         tokens: &Array,
@@ -416,9 +417,8 @@ impl Model {
             }
             return Ok(None);
         }
-        let logits = self.logits_of_last(h)?;
-        eval([&logits])?;
-        Ok(Some(logits))
+        eval([&h])?;
+        Ok(Some(self.logits_of_last(h)?))
     }
 
     /// Like [`Model::forward`] but returns the logits of every position, `[B, L, vocab]` f32.
