@@ -301,12 +301,14 @@ run)
     log "mlx-lm qwen2.5-coder-3b"
     PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
       --prefill 128,2048 --decode 64 --ops --json "$R/mlx-lm-3b.jsonl" 2>&1 | tail -3
-    log "laya --synthetic qwen3-coder-30b-a3b"
-    cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
-      --decode 32 --json "$R/syn-laya-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
-    log "mlx-lm qwen3-coder-30b-a3b"
-    PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
-      --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
+    if [[ -n ${MOE:-} ]]; then
+      log "laya --synthetic qwen3-coder-30b-a3b"
+      cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
+        --decode 32 --json "$R/syn-laya-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+      log "mlx-lm qwen3-coder-30b-a3b"
+      PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
+        --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
+    fi
   }
   # mlx's Python bindings and mlx-lm (.whl, carried) over the carried libmlx, in /tmp/mlx-site.
   mlx_lm_site() {
