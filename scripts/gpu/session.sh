@@ -277,6 +277,22 @@ run)
           --decode 16 --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
       done
     }
+    moe() { # the 30B-A3B, q4: both builds, block heights fixed at 16 and 64, mlx-lm
+      for b in laya laya-base; do
+        log "$b --synthetic qwen3-coder-30b-a3b"
+        cx "$S/$b" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
+          --decode 32 --json "$R/syn-$b-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+      done
+      for rows in 16 64; do
+        log "laya --synthetic qwen3-coder-30b-a3b, blocks of $rows rows"
+        LAYA_MOE_BLOCK_ROWS=$rows cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 \
+          --prefill 512,2048 --decode 8 --json "$R/syn-laya-30b-a3b-rows$rows.jsonl" 2>&1 | grep -v "^\s*$" | tail -8
+      done
+      mlx_lm_site
+      log "mlx-lm qwen3-coder-30b-a3b"
+      PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
+        --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
+    }
     syn qwen2.5-coder-0.5b
     if [[ $(cat "$S/queue") == decode-short ]]; then
       # No model files: the synthetic shapes only.
@@ -294,6 +310,7 @@ run)
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-0.5b-xl-auto.json" 2>>"$R/laya.err" | tail -8
     syn qwen2.5-coder-3b
     big
+    [[ -z ${MOE:-} ]] || moe
     log "laya-base held-out file windows, automatic"
     cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-base-0.5b-xl-auto.json" 2>>"$R/laya-base.err" | tail -8
@@ -301,14 +318,6 @@ run)
     log "mlx-lm qwen2.5-coder-3b"
     PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
       --prefill 128,2048 --decode 64 --ops --json "$R/mlx-lm-3b.jsonl" 2>&1 | tail -3
-    if [[ -n ${MOE:-} ]]; then
-      log "laya --synthetic qwen3-coder-30b-a3b"
-      cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
-        --decode 32 --json "$R/syn-laya-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
-      log "mlx-lm qwen3-coder-30b-a3b"
-      PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
-        --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
-    fi
   }
   # mlx's Python bindings and mlx-lm (.whl, carried) over the carried libmlx, in /tmp/mlx-site.
   mlx_lm_site() {

@@ -10,8 +10,10 @@
 //!
 //! The experts of a layer are stacked (`[experts, out, in]`) and run through MLX's gathered
 //! matmuls, which take each token's experts by index: `gather_qmm` when quantized, `gather_mm`
-//! at the source's precision. A prefill of many tokens first sorts its (token, expert) pairs
-//! by expert, as mlx-lm's `SwitchGLU` does, so each expert's weights are read in one run.
+//! at the source's precision. A decode step's few (token, expert) pairs go in as one row each;
+//! a prompt chunk's pairs go in as blocks of rows of one expert ([`Blocks`]), so a product
+//! reads an expert's weights once a block, not once a pair (one row a pair, even sorted by
+//! expert as mlx-lm's `SwitchGLU` does, runs MLX's CUDA kernel one tile a pair).
 //!
 //! Fewer kernels a layer than the formula's literal reading (a decode step is bound by their
 //! count, not by the bytes of 8 experts): each expert's gate and up rows are one matrix (one
@@ -25,9 +27,6 @@ use mlx_rs::ops::{self, gather_mm, gather_qmm, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
 use super::{on_gpu, pair, swiglu, Linear, ModelConfig, ModelError, MoeConfig, Result, Weights};
-
-/// From this many (token, expert) pairs on, they are sorted by expert (mlx-lm's threshold).
-const SORT_FROM: usize = 64;
 
 pub(super) struct SparseMoeBlock {
     /// The router, `[experts, hidden]`.
@@ -119,42 +118,118 @@ struct SwitchGlu {
 impl SwitchGlu {
     /// `x` `[B, L, hidden]`, `indices` `[B, L, k]` → `[B, L, k, hidden]`, one row per expert.
     fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
-        // [B, L, 1, 1, hidden]: a one-row matrix per token, broadcast over its k experts.
+        if indices.size() >= BLOCKS_FROM {
+            let rows = block_rows(indices.size() as i32, self.down_proj.experts());
+            return self.forward_blocks(x, indices, rows);
+        }
+        // A few pairs (a decode step): [B, L, 1, 1, hidden], one one-row matrix per token,
+        // broadcast over its k experts.
         let x = x.expand_dims_axes(&[-2, -3])?;
-        let sort = indices.size() >= SORT_FROM;
-        let (x, idx, inv_order) = if sort {
-            let (x, idx, inv) = gather_sort(&x, indices)?;
-            (x, idx, Some(inv))
-        } else {
-            (x, indices.clone(), None)
-        };
-        let gate_up = self.gate_up.forward(&x, &idx, sort)?;
-        let [gate, up] = pair(ops::split_at_indices(&gate_up, &[self.inter], -1)?)?;
-        let y = self
-            .down_proj
-            .forward(&swiglu(&gate, &up, self.fused_swiglu)?, &idx, sort)?;
-        let y = match inv_order {
-            Some(inv) => {
-                let shape = [indices.shape(), &y.shape()[1..]].concat();
-                y.take_axis(&inv, 0)?.reshape(&shape)?
-            }
-            None => y,
-        };
+        let gate_up = self.gate_up.forward(&x, indices, false)?;
+        let y = self.down(&gate_up, indices, false)?;
         Ok(y.squeeze_axes(&[-2])?)
+    }
+
+    /// The (token, expert) pairs in blocks of `rows` rows of one expert each (see
+    /// [`Blocks`]): each gathered product multiplies whole blocks, not single rows.
+    fn forward_blocks(&self, x: &Array, indices: &Array, rows: i32) -> Result<Array> {
+        let hidden = x.dim(-1);
+        let blocks = Blocks::new(indices, self.down_proj.experts(), rows)?;
+        let xb = x
+            .reshape(&[-1, hidden])?
+            .take_axis(&blocks.row_token, 0)?
+            .reshape(&[-1, rows, hidden])?;
+        let gate_up = self.gate_up.forward(&xb, &blocks.expert, true)?;
+        let y = self.down(&gate_up, &blocks.expert, true)?;
+        let y = y.reshape(&[-1, hidden])?.take_axis(&blocks.pair_row, 0)?;
+        Ok(y.reshape(&[indices.shape(), &[hidden]].concat())?)
+    }
+
+    fn down(&self, gate_up: &Array, indices: &Array, sorted: bool) -> Result<Array> {
+        let [gate, up] = pair(ops::split_at_indices(gate_up, &[self.inter], -1)?)?;
+        self.down_proj
+            .forward(&swiglu(&gate, &up, self.fused_swiglu)?, indices, sorted)
     }
 }
 
-/// The (token, expert) pairs in expert order: `x` `[B, L, 1, 1, hidden]` and `indices`
-/// `[B, L, k]` become one row per pair `[B·L·k, 1, hidden]`, the pairs' experts `[B·L·k]`
-/// ascending, and the order that puts the pairs back.
-fn gather_sort(x: &Array, indices: &Array) -> Result<(Array, Array, Array)> {
-    let k = indices.dim(-1);
-    let flat = indices.flatten(None, None)?;
-    let order = ops::argsort_axis(&flat, 0)?;
-    let inv_order = ops::argsort_axis(&order, 0)?;
-    let token = order.floor_divide(Array::from_int(k))?;
-    let rows = x.flatten(0, -3)?.take_axis(&token, 0)?;
-    Ok((rows, flat.take_axis(&order, 0)?, inv_order))
+/// From this many (token, expert) pairs on, they run in blocks of one expert each.
+const BLOCKS_FROM: usize = 64;
+
+/// Rows a block: the pairs an expert gets on average (a power of two from 16 to 64, the tile
+/// heights of MLX's CUDA quantized product), so most blocks are full and the padding, at most
+/// `rows - 1` rows an expert, stays a fraction of the pairs.
+fn block_rows(pairs: i32, experts: i32) -> i32 {
+    // TEMPORARY (measurement): LAYA_MOE_BLOCK_ROWS fixes the height while it is tuned on a GPU.
+    static FIXED: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    if let Some(rows) = *FIXED.get_or_init(|| std::env::var("LAYA_MOE_BLOCK_ROWS").ok()?.parse().ok()) {
+        return rows;
+    }
+    let mean = (pairs / experts.max(1)).max(1) as u32;
+    (mean.next_power_of_two() as i32).clamp(16, 64)
+}
+
+/// A prompt chunk's (token, expert) pairs laid out in blocks of `rows` rows that each belong
+/// to one expert, experts ascending: expert e's pairs fill `ceil(count_e / rows)` blocks, the
+/// last one padded with rows whose output nobody reads. A gathered product over `[blocks,
+/// rows, in]` then reads each expert's weights once a block and multiplies `rows` rows with
+/// them, instead of one row a (token, expert) pair. The number of blocks is the most the
+/// pairs can need (`(pairs + experts * (rows - 1)) / rows`), so the graph's shapes depend on
+/// the chunk's length only; the layout is computed on the device (no wait for the router).
+struct Blocks {
+    /// The token each row takes its input from: `[blocks * rows]`.
+    row_token: Array,
+    /// The expert of each block: `[blocks]`, ascending.
+    expert: Array,
+    /// The row each pair's output is in, in the pairs' order (`indices` flattened).
+    pair_row: Array,
+}
+
+impl Blocks {
+    fn new(indices: &Array, experts: i32, rows: i32) -> Result<Blocks> {
+        let int = |a: Array| a.as_dtype(Dtype::Int32);
+        let k = indices.dim(-1);
+        let expert = int(indices.flatten(None, None)?)?;
+        let pairs = expert.size() as i32;
+        let blocks = (pairs + experts * (rows - 1) + rows - 1) / rows;
+        // The pairs in expert order, and the position of each pair in that order.
+        let order = int(ops::argsort_axis(&expert, 0)?)?;
+        let position = int(ops::argsort_axis(&order, 0)?)?;
+        let count = int(expert
+            .expand_dims(-1)?
+            .eq(Array::arange::<_, i32>(None, experts, None)?)?)?
+        .sum_axis(0, false)?;
+        // Where each expert's pairs start in expert order, and its padded rows in the blocks.
+        let start = count.cumsum(0, None, false)?;
+        let padded = count
+            .add(Array::from_int(rows - 1))?
+            .floor_divide(Array::from_int(rows))?
+            .multiply(Array::from_int(rows))?;
+        let padded_end = padded.cumsum(0, None, true)?;
+        let padded_start = padded_end.subtract(&padded)?;
+        // A block belongs to the expert whose padded rows hold its first row; blocks past
+        // the last expert's (unused) to the last expert.
+        let first_row = Array::arange::<_, i32>(None, blocks * rows, rows)?;
+        let block_expert = int(first_row.expand_dims(-1)?.ge(padded_end.expand_dims(0)?)?)?
+            .sum_axis(1, false)?;
+        let block_expert = ops::minimum(&block_expert, Array::from_int(experts - 1))?;
+        // Row r of expert e's blocks holds e's r-th pair in expert order, or is padding.
+        let row_expert = ops::broadcast_to(block_expert.expand_dims(-1)?, &[blocks, rows])?.flatten(None, None)?;
+        let rank = Array::arange::<_, i32>(None, blocks * rows, None)?
+            .subtract(padded_start.take_axis(&row_expert, 0)?)?;
+        let source = start.take_axis(&row_expert, 0)?.add(&rank)?;
+        let real = rank.lt(count.take_axis(&row_expert, 0)?)?;
+        let source = ops::select(&real, &source, Array::from_int(0))?;
+        let row_token = order.take_axis(&source, 0)?.floor_divide(Array::from_int(k))?;
+        let pair_row = padded_start
+            .take_axis(&expert, 0)?
+            .add(&position)?
+            .subtract(start.take_axis(&expert, 0)?)?;
+        Ok(Blocks {
+            row_token,
+            expert: block_expert,
+            pair_row,
+        })
+    }
 }
 
 /// One linear map per expert, stacked: `[experts, out, in]`, dense or quantized.
@@ -192,7 +267,8 @@ impl SwitchLinear {
         self.0.out_features()
     }
 
-    /// `x` `[..., 1, in]` times the transposed matrix of expert `indices[...]`: `[..., 1, out]`.
+    /// `x` `[..., m, in]` times the transposed matrix of expert `indices[...]`: `[..., m, out]`
+    /// (`sorted`: the indices ascend).
     fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
         Ok(match &self.0 {
             Linear::Dense { weight, .. } => {
@@ -232,7 +308,7 @@ mod tests {
     use super::super::{Arch, FeedForward, Linear, Model, ModelConfig, ModelError, MoeConfig, QuantSpec};
     use super::*;
 
-    /// 40 tokens: 80 (token, expert) pairs, over [`SORT_FROM`], so a prefill of them sorts.
+    /// 40 tokens: 80 (token, expert) pairs, over [`BLOCKS_FROM`], so a prefill of them runs in blocks.
     fn long_seq() -> Vec<u32> {
         (0..40u32).map(|i| (i * 37 + 11) % 97).collect()
     }
@@ -287,7 +363,7 @@ mod tests {
             .collect()
     }
 
-    /// The logits of prefills of 12 tokens (pairs unsorted) and 40 tokens (sorted) match the
+    /// The logits of prefills of 12 tokens (a row a pair) and 40 tokens (blocks) match the
     /// host's f32 reference, and those tokens were routed to many different experts.
     #[test]
     fn forward_matches_reference() {
@@ -322,10 +398,10 @@ mod tests {
         eprintln!("worst max |laya - reference| over all: {worst:e}");
     }
 
-    /// The sorted (prefill) and unsorted (decode) paths agree: a prompt run whole, token by
-    /// token and in chunks on both sides of the sorting threshold gives the same logits.
+    /// The block (prefill) and row (decode) paths agree: a prompt run whole, token by token
+    /// and in chunks on both sides of the blocks' threshold gives the same logits.
     #[test]
-    fn cached_equals_uncached_across_the_sorting_threshold() {
+    fn cached_equals_uncached_across_the_blocks_threshold() {
         for (seed, (what, cfg)) in configs().into_iter().enumerate() {
             let model = Model::from_weights(
                 cfg.clone(),
@@ -337,11 +413,76 @@ mod tests {
             let run = |chunks: &[usize]| chunked(&model, &ids, chunks);
             let whole = run(&[40]);
             let one_by_one = run(&[1; 40]);
-            // 33 tokens (66 pairs) sort, the 7 after them (14 pairs) do not.
+            // 33 tokens (66 pairs) run in blocks, the 7 after them (14 pairs) a row a pair.
             let chunked = run(&[33, 7]);
             let (d1, d2) = (max_abs_diff(&whole, &one_by_one), max_abs_diff(&whole, &chunked));
             eprintln!("{what}: whole vs one by one {d1:e}, vs chunks 33 + 7 {d2:e}");
             assert!(d1 <= tol(1e-4) && d2 <= tol(1e-4), "{what}: {d1} {d2}");
+        }
+    }
+
+    /// The block layout on the host: each pair's output row is a real row of its own expert's
+    /// blocks that takes its token's input, blocks ascend by expert, and no two pairs share a
+    /// row; for several block heights and routings (one expert taking every pair included).
+    #[test]
+    fn blocks_hold_each_pair_once_in_a_block_of_its_expert() {
+        let host = |a: &Array| a.as_dtype(Dtype::Int32).unwrap().as_slice::<i32>().to_vec();
+        let routings: Vec<(i32, Vec<i32>)> = vec![
+            (8, (0..80).map(|i| (i * 5 + i / 7) % 8).collect()),
+            (8, vec![3; 40]),
+            (16, (0..64).map(|i| (i * i + 3) % 16).collect()),
+            (4, vec![0, 3, 0, 3, 1, 1, 0, 2, 2, 2, 3, 0]),
+        ];
+        for (experts, flat) in routings {
+            let k = 2;
+            let indices = Array::from_slice(&flat, &[1, flat.len() as i32 / k, k]);
+            for rows in [1, 3, 4, 16, 64] {
+                let b = Blocks::new(&indices, experts, rows).unwrap();
+                let (row_token, block_expert, pair_row) = (host(&b.row_token), host(&b.expert), host(&b.pair_row));
+                assert_eq!(row_token.len(), block_expert.len() * rows as usize);
+                assert!(block_expert.windows(2).all(|w| w[0] <= w[1]), "{block_expert:?}");
+                let mut seen = BTreeSet::new();
+                for (p, &row) in pair_row.iter().enumerate() {
+                    let row = row as usize;
+                    assert!(seen.insert(row), "rows {rows}: row {row} twice");
+                    assert_eq!(row_token[row], p as i32 / k, "rows {rows}: pair {p}'s token");
+                    assert_eq!(block_expert[row / rows as usize], flat[p], "rows {rows}: pair {p}'s expert");
+                }
+            }
+        }
+        assert_eq!(block_rows(4096, 128), 32);
+        assert_eq!(block_rows(16384, 128), 64);
+        assert_eq!(block_rows(80, 8), 16);
+    }
+
+    /// Whatever the block height, a prefill's logits are those of one row a pair.
+    #[test]
+    fn every_block_height_gives_the_logits_of_one_row_a_pair() {
+        let cfg = tiny_config(Arch::Qwen3Moe);
+        let w = random_weights(&cfg, 45);
+        let (q, _) = quantized_pair(&w, 64, 4);
+        for (what, weights) in [("q4", q), ("f32", to_device(&w))] {
+            let model = Model::from_weights(cfg.clone(), weights, 64).unwrap();
+            let FeedForward::Sparse(block) = &model.layers[0].mlp else {
+                panic!("dense")
+            };
+            let x = Array::from_slice(
+                &(0..40 * 64).map(|i| ((i * 7919) % 113) as f32 / 113.0 - 0.5).collect::<Vec<_>>(),
+                &[1, 40, 64],
+            );
+            let indices = Array::from_slice(&(0..80).map(|i| (i * 3 + i / 5) % 8).collect::<Vec<i32>>(), &[1, 40, 2]);
+            let m = &block.switch_mlp;
+            let one_row = {
+                let x = x.expand_dims_axes(&[-2, -3]).unwrap();
+                let gu = m.gate_up.forward(&x, &indices, false).unwrap();
+                m.down(&gu, &indices, false).unwrap().squeeze_axes(&[-2]).unwrap()
+            };
+            for rows in [1, 4, 16, 64] {
+                let blocks = m.forward_blocks(&x, &indices, rows).unwrap();
+                assert_eq!(blocks.shape(), one_row.shape());
+                let diff = max_abs_diff(&blocks, &one_row);
+                assert!(diff <= 1e-5, "{what}, {rows} rows: {diff}");
+            }
         }
     }
 
