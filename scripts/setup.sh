@@ -3,7 +3,12 @@
 #
 #   scripts/setup.sh                  # system packages, MLX, build, models, then the demo
 #   scripts/setup.sh --no-run         # everything but the demo (what scripts/test.sh uses)
-#   scripts/setup.sh --backend cuda13 # link MLX's CUDA backend (Linux + NVIDIA GPU)
+#   scripts/setup.sh --backend cpu    # MLX's CPU backend even where an NVIDIA GPU is found
+#                                     # (auto, the default: cuda13 with an NVIDIA driver >= 580,
+#                                     # cuda12 with one >= 525, else cpu; also cuda12, cuda13)
+#
+# With a CUDA backend, `laya models warm` then compiles the GPU kernels MLX builds at first use
+# into laya's kernel cache, so the first request of an editor never waits for them.
 #
 # Idempotent: a second run only checks. Downloads are cached under ${XDG_CACHE_HOME:-~/.cache}/laya.
 # Linux: links the prebuilt libmlx of the PyPI wheel mlx-cpu / mlx-cuda-13 (version pinned
@@ -11,7 +16,7 @@
 set -euo pipefail
 
 MLX_VERSION=0.32.2          # = GIT_TAG in crates/mlx-sys/mlx-c/CMakeLists.txt
-BACKEND=${LAYA_MLX_BACKEND:-cpu}
+BACKEND=${LAYA_MLX_BACKEND:-auto}
 RUN_DEMO=1
 FETCH=(qwen2.5-coder-0.5b qwen2.5-coder-1.5b)
 
@@ -20,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     --no-run) RUN_DEMO=0 ;;
     --backend) BACKEND="$2"; shift ;;
     --models) IFS=, read -r -a FETCH <<<"$2"; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "setup: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -29,12 +34,41 @@ done
 cd "$(dirname "$0")/.."
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
 CACHE="${LAYA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/laya}"
+
+# The backend for this machine: MLX's CUDA build when an NVIDIA GPU and its driver answer
+# (CUDA 13 needs driver 580 or newer, CUDA 12 525), else the CPU build. Prints the choice's reason.
+detect_backend() {
+  local gpu driver major
+  if ! have nvidia-smi; then
+    echo "cpu no NVIDIA driver (nvidia-smi not found)"; return
+  fi
+  IFS=, read -r gpu driver < <(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+  driver=${driver// /}
+  if [[ -z $driver ]]; then
+    echo "cpu nvidia-smi found no GPU"; return
+  fi
+  major=${driver%%.*}
+  if ((major >= 580)); then
+    echo "cuda13 NVIDIA GPU found ($gpu, driver $driver)"
+  elif ((major >= 525)); then
+    echo "cuda12 NVIDIA GPU found ($gpu, driver $driver; CUDA 13 needs driver 580 or newer)"
+  else
+    echo "cpu NVIDIA driver $driver is older than MLX's CUDA builds need (525)"
+  fi
+}
+if [[ $BACKEND == auto ]]; then
+  if [[ $(uname -s) == Linux ]]; then
+    read -r BACKEND why < <(detect_backend)
+    say "backend: $BACKEND: $why (--backend cpu|cuda12|cuda13 to choose)"
+  else
+    BACKEND=cpu # macOS: MLX builds from source with Metal; the variable is Linux's only
+  fi
+fi
 # Unset means cpu to crates/mlx-sys; keep it unset then, so that a later plain `cargo build`
 # or `cargo test` sees the same environment and does not rebuild mlx-sys.
 if [[ $BACKEND == cpu ]]; then unset LAYA_MLX_BACKEND; else export LAYA_MLX_BACKEND="$BACKEND"; fi
-
-have() { command -v "$1" >/dev/null 2>&1; }
 
 # 1. toolchain -------------------------------------------------------------------------
 have cargo || die "Rust is not installed: install it from https://rustup.rs, then re-run this script"
@@ -99,7 +133,15 @@ LAYA=target/release/laya
 say "fetching models: ${FETCH[*]}"
 "$LAYA" models fetch "${FETCH[@]}"
 
-# 6. the main job -----------------------------------------------------------------------
+# 6. GPU kernels ------------------------------------------------------------------------
+# MLX's CUDA backend compiles kernels at first use (minutes on a fresh machine): compile them
+# now into laya's kernel cache, for the models `laya serve` would serve here.
+if [[ $BACKEND == cuda* ]]; then
+  say "compiling MLX's GPU kernels for the models laya serves here (laya models warm)"
+  "$LAYA" models warm || die "laya models warm failed (see above); \`laya doctor\` says what is missing"
+fi
+
+# 7. the main job -----------------------------------------------------------------------
 if [[ $RUN_DEMO == 1 ]]; then
   "$LAYA" doctor >/dev/null || "$LAYA" doctor
   say "running: laya complete examples/fib.py:5:1 (the first run converts the model to q8 and caches it)"

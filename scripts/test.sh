@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all --check || { echo "test.sh: run \`cargo fmt\` (the diff is above)" >&2; exit 1; }
 fi
-scripts/setup.sh --no-run --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
+# The tests run on the CPU build unless LAYA_MLX_BACKEND names another.
+scripts/setup.sh --no-run --backend "${LAYA_MLX_BACKEND:-cpu}" --models qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 LAYA_PEER_PYTHON=$(scripts/peer-setup.sh | tail -n 1)
 export LAYA_PEER_PYTHON
 export LAYA_TEST_REAL_MODELS=1

@@ -184,6 +184,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Models {
+            command: ModelsCommand::Warm { serve },
+        } => cli::warm::run(*serve, device)?,
+        Command::Models {
             command: ModelsCommand::Fetch { names, source },
         } => {
             let names: Vec<String> = if names.is_empty() {

@@ -293,6 +293,16 @@ run)
       PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
         --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
     }
+    ready() { # setup's step (`laya models warm`, fresh kernel and converted caches), then
+      # laya serve's time to ready and its first requests, the 0.5B
+      local k=/tmp/laya-kernels-setup c=/tmp/laya-cache-setup
+      rm -rf "$k" "$c"
+      log "setup's step: laya models warm (empty kernel and converted caches)"
+      MLX_PTX_CACHE_DIR=$k LAYA_CACHE_DIR=$c cx "$S/laya" --device gpu models warm --small "$G05" --large none 2>&1 | tail -5
+      log "laya serve after setup: time to ready, first requests"
+      MLX_PTX_CACHE_DIR=$k LAYA_CACHE_DIR=$c python3 scripts/gpu/first_request.py --laya "$S/laya" --model "$G05" \
+        --cases "$XL" --sizes 150,700,1500 --wrap scripts/gpu/cuda-ops.sh --out "$R/ready-after-setup.json" 2>&1 | tail -5
+    }
     syn qwen2.5-coder-0.5b
     if [[ $(cat "$S/queue") == decode-short ]]; then
       # No model files: the synthetic shapes only.
@@ -301,6 +311,7 @@ run)
       return
     fi
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
+    ready
     log "laya held-out file windows, invoked (blocks, 128 tokens)"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
       --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8

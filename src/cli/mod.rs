@@ -18,6 +18,7 @@
 
 pub mod bench;
 pub mod lsp;
+pub mod warm;
 
 use std::{io::IsTerminal, path::PathBuf};
 
@@ -187,6 +188,13 @@ pub enum ModelsCommand {
     /// Known models: tiers, parameters, memory at the router's bits, download size, whether
     /// each is present, and the tiers recommended for this machine.
     List,
+    /// Load what `laya serve` with these flags serves, at each bit width its router uses, and
+    /// warm it up: on a GPU this compiles MLX's kernels into its kernel cache now, so a
+    /// daemon started later does not (scripts/setup.sh runs it on CUDA machines).
+    Warm {
+        #[command(flatten)]
+        serve: Box<ServeArgs>,
+    },
 }
 
 /// Which model to load and how.

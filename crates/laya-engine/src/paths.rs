@@ -28,6 +28,15 @@ pub fn converted_dir() -> PathBuf {
     cache_root().join("converted")
 }
 
+/// MLX's compiled GPU kernels, `<cache>/kernels/mlx-<version>` (given to MLX as
+/// `MLX_PTX_CACHE_DIR`: its own default is under the temporary directory, which a reboot may
+/// empty, and then the first model load compiles every kernel again).
+pub fn kernel_dir() -> PathBuf {
+    cache_root()
+        .join("kernels")
+        .join(format!("mlx-{}", mlx_sys::MLX_BUILD_VERSION))
+}
+
 /// The Python of the llama.cpp peer (llama-cpp-python and gguf-py), for the tests and
 /// benchmarks that compare with llama.cpp: `LAYA_PEER_PYTHON`, else the venv
 /// `scripts/peer-setup.sh` makes under the cache; an error naming the fix when it is missing.

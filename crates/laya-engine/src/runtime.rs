@@ -240,17 +240,27 @@ fn parse_activation_dtype(value: Option<&str>) -> Result<Option<mlx_rs::Dtype>, 
 /// pair with nearly every request: on an H100 the 0.5B's first prompt of 700 tokens ran at
 /// 13.8k tokens/s against 84k the second time, and a decode step took 2.70 ms against 2.19
 /// without cuDNN. Off, prompts take MLX's own attention (matrix products and a softmax).
+///
+/// `MLX_PTX_CACHE_DIR` ([`KERNEL_DIR`]): where MLX's CUDA backend keeps the kernels it compiles
+/// at first use, [`crate::paths::kernel_dir`] rather than MLX's default under the temporary
+/// directory, so a reboot does not send the next model load back to compiling them (102.7 s on
+/// a fresh H100); `laya models warm` fills it.
 pub const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[
     ("MLX_ENABLE_CACHE_THRASHING_CHECK", "0"),
     ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
 ];
 
-/// The [`MLX_ENV_DEFAULTS`] that `get` (the environment) leaves unset.
-pub fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, &'static str)> {
+/// The variable naming MLX's kernel cache, set to [`crate::paths::kernel_dir`] when unset.
+pub const KERNEL_DIR: &str = "MLX_PTX_CACHE_DIR";
+
+/// The [`MLX_ENV_DEFAULTS`] and [`KERNEL_DIR`] that `get` (the environment) leaves unset.
+pub fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+    let kernels = crate::paths::kernel_dir().to_string_lossy().into_owned();
     MLX_ENV_DEFAULTS
         .iter()
+        .map(|&(name, value)| (name, value.to_string()))
+        .chain([(KERNEL_DIR, kernels)])
         .filter(|(name, _)| get(name).is_none())
-        .copied()
         .collect()
 }
 
@@ -400,16 +410,26 @@ mod tests {
 
     #[test]
     fn mlx_defaults_fill_only_what_the_environment_leaves_unset() {
+        let kernels = crate::paths::kernel_dir().to_string_lossy().into_owned();
+        assert!(
+            kernels.ends_with(&format!("kernels/mlx-{}", mlx_sys::MLX_BUILD_VERSION)),
+            "{kernels}"
+        );
+        let owned =
+            |v: &[(&'static str, &str)]| v.iter().map(|&(n, v)| (n, v.to_string())).collect::<Vec<_>>();
         assert_eq!(
             mlx_env_to_set(|_| None),
-            [
+            owned(&[
                 ("MLX_ENABLE_CACHE_THRASHING_CHECK", "0"),
-                ("MLX_CUDA_USE_CUDNN_SDPA", "0")
-            ]
+                ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
+                ("MLX_PTX_CACHE_DIR", &kernels),
+            ])
         );
         assert_eq!(
-            mlx_env_to_set(|n| (n == "MLX_ENABLE_CACHE_THRASHING_CHECK").then(|| "1".into())),
-            [("MLX_CUDA_USE_CUDNN_SDPA", "0")]
+            mlx_env_to_set(
+                |n| (n == "MLX_ENABLE_CACHE_THRASHING_CHECK" || n == KERNEL_DIR).then(|| "1".into())
+            ),
+            owned(&[("MLX_CUDA_USE_CUDNN_SDPA", "0")])
         );
         assert!(mlx_env_to_set(|n| n.starts_with("MLX_").then(|| "1".into())).is_empty());
     }

@@ -209,11 +209,12 @@ impl Blocks {
         // A block belongs to the expert whose padded rows hold its first row; blocks past
         // the last expert's (unused) to the last expert.
         let first_row = Array::arange::<_, i32>(None, blocks * rows, rows)?;
-        let block_expert = int(first_row.expand_dims(-1)?.ge(padded_end.expand_dims(0)?)?)?
-            .sum_axis(1, false)?;
+        let block_expert =
+            int(first_row.expand_dims(-1)?.ge(padded_end.expand_dims(0)?)?)?.sum_axis(1, false)?;
         let block_expert = ops::minimum(&block_expert, Array::from_int(experts - 1))?;
         // Row r of expert e's blocks holds e's r-th pair in expert order, or is padding.
-        let row_expert = ops::broadcast_to(block_expert.expand_dims(-1)?, &[blocks, rows])?.flatten(None, None)?;
+        let row_expert =
+            ops::broadcast_to(block_expert.expand_dims(-1)?, &[blocks, rows])?.flatten(None, None)?;
         let rank = Array::arange::<_, i32>(None, blocks * rows, None)?
             .subtract(padded_start.take_axis(&row_expert, 0)?)?;
         let source = start.take_axis(&row_expert, 0)?.add(&rank)?;
@@ -438,7 +439,8 @@ mod tests {
             let indices = Array::from_slice(&flat, &[1, flat.len() as i32 / k, k]);
             for rows in [1, 3, 4, 16, 64] {
                 let b = Blocks::new(&indices, experts, rows).unwrap();
-                let (row_token, block_expert, pair_row) = (host(&b.row_token), host(&b.expert), host(&b.pair_row));
+                let (row_token, block_expert, pair_row) =
+                    (host(&b.row_token), host(&b.expert), host(&b.pair_row));
                 assert_eq!(row_token.len(), block_expert.len() * rows as usize);
                 assert!(block_expert.windows(2).all(|w| w[0] <= w[1]), "{block_expert:?}");
                 let mut seen = BTreeSet::new();
@@ -446,7 +448,11 @@ mod tests {
                     let row = row as usize;
                     assert!(seen.insert(row), "rows {rows}: row {row} twice");
                     assert_eq!(row_token[row], p as i32 / k, "rows {rows}: pair {p}'s token");
-                    assert_eq!(block_expert[row / rows as usize], flat[p], "rows {rows}: pair {p}'s expert");
+                    assert_eq!(
+                        block_expert[row / rows as usize],
+                        flat[p],
+                        "rows {rows}: pair {p}'s expert"
+                    );
                 }
             }
         }
@@ -467,10 +473,15 @@ mod tests {
                 panic!("dense")
             };
             let x = Array::from_slice(
-                &(0..40 * 64).map(|i| ((i * 7919) % 113) as f32 / 113.0 - 0.5).collect::<Vec<_>>(),
+                &(0..40 * 64)
+                    .map(|i| ((i * 7919) % 113) as f32 / 113.0 - 0.5)
+                    .collect::<Vec<_>>(),
                 &[1, 40, 64],
             );
-            let indices = Array::from_slice(&(0..80).map(|i| (i * 3 + i / 5) % 8).collect::<Vec<i32>>(), &[1, 40, 2]);
+            let indices = Array::from_slice(
+                &(0..80).map(|i| (i * 3 + i / 5) % 8).collect::<Vec<i32>>(),
+                &[1, 40, 2],
+            );
             let m = &block.switch_mlp;
             let one_row = {
                 let x = x.expand_dims_axes(&[-2, -3]).unwrap();
