@@ -66,11 +66,16 @@ impl SparseMoeBlock {
 
     /// `x`: `[B, L, hidden]`, already normed.
     pub(super) fn forward(&self, x: &Array) -> Result<Array> {
-        let logits = self.gate.forward(x)?;
+        let (b, l, hidden) = (x.dim(0), x.dim(1), x.dim(2));
+        // [B, L, 1, hidden]: each token a one-row matrix, so the router's choices come out
+        // as [B, L, 1, k], the shape of the weights the experts' rows are summed with.
+        let x = x.reshape(&[b, l, 1, hidden])?;
+        let logits = self.gate.forward(&x)?;
         let (experts, k) = (logits.dim(-1), self.top_k);
         // The k largest logits (softmax keeps the order) end up last; their order among
         // themselves is free.
-        let inds = ops::argpartition_axis(&logits, experts - k, -1)?.try_index((.., .., experts - k..))?;
+        let inds =
+            ops::argpartition_axis(&logits, experts - k, -1)?.try_index((.., .., .., experts - k..))?;
         let scores = if self.norm_topk_prob {
             // exp(l_e) / sum over the top of exp(l_j): the renormalised probabilities.
             ops::softmax_axis(logits.take_along_axis(&inds, -1)?, -1, true)?
@@ -78,9 +83,9 @@ impl SparseMoeBlock {
             ops::softmax_axis(&logits, -1, true)?.take_along_axis(&inds, -1)?
         };
         // [B, L, k, hidden] weighted by [B, L, 1, k]: one product per token.
-        let y = self.switch_mlp.forward(x, &inds)?;
-        let w = scores.expand_dims(-2)?.as_dtype(y.dtype())?;
-        Ok(w.matmul(&y)?.squeeze_axes(&[-2])?)
+        let y = self.switch_mlp.forward(&x, &inds)?;
+        let w = scores.as_dtype(y.dtype())?;
+        Ok(w.matmul(&y)?.reshape(&[b, l, hidden])?)
     }
 
     pub(super) fn arrays(&self) -> Vec<&Array> {
@@ -116,22 +121,36 @@ struct SwitchGlu {
 }
 
 impl SwitchGlu {
-    /// `x` `[B, L, hidden]`, `indices` `[B, L, k]` → `[B, L, k, hidden]`, one row per expert.
+    /// `x` `[B, L, 1, hidden]`, `indices` `[B, L, 1, k]` → `[B, L, k, hidden]`, one row per
+    /// expert.
     fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
-        if indices.size() >= BLOCKS_FROM {
+        let (b, l, k, hidden) = (x.dim(0), x.dim(1), indices.dim(-1), x.dim(-1));
+        let y = if indices.size() >= BLOCKS_FROM {
             let rows = block_rows(indices.size() as i32, self.down_proj.experts());
-            return self.forward_blocks(x, indices, rows);
-        }
-        // A few pairs (a decode step): [B, L, 1, 1, hidden], one one-row matrix per token,
-        // broadcast over its k experts.
-        let x = x.expand_dims_axes(&[-2, -3])?;
-        let gate_up = self.gate_up.forward(&x, indices, false)?;
-        let y = self.down(&gate_up, indices, false)?;
-        Ok(y.squeeze_axes(&[-2])?)
+            self.forward_blocks(x, indices, rows)?
+        } else {
+            self.forward_rows(x, indices)?
+        };
+        Ok(y.reshape(&[b, l, k, hidden])?)
+    }
+
+    /// A few pairs (a decode step): each token's row times each of its k experts, the rows
+    /// named by index arrays made on the host (MLX would otherwise build them in the graph:
+    /// an arange, a reshape and a broadcast a product).
+    fn forward_rows(&self, x: &Array, indices: &Array) -> Result<Array> {
+        let k = indices.dim(-1) as usize;
+        let pairs = indices.size() as u32;
+        let token: Vec<u32> = (0..pairs).map(|p| p / k as u32).collect();
+        let token = Array::from_slice(&token, indices.shape());
+        let pair: Vec<u32> = (0..pairs).collect();
+        let pair = Array::from_slice(&pair, indices.shape());
+        let gate_up = self.gate_up.forward(x, Some(&token), indices, false)?;
+        self.down(&gate_up, Some(&pair), indices, false)
     }
 
     /// The (token, expert) pairs in blocks of `rows` rows of one expert each (see
     /// [`Blocks`]): each gathered product multiplies whole blocks, not single rows.
+    /// `[pairs, hidden]`, the pairs in `indices`' order.
     fn forward_blocks(&self, x: &Array, indices: &Array, rows: i32) -> Result<Array> {
         let hidden = x.dim(-1);
         let blocks = Blocks::new(indices, self.down_proj.experts(), rows)?;
@@ -139,16 +158,15 @@ impl SwitchGlu {
             .reshape(&[-1, hidden])?
             .take_axis(&blocks.row_token, 0)?
             .reshape(&[-1, rows, hidden])?;
-        let gate_up = self.gate_up.forward(&xb, &blocks.expert, true)?;
-        let y = self.down(&gate_up, &blocks.expert, true)?;
-        let y = y.reshape(&[-1, hidden])?.take_axis(&blocks.pair_row, 0)?;
-        Ok(y.reshape(&[indices.shape(), &[hidden]].concat())?)
+        let gate_up = self.gate_up.forward(&xb, None, &blocks.expert, true)?;
+        let y = self.down(&gate_up, None, &blocks.expert, true)?;
+        Ok(y.reshape(&[-1, hidden])?.take_axis(&blocks.pair_row, 0)?)
     }
 
-    fn down(&self, gate_up: &Array, indices: &Array, sorted: bool) -> Result<Array> {
+    fn down(&self, gate_up: &Array, rows: Option<&Array>, indices: &Array, sorted: bool) -> Result<Array> {
         let [gate, up] = pair(ops::split_at_indices(gate_up, &[self.inter], -1)?)?;
         self.down_proj
-            .forward(&swiglu(&gate, &up, self.fused_swiglu)?, indices, sorted)
+            .forward(&swiglu(&gate, &up, self.fused_swiglu)?, rows, indices, sorted)
     }
 }
 
@@ -268,14 +286,14 @@ impl SwitchLinear {
         self.0.out_features()
     }
 
-    /// `x` `[..., m, in]` times the transposed matrix of expert `indices[...]`: `[..., m, out]`
-    /// (`sorted`: the indices ascend).
-    fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
+    /// The `[m, in]` matrix of `x` number `rows[...]` (default: `x`'s own batch, broadcast)
+    /// times the transposed matrix of expert `indices[...]`: `[..., m, out]` (`sorted`: the
+    /// indices ascend).
+    fn forward(&self, x: &Array, rows: Option<&Array>, indices: &Array, sorted: bool) -> Result<Array> {
         Ok(match &self.0 {
             Linear::Dense { weight, .. } => {
                 let xw = x.as_dtype(weight.dtype())?;
-                gather_mm(xw, weight.swap_axes(-1, -2)?, None::<&Array>, indices, sorted)?
-                    .as_dtype(x.dtype())?
+                gather_mm(xw, weight.swap_axes(-1, -2)?, rows, indices, sorted)?.as_dtype(x.dtype())?
             }
             Linear::Quantized {
                 weight,
@@ -288,7 +306,7 @@ impl SwitchLinear {
                 weight,
                 scales,
                 biases,
-                None::<&Array>,
+                rows,
                 indices,
                 true,
                 spec.group_size,
@@ -483,11 +501,9 @@ mod tests {
                 &[1, 40, 2],
             );
             let m = &block.switch_mlp;
-            let one_row = {
-                let x = x.expand_dims_axes(&[-2, -3]).unwrap();
-                let gu = m.gate_up.forward(&x, &indices, false).unwrap();
-                m.down(&gu, &indices, false).unwrap().squeeze_axes(&[-2]).unwrap()
-            };
+            let x = x.reshape(&[1, 40, 1, 64]).unwrap();
+            let indices = indices.reshape(&[1, 40, 1, 2]).unwrap();
+            let one_row = m.forward_rows(&x, &indices).unwrap().reshape(&[80, 64]).unwrap();
             for rows in [1, 4, 16, 64] {
                 let blocks = m.forward_blocks(&x, &indices, rows).unwrap();
                 assert_eq!(blocks.shape(), one_row.shape());
