@@ -277,21 +277,24 @@ run)
           --decode 16 --json "$R/syn-$b-32b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
       done
     }
-    moe() { # the 30B-A3B, q4: both builds, block heights fixed at 16 and 64, mlx-lm
-      for b in laya laya-base; do
-        log "$b --synthetic qwen3-coder-30b-a3b"
-        cx "$S/$b" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
-          --decode 32 --json "$R/syn-$b-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
-      done
+    moe() { # the 30B-A3B, q4: this build, mlx-lm, the build before
+      log "laya --synthetic qwen3-coder-30b-a3b"
+      cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
+        --decode 32 --json "$R/syn-laya-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+      mlx_lm_site
+      log "mlx-lm qwen3-coder-30b-a3b"
+      PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
+        --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
+      log "laya-base --synthetic qwen3-coder-30b-a3b"
+      cx "$S/laya-base" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
+        --decode 32 --json "$R/syn-laya-base-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
+    }
+    moe_rows() { # the 30B-A3B's blocks at fixed heights
       for rows in 16 64; do
         log "laya --synthetic qwen3-coder-30b-a3b, blocks of $rows rows"
         LAYA_MOE_BLOCK_ROWS=$rows cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 \
           --prefill 512,2048 --decode 8 --json "$R/syn-laya-30b-a3b-rows$rows.jsonl" 2>&1 | grep -v "^\s*$" | tail -8
       done
-      mlx_lm_site
-      log "mlx-lm qwen3-coder-30b-a3b"
-      PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen3-coder-30b-a3b --bits 4 \
-        --prefill 512,2048 --decode 32 --ops --json "$R/mlx-lm-30b-a3b.jsonl" 2>&1 | tail -3
     }
     ready() { # setup's step (`laya models warm`, fresh kernel and converted caches), then
       # laya serve's time to ready and its first requests, the 0.5B
@@ -303,15 +306,17 @@ run)
       MLX_PTX_CACHE_DIR=$k LAYA_CACHE_DIR=$c python3 scripts/gpu/first_request.py --laya "$S/laya" --model "$G05" \
         --cases "$XL" --sizes 150,700,1500 --wrap scripts/gpu/cuda-ops.sh --out "$R/ready-after-setup.json" 2>&1 | tail -5
     }
+    # Most wanted first: the device time may end the queue anywhere.
     syn qwen2.5-coder-0.5b
     if [[ $(cat "$S/queue") == decode-short ]]; then
       # No model files: the synthetic shapes only.
-      syn qwen2.5-coder-3b
       big
+      moe
+      syn qwen2.5-coder-3b
       return
     fi
+    big
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
-    ready
     log "laya held-out file windows, invoked (blocks, 128 tokens)"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --max-tokens 128 \
       --invoked --out "$R/laya-0.5b-xl-invoked.json" 2>>"$R/laya.err" | tail -8
@@ -319,16 +324,13 @@ run)
     log "laya held-out file windows, automatic"
     cx "$S/laya" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-0.5b-xl-auto.json" 2>>"$R/laya.err" | tail -8
+    moe
+    ready
+    moe_rows
     syn qwen2.5-coder-3b
-    big
-    [[ -z ${MOE:-} ]] || moe
     log "laya-base held-out file windows, automatic"
     cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-base-0.5b-xl-auto.json" 2>>"$R/laya-base.err" | tail -8
-    mlx_lm_site
-    log "mlx-lm qwen2.5-coder-3b"
-    PYTHONPATH=/tmp/mlx-site cx python3 scripts/gpu/bench_mlx_lm_moe.py --shape qwen2.5-coder-3b --bits 8 \
-      --prefill 128,2048 --decode 64 --ops --json "$R/mlx-lm-3b.jsonl" 2>&1 | tail -3
   }
   # mlx's Python bindings and mlx-lm (.whl, carried) over the carried libmlx, in /tmp/mlx-site.
   mlx_lm_site() {
