@@ -289,13 +289,6 @@ run)
       cx "$S/laya-base" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 --prefill 512,2048 \
         --decode 32 --json "$R/syn-laya-base-30b-a3b.jsonl" 2>&1 | grep -v "^\s*$" | tail -12
     }
-    moe_rows() { # the 30B-A3B's blocks at fixed heights
-      for rows in 16 64; do
-        log "laya --synthetic qwen3-coder-30b-a3b, blocks of $rows rows"
-        LAYA_MOE_BLOCK_ROWS=$rows cx "$S/laya" --device gpu bench engine --synthetic qwen3-coder-30b-a3b --precision q4 \
-          --prefill 512,2048 --decode 8 --json "$R/syn-laya-30b-a3b-rows$rows.jsonl" 2>&1 | grep -v "^\s*$" | tail -8
-      done
-    }
     ready() { # setup's step (`laya models warm`, fresh kernel and converted caches), then
       # laya serve's time to ready and its first requests, the 0.5B
       local k=/tmp/laya-kernels-setup c=/tmp/laya-cache-setup
@@ -326,7 +319,6 @@ run)
       --compare "$R/llama-server-0.5b-xl-line.json" --out "$R/laya-0.5b-xl-auto.json" 2>>"$R/laya.err" | tail -8
     moe
     ready
-    moe_rows
     syn qwen2.5-coder-3b
     log "laya-base held-out file windows, automatic"
     cx "$S/laya-base" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" \

@@ -173,17 +173,14 @@ impl SwitchGlu {
 /// From this many (token, expert) pairs on, they run in blocks of one expert each.
 const BLOCKS_FROM: usize = 64;
 
-/// Rows a block: the pairs an expert gets on average (a power of two from 16 to 64, the tile
-/// heights of MLX's CUDA quantized product), so most blocks are full and the padding, at most
-/// `rows - 1` rows an expert, stays a fraction of the pairs.
+/// Rows a block: half the pairs an expert gets on average, as a power of two from 16 to 64
+/// (the tile heights of MLX's CUDA quantized product), so the padding (at most `rows - 1` rows
+/// an expert) stays a small part of the rows. Measured on an H100 (synthetic 30B-A3B, q4,
+/// tok/s at 512 / 2,048 tokens): 16 rows 6,781 / 9,248, 32 rows 6,323 / 9,977, 64 rows
+/// 6,118 / 9,972; this rule takes 16 at 512 tokens and 64 at 2,048 (docs/decisions.md).
 fn block_rows(pairs: i32, experts: i32) -> i32 {
-    // TEMPORARY (measurement): LAYA_MOE_BLOCK_ROWS fixes the height while it is tuned on a GPU.
-    static FIXED: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
-    if let Some(rows) = *FIXED.get_or_init(|| std::env::var("LAYA_MOE_BLOCK_ROWS").ok()?.parse().ok()) {
-        return rows;
-    }
-    let mean = (pairs / experts.max(1)).max(1) as u32;
-    (mean.next_power_of_two() as i32).clamp(16, 64)
+    let half_mean = (pairs / experts.max(1) / 2).max(1) as u32;
+    (half_mean.next_power_of_two() as i32).clamp(16, 64)
 }
 
 /// A prompt chunk's (token, expert) pairs laid out in blocks of `rows` rows that each belong
@@ -474,7 +471,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(block_rows(4096, 128), 32);
+        assert_eq!(block_rows(4096, 128), 16);
         assert_eq!(block_rows(16384, 128), 64);
         assert_eq!(block_rows(80, 8), 16);
     }
