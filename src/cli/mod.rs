@@ -178,21 +178,25 @@ pub enum ModelsCommand {
     /// Download models into the model directory (default: the two CPU tiers), checked against
     /// the catalog's or the hub's sizes and sha256; a broken download goes on where it stopped.
     Fetch {
-        /// Model names from `laya models list`.
+        /// Model names from `laya models list`: NAME gets the quantized folder of the widest
+        /// width its tiers use, NAME@LABEL another variant (`qwen2.5-coder-32b@bf16`,
+        /// `qwen2.5-coder-7b@q6_k`).
         names: Vec<String>,
         /// Where to download from.
         #[arg(long, value_parser = one_of::<Source>(SOURCES), default_value = "auto")]
         source: Source,
     },
-    /// Known models: tiers, parameters, memory at the router's bits, download size, whether
-    /// each is present, and the tiers recommended for this machine.
+    /// Known models: tiers, parameters, memory at the router's bits, whether each is present,
+    /// and the tiers recommended for this machine; under each, its variants (NAME@LABEL) with
+    /// their download size and presence.
     List,
 }
 
 /// Which model to load and how.
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
-    /// A catalog name (`laya models list`), a GGUF file or a safetensors model folder.
+    /// A catalog name (`laya models list`; NAME@LABEL for one variant), a GGUF file or a
+    /// safetensors model folder.
     #[arg(long, default_value = catalog::DEFAULT_MODEL)]
     pub model: String,
     /// Weight precision: native keeps the file's own values (GGUF: dequantized to f32).
