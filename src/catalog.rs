@@ -16,7 +16,7 @@
 //! `ModelConfig::parameters`, active parameters of a mixture of experts, KV values a token) and
 //! license. `fetch_variant` is what `laya models fetch NAME` gets: the MLX folder of the widest
 //! width the router's default policy asks of its tiers (`tier_precisions`: small q8 and q4,
-//! large q6), a narrower one being converted from it at load; `by_preference(width)` orders the
+//! large q6), which serves the tier's narrower width too; `by_preference(width)` orders the
 //! variants for a model wanted at a width (that width, then wider, then narrower), which is how
 //! the one present is chosen. What a model needs: its weights at the router's bits (MLX affine
 //! groups of 64 with f32 scales for a GGUF, bf16 for a folder) plus its KV cache (the daemon's
@@ -599,7 +599,7 @@ impl CatalogModel {
 
     /// Its variants, the best for a model loaded at `want` first: those storing that width (an
     /// MLX folder before a GGUF), then the wider ones, narrowest first (a narrower width is
-    /// converted from them at load), then the narrower ones, widest first.
+    /// served from them), then the narrower ones, widest first.
     pub fn by_preference(&self, want: Precision) -> Vec<&Variant> {
         let w = width(want);
         let mut out: Vec<&Variant> = self.variants.iter().collect();
@@ -621,7 +621,7 @@ impl CatalogModel {
     }
 
     /// What `laya models fetch NAME` downloads: the MLX folder of the widest width its tiers
-    /// use (the narrower one is converted from it at load); a model without MLX folders, its
+    /// use (which serves the narrower one too); a model without MLX folders, its
     /// only file. The bf16 repository and the GGUFs come only when named.
     pub fn fetch_variant(&self) -> &Variant {
         let ranked = self.by_preference(self.widest());

@@ -13,8 +13,9 @@
 //! precision, group size, the converted-weights cache, preloads (`ModelKey`s), the HTTP address
 //! (or none), the token variable, the unauthenticated-remote switch, limits (max tokens, sequence
 //! length, body bytes), HTTP defaults (temperature, top-p), the prefix store's bounds, warmup and
-//! the device. `pool()` resolves the models (`resolve_model`: a missing one is named with the
-//! `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
+//! the device. `pool()` resolves the models (`resolve_model`: of a catalog model, the variant
+//! present that serves its tier's widest width, or the one `NAME@LABEL` names; a missing one is
+//! named with the `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
 //! `Machine`, probed only then; `pool_in` takes the model directory and the machine, for tests);
 //! `check_models()` is what `laya lsp` checks before it starts a daemon (the models named, some
 //! small model for `auto`; no GPU probe in the editor's process); `daemon_config()` adds the checks a daemon must pass (the
@@ -59,11 +60,12 @@ pub struct ConfigError(pub String);
 pub struct ServeConfig {
     /// Where local models run.
     pub device: DevicePref,
-    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder; `auto`: the
+    /// Small (fast) tier: a catalog name (NAME@LABEL for one variant), a GGUF file or a
+    /// safetensors folder; `auto`: the
     /// small tier for this machine among the models present ([`catalog::plan`]; on the CPU
     /// the 0.5B).
     pub small: String,
-    /// Large tier: a catalog name, file or folder; `auto`: the large tier for this machine
+    /// Large tier: a catalog name (or NAME@LABEL), file or folder; `auto`: the large tier for this machine
     /// among the models present (on the CPU the 1.5B; none when none is there); `none`: no
     /// large tier.
     pub large: String,
@@ -430,7 +432,7 @@ impl ServeConfig {
 
     /// The widest width `tier` is loaded at: the router's default policy's for it, and for
     /// the small tier `--precision` too. The variant present that serves it best is the one
-    /// loaded (a narrower width is converted from it).
+    /// loaded (it serves the tier's narrower width too).
     fn tier_width(&self, tier: Tier) -> Precision {
         let mut widths = catalog::tier_precisions(tier);
         if tier == Tier::Small {
@@ -830,7 +832,7 @@ mod tests {
 
     /// Each tier loads the variant present that serves its widest width: the small tier's
     /// 8-bit folder over its 4-bit one, the large tier's 6-bit folder, else a wider one
-    /// (converted at load), else the narrower one; a variant named is that one, or an error
+    /// (which serves it), else the narrower one; a variant named is that one, or an error
     /// naming the command that fetches it.
     #[test]
     fn each_tier_loads_the_variant_of_its_width() {

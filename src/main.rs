@@ -180,7 +180,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             println!();
             for m in catalog::MODELS {
-                println!("  {:<21} {} (license: {})", m.name, m.description, m.license);
+                println!("  {:<21} {}; license: {}", m.name, m.description, m.license);
             }
         }
         Command::Models {

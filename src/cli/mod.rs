@@ -273,12 +273,13 @@ impl RemoteArgs {
 /// starts the daemon with them when none is running. Defaults: [`ServeConfig::default`].
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder; `auto`: the
+    /// Small (fast) tier: a catalog name (NAME@LABEL for one variant), a GGUF file or a
+    /// safetensors folder; `auto`: the
     /// small tier `laya doctor` recommends for this machine's memory among the models present
     /// (on the CPU qwen2.5-coder-0.5b).
     #[arg(long, alias = "model", default_value_t = ServeConfig::default().small)]
     small: String,
-    /// Large tier: a catalog name, file or folder; `auto`: the largest tier that fits this
+    /// Large tier: a catalog name (or NAME@LABEL), file or folder; `auto`: the largest tier that fits this
     /// machine beside the small one among the models present (on the CPU qwen2.5-coder-1.5b);
     /// `none`: no large tier (requests for it go to the small one).
     #[arg(long, default_value_t = ServeConfig::default().large)]

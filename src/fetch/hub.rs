@@ -8,8 +8,9 @@
 //! Files are written into the model directory, never under their final name until their size
 //! and sha256 are checked: a single file as `.<name>.part`, a repository into
 //! `.<folder>.partial/`, which is renamed into place once every file and the folder as a whole
-//! passed ([`super::verify::verify_folder`]). What a broken transfer leaves is kept, so the next
-//! `laya models fetch` goes on from there; what fails a check is removed.
+//! passed ([`super::verify::verify_folder`], and the bits its variant stores). What a broken
+//! transfer leaves is kept, so the next `laya models fetch` goes on from there; what fails a
+//! check is removed.
 
 use std::{
     collections::BTreeMap,

