@@ -187,7 +187,7 @@ const fn gguf(
     }
 }
 
-/// Qwen's bf16 repository (the base model, as the 2.5 generation names it without a suffix).
+/// Qwen's bf16 repository, of the base weights or (`instruct`) the instruct ones.
 const fn bf16(hub_repo: &'static str, local_name: &'static str, instruct: bool) -> Variant {
     Variant {
         label: "bf16",
