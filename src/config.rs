@@ -166,7 +166,12 @@ pub fn resolve_model_in(
     model_dir: &Path,
     want: Option<Precision>,
 ) -> Result<PathBuf, ConfigError> {
-    let named = catalog::lookup(name).map_err(ConfigError)?;
+    let named = match catalog::lookup(name) {
+        Ok(named) => named,
+        // `NAME@SOMETHING` that is no variant may still be a file or folder.
+        Err(_) if Path::new(name).exists() => None,
+        Err(e) => return Err(ConfigError(e)),
+    };
     if let Some(catalog::Named { model, variant }) = named {
         let (spec, found) = match variant {
             Some(v) => (
@@ -497,7 +502,7 @@ impl ServeConfig {
 /// A model setting as another process should see it: a file or folder as an absolute path;
 /// catalog names, `auto` and `none` as they are.
 fn absolute_model(name: &str) -> String {
-    if matches!(catalog::lookup(name), Ok(None)) && !matches!(name, "auto" | "none") {
+    if !matches!(catalog::lookup(name), Ok(Some(_))) && !matches!(name, "auto" | "none") {
         if let Ok(p) = std::fs::canonicalize(name) {
             return p.to_string_lossy().into_owned();
         }

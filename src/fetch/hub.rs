@@ -398,7 +398,8 @@ pub fn instead(model: &CatalogModel, variant: &Variant, dest: &Path) -> String {
 }
 
 /// Fetch a single-file variant (a GGUF) to `dest`, checked against the catalog's size and
-/// sha256 (or, where the catalog pins none, the hub's listing).
+/// sha256 (or, where the catalog pins none, the hub's listing); a folder variant, as
+/// [`fetch_folder`] does.
 pub fn fetch_file(hub: &Hub, model: &CatalogModel, variant: &Variant, dest: &Path) -> Result<(), FetchError> {
     let Some(file) = variant.hub_file else {
         return fetch_folder(hub, model, variant, dest).map(|_| ());
