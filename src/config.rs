@@ -13,8 +13,9 @@
 //! precision, group size, the converted-weights cache, preloads (`ModelKey`s), the HTTP address
 //! (or none), the token variable, the unauthenticated-remote switch, limits (max tokens, sequence
 //! length, body bytes), HTTP defaults (temperature, top-p), the prefix store's bounds, warmup and
-//! the device. `pool()` resolves the models (`resolve_model`: a missing one is named with the
-//! `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
+//! the device. `pool()` resolves the models (`resolve_model`: of a catalog model, the variant
+//! present that serves its tier's widest width, or the one `NAME@LABEL` names; a missing one is
+//! named with the `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
 //! `Machine`, probed only then; `pool_in` takes the model directory and the machine, for tests);
 //! `check_models()` is what `laya lsp` checks before it starts a daemon (the models named, some
 //! small model for `auto`; no GPU probe in the editor's process); `daemon_config()` adds the checks a daemon must pass (the
@@ -59,11 +60,12 @@ pub struct ConfigError(pub String);
 pub struct ServeConfig {
     /// Where local models run.
     pub device: DevicePref,
-    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder; `auto`: the
+    /// Small (fast) tier: a catalog name (NAME@LABEL for one variant), a GGUF file or a
+    /// safetensors folder; `auto`: the
     /// small tier for this machine among the models present ([`catalog::plan`]; on the CPU
     /// the 0.5B).
     pub small: String,
-    /// Large tier: a catalog name, file or folder; `auto`: the large tier for this machine
+    /// Large tier: a catalog name (or NAME@LABEL), file or folder; `auto`: the large tier for this machine
     /// among the models present (on the CPU the 1.5B; none when none is there); `none`: no
     /// large tier.
     pub large: String,
@@ -143,23 +145,54 @@ impl Default for ServeConfig {
     }
 }
 
-/// A catalog name, GGUF file or model folder → its path, or the command that fixes it.
+/// A catalog name, GGUF file or model folder → its path, or the command that fixes it (see
+/// [`resolve_model_in`]).
 pub fn resolve_model(name: &str) -> Result<PathBuf, ConfigError> {
-    resolve_model_in(name, &crate::paths::model_dir())
+    resolve_model_in(name, &crate::paths::model_dir(), None)
 }
 
-/// [`resolve_model`] with the catalog's models in `model_dir`.
-pub fn resolve_model_in(name: &str, model_dir: &Path) -> Result<PathBuf, ConfigError> {
-    if let Some(m) = catalog::find(name) {
-        return match crate::fetch::presence_in(m, model_dir) {
-            catalog::Presence::Present => Ok(m.path_in(model_dir)),
-            catalog::Presence::Missing => Err(ConfigError(format!(
-                "model {} is not downloaded: run `laya models fetch {}`",
-                m.name, m.name
+/// [`resolve_model`] for a model loaded at `want`: of a catalog model's variants present, the
+/// one that serves that width best.
+pub fn resolve_model_at(name: &str, want: Precision) -> Result<PathBuf, ConfigError> {
+    resolve_model_in(name, &crate::paths::model_dir(), Some(want))
+}
+
+/// A catalog name (`NAME`, or `NAME@LABEL` for one variant), GGUF file or model folder → its
+/// path, with the catalog's models in `model_dir`. A name without a label takes the variant
+/// present that serves `want` best ([`crate::fetch::present_variant`]; `None`: the widest
+/// width the model's tiers use), so whichever of its downloads is there serves.
+pub fn resolve_model_in(
+    name: &str,
+    model_dir: &Path,
+    want: Option<Precision>,
+) -> Result<PathBuf, ConfigError> {
+    let named = match catalog::lookup(name) {
+        Ok(named) => named,
+        // `NAME@SOMETHING` that is no variant may still be a file or folder.
+        Err(_) if Path::new(name).exists() => None,
+        Err(e) => return Err(ConfigError(e)),
+    };
+    if let Some(catalog::Named { model, variant }) = named {
+        let (spec, found) = match variant {
+            Some(v) => (
+                model.spec(v),
+                match crate::fetch::variant_presence_in(model, v, model_dir) {
+                    catalog::Presence::Present => Ok(v),
+                    other => Err(other),
+                },
+            ),
+            None => (
+                model.name.to_owned(),
+                crate::fetch::present_variant(model, model_dir, want.unwrap_or_else(|| model.widest())),
+            ),
+        };
+        return match found {
+            Ok(v) => Ok(v.path_in(model_dir)),
+            Err(catalog::Presence::Unusable(why)) => Err(ConfigError(format!(
+                "model {spec} is not usable ({why}): run `laya models fetch {spec}`"
             ))),
-            catalog::Presence::Unusable(why) => Err(ConfigError(format!(
-                "model {} is not usable ({why}): run `laya models fetch {}`",
-                m.name, m.name
+            Err(_) => Err(ConfigError(format!(
+                "model {spec} is not downloaded: run `laya models fetch {spec}`"
             ))),
         };
     }
@@ -271,9 +304,9 @@ impl ServeConfig {
     ) -> Result<(PoolConfig, HashMap<Tier, String>), ConfigError> {
         let mut tiers = HashMap::new();
         let mut names = HashMap::new();
-        let name_of = |spec: &str, path: &std::path::Path| match catalog::find(spec) {
-            Some(m) => m.name.to_owned(),
-            None => path
+        let name_of = |spec: &str, path: &std::path::Path| match catalog::lookup(spec) {
+            Ok(Some(named)) => named.model.name.to_owned(),
+            _ => path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| spec.to_owned()),
@@ -298,9 +331,13 @@ impl ServeConfig {
                 names.insert(Tier::Small, url.clone());
             }
             None => {
+                let want = self.tier_width(Tier::Small);
                 let (spec, path) = match self.small.as_str() {
                     "auto" => match plan().small {
-                        Some(m) => (m.name.to_owned(), m.path_in(model_dir)),
+                        Some(m) => (
+                            m.name.to_owned(),
+                            resolve_model_in(m.name, model_dir, Some(want))?,
+                        ),
                         None => {
                             let want = catalog::recommend(machine())
                                 .small
@@ -310,7 +347,7 @@ impl ServeConfig {
                             )));
                         }
                     },
-                    spec => (spec.to_owned(), resolve_model_in(spec, model_dir)?),
+                    spec => (spec.to_owned(), resolve_model_in(spec, model_dir, Some(want))?),
                 };
                 names.insert(Tier::Small, name_of(&spec, &path));
                 tiers.insert(Tier::Small, local(path));
@@ -323,8 +360,17 @@ impl ServeConfig {
                 None
             }
             (None, "none") => None,
-            (None, "auto") => plan().large.map(|m| (m.name.to_owned(), m.path_in(model_dir))),
-            (None, spec) => Some((spec.to_owned(), resolve_model_in(spec, model_dir)?)),
+            (None, "auto") => match plan().large {
+                Some(m) => Some((
+                    m.name.to_owned(),
+                    resolve_model_in(m.name, model_dir, Some(self.tier_width(Tier::Large)))?,
+                )),
+                None => None,
+            },
+            (None, spec) => Some((
+                spec.to_owned(),
+                resolve_model_in(spec, model_dir, Some(self.tier_width(Tier::Large)))?,
+            )),
         };
         if let Some((spec, path)) = large {
             names.insert(Tier::Large, name_of(&spec, &path));
@@ -379,14 +425,25 @@ impl ServeConfig {
                     }
                 }
                 spec => {
-                    resolve_model_in(spec, model_dir)?;
+                    resolve_model_in(spec, model_dir, Some(self.tier_width(Tier::Small)))?;
                 }
             }
         }
         if self.large_remote.is_none() && !matches!(self.large.as_str(), "auto" | "none") {
-            resolve_model_in(&self.large, model_dir)?;
+            resolve_model_in(&self.large, model_dir, Some(self.tier_width(Tier::Large)))?;
         }
         Ok(())
+    }
+
+    /// The widest width `tier` is loaded at: the router's default policy's for it, and for
+    /// the small tier `--precision` too. The variant present that serves it best is the one
+    /// loaded (it serves the tier's narrower width too).
+    fn tier_width(&self, tier: Tier) -> Precision {
+        let mut widths = catalog::tier_precisions(tier);
+        if tier == Tier::Small {
+            widths.push(self.precision);
+        }
+        catalog::widest(widths).unwrap_or(self.precision)
     }
 
     /// The daemon these settings make, in the runtime directory of this environment; an
@@ -445,7 +502,7 @@ impl ServeConfig {
 /// A model setting as another process should see it: a file or folder as an absolute path;
 /// catalog names, `auto` and `none` as they are.
 fn absolute_model(name: &str) -> String {
-    if catalog::find(name).is_none() && !matches!(name, "auto" | "none") {
+    if !matches!(catalog::lookup(name), Ok(Some(_))) && !matches!(name, "auto" | "none") {
         if let Ok(p) = std::fs::canonicalize(name) {
             return p.to_string_lossy().into_owned();
         }
@@ -648,36 +705,30 @@ mod tests {
             .contains("--max-tokens must be"));
     }
 
-    /// A model directory holding `names`: the GGUFs as sparse files of their catalog size, the
-    /// folders with a configuration of their shape, a tokenizer and a weight file.
+    /// A model directory holding `names` (`NAME` for the variant `laya models fetch` gets, or
+    /// `NAME@LABEL`): the GGUFs as sparse files of their pinned size, the folders with a
+    /// configuration of their shape (quantized to the variant's bits), a tokenizer and a weight
+    /// file.
     fn models_dir(names: &[&str]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         for name in names {
-            let m = catalog::find(name).unwrap();
-            let path = m.path_in(dir.path());
-            match m.size {
-                Some(size) => std::fs::File::create(&path).unwrap().set_len(size).unwrap(),
-                None => {
-                    std::fs::create_dir(&path).unwrap();
-                    let s = m.shape;
-                    let model_type = match s.arch {
-                        crate::engine::models::Arch::Qwen2 => "qwen2",
-                        crate::engine::models::Arch::Qwen3 => "qwen3",
-                        crate::engine::models::Arch::Qwen3Moe => "qwen3_moe",
-                    };
-                    let (experts, used, width) = s.experts.unwrap_or((0, 0, 0));
-                    let config = serde_json::json!({
-                        "model_type": model_type, "hidden_size": s.hidden_size,
-                        "intermediate_size": s.intermediate_size, "num_hidden_layers": s.layers,
-                        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
-                        "vocab_size": s.vocab_size, "num_experts": experts,
-                        "num_experts_per_tok": used, "moe_intermediate_size": width,
-                    });
-                    std::fs::write(path.join("config.json"), config.to_string()).unwrap();
-                    std::fs::write(path.join("tokenizer.json"), "{}").unwrap();
-                    std::fs::write(path.join("model.safetensors"), b"").unwrap();
-                }
+            let named = catalog::lookup(name).unwrap().unwrap();
+            let (m, v) = (named.model, named.variant.unwrap_or(named.model.fetch_variant()));
+            let path = v.path_in(dir.path());
+            if !v.is_folder() {
+                let size = v.size.unwrap_or(1 << 20);
+                std::fs::File::create(&path).unwrap().set_len(size).unwrap();
+                continue;
             }
+            std::fs::create_dir(&path).unwrap();
+            let bits = match v.format {
+                catalog::Format::Mlx { bits } => Some((64, bits as i32)),
+                _ => None,
+            };
+            let config = crate::engine::synthetic::config_json(&m.shape.config(), bits);
+            std::fs::write(path.join("config.json"), config).unwrap();
+            std::fs::write(path.join("tokenizer.json"), "{}").unwrap();
+            std::fs::write(path.join("model.safetensors"), b"").unwrap();
         }
         dir
     }
@@ -782,5 +833,103 @@ mod tests {
             .unwrap_err()
             .0
             .contains("laya models fetch qwen2.5-coder-14b"));
+    }
+
+    /// Each tier loads the variant present that serves its widest width: the small tier's
+    /// 8-bit folder over its 4-bit one, the large tier's 6-bit folder, else a wider one
+    /// (which serves it), else the narrower one; a variant named is that one, or an error
+    /// naming the command that fetches it.
+    #[test]
+    fn each_tier_loads_the_variant_of_its_width() {
+        use crate::machine::Accelerator::Metal;
+        let mac = Machine::new(Metal, 64);
+        let tiers = |c: &ServeConfig, dir: &Path| {
+            let (pool, names) = c.pool_in(dir, &|| mac.clone()).map_err(|e| e.0)?;
+            let file = |tier| match pool.tiers.get(&tier) {
+                Some(TierSource::Local { path, .. }) => {
+                    path.file_name().unwrap().to_string_lossy().into_owned()
+                }
+                _ => "none".to_owned(),
+            };
+            Ok::<_, String>((file(Tier::Small), file(Tier::Large), names))
+        };
+        let auto = ServeConfig::default();
+        let dir = models_dir(&[
+            "qwen2.5-coder-3b@q4",
+            "qwen2.5-coder-3b@q8",
+            "qwen3-coder-30b-a3b@q4",
+            "qwen3-coder-30b-a3b@q8",
+            "qwen3-coder-30b-a3b@bf16",
+        ]);
+        let (small, large, names) = tiers(&auto, dir.path()).unwrap();
+        assert_eq!(
+            (small.as_str(), large.as_str()),
+            (
+                "Qwen2.5-Coder-3B-Instruct-8bit",
+                "Qwen3-Coder-30B-A3B-Instruct-8bit"
+            )
+        );
+        assert_eq!(names[&Tier::Large], "qwen3-coder-30b-a3b");
+        // The large tier's own width arrives: it serves.
+        let q6 = models_dir(&[
+            "qwen2.5-coder-3b@q4",
+            "qwen3-coder-30b-a3b@q6",
+            "qwen3-coder-30b-a3b@q8",
+        ]);
+        let (small, large, _) = tiers(&auto, q6.path()).unwrap();
+        assert_eq!(
+            (small.as_str(), large.as_str()),
+            (
+                "Qwen2.5-Coder-3B-Instruct-4bit",
+                "Qwen3-Coder-30B-A3B-Instruct-6bit"
+            )
+        );
+        // A variant named is the one served, whatever the width.
+        let named = ServeConfig {
+            large: "qwen3-coder-30b-a3b@bf16".into(),
+            ..Default::default()
+        };
+        let (_, large, names) = tiers(&named, dir.path()).unwrap();
+        assert_eq!(large, "Qwen3-Coder-30B-A3B-Instruct");
+        assert_eq!(names[&Tier::Large], "qwen3-coder-30b-a3b");
+        assert_eq!(
+            absolute_model("qwen3-coder-30b-a3b@bf16"),
+            "qwen3-coder-30b-a3b@bf16"
+        );
+        // `laya complete --precision q4` takes the 4-bit folder; native, the bf16 one.
+        let path = |name, want| {
+            resolve_model_in(name, dir.path(), Some(want))
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        };
+        assert_eq!(
+            path("qwen3-coder-30b-a3b", Precision::Q4),
+            "Qwen3-Coder-30B-A3B-Instruct-4bit"
+        );
+        assert_eq!(
+            path("qwen3-coder-30b-a3b", Precision::Native),
+            "Qwen3-Coder-30B-A3B-Instruct"
+        );
+        // Missing and unknown variants are named with their fix.
+        let missing = ServeConfig {
+            large: "qwen3-coder-30b-a3b@q6".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            tiers(&missing, dir.path()).unwrap_err(),
+            "model qwen3-coder-30b-a3b@q6 is not downloaded: run `laya models fetch qwen3-coder-30b-a3b@q6`"
+        );
+        let unknown = ServeConfig {
+            small: "qwen2.5-coder-3b@q6".into(),
+            ..Default::default()
+        };
+        let err = unknown.check_models_in(dir.path()).unwrap_err().0;
+        assert!(
+            err.contains("qwen2.5-coder-3b has no variant `q6`; its variants: q4, q8"),
+            "{err}"
+        );
     }
 }

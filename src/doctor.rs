@@ -96,7 +96,13 @@ pub fn report(pref: DevicePref) -> Report {
         let fix = format!("run `laya models fetch {}`", m.name);
         let state = match presence(m) {
             Presence::Present => {
-                let _ = writeln!(w, "    {:<20} present{default}", m.name);
+                let here: Vec<&str> = m
+                    .variants
+                    .iter()
+                    .filter(|v| crate::fetch::variant_presence_in(m, v, &model_dir) == Presence::Present)
+                    .map(|v| v.label)
+                    .collect();
+                let _ = writeln!(w, "    {:<20} present ({}){default}", m.name, here.join(", "));
                 continue;
             }
             Presence::Missing => format!("missing{default}: {fix}"),
@@ -144,9 +150,10 @@ pub fn tiers(machine: &Machine, presence: &dyn Fn(&CatalogModel) -> Presence) ->
         let state = match presence(m) {
             Presence::Present => "present".to_owned(),
             Presence::Missing => format!(
-                "missing: run `laya models fetch {}` (~{:.1} GB download)",
+                "missing: run `laya models fetch {}` (~{:.1} GB download, {})",
                 m.name,
-                m.download_bytes() as f64 / 1e9
+                m.download_bytes() as f64 / 1e9,
+                m.fetch_variant().hub_repo
             ),
             Presence::Unusable(why) => format!("unusable ({why}): run `laya models fetch {}`", m.name),
         };
@@ -209,7 +216,9 @@ mod tests {
         assert!(text.contains("present"), "{text}");
         assert!(
             text.contains("large  qwen3-coder-30b-a3b  needs")
-                && text.contains("missing: run `laya models fetch qwen3-coder-30b-a3b` (~61.1 GB download)"),
+                && text.contains(
+                    "missing: run `laya models fetch qwen3-coder-30b-a3b` (~24.8 GB download, mlx-community/Qwen3-Coder-30B-A3B-Instruct-6bit)"
+                ),
             "{text}"
         );
         assert!(text.contains("within 48.0 GiB"), "{text}");

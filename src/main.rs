@@ -174,13 +174,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let dir = laya::paths::model_dir();
             println!("model dir: {}", dir.display());
             let machine = laya::machine::Machine::probe(device);
-            print!("{}", catalog::table(&machine, &|m| fetch::presence_in(m, &dir)));
+            print!(
+                "{}",
+                catalog::table(&machine, &|m, v| fetch::variant_presence_in(m, v, &dir))
+            );
             println!();
             for m in catalog::MODELS {
-                println!(
-                    "  {:<21} {} ({}; license: {})",
-                    m.name, m.description, m.hub_repo, m.license
-                );
+                println!("  {:<21} {}; license: {}", m.name, m.description, m.license);
             }
         }
         Command::Models {
@@ -195,12 +195,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 names
             };
             for name in &names {
-                let Some(model) = catalog::find(name) else {
+                let Some(named) = catalog::lookup(name).map_err(msg)? else {
                     let known: Vec<_> = catalog::MODELS.iter().map(|m| m.name).collect();
-                    bail!("unknown model `{name}`; known: {}", known.join(", "));
+                    bail!(
+                        "unknown model `{name}`; known: {} (a variant as NAME@LABEL: `laya models list`)",
+                        known.join(", ")
+                    );
                 };
+                let model = named.model;
+                let variant = named.variant.unwrap_or_else(|| model.fetch_variant());
+                let name = model.spec(variant);
                 // Most fetch errors name the model; the others (a file's path) get its name.
-                let fetched = fetch::fetch(model, source).map_err(|e| match e.to_string() {
+                let fetched = fetch::fetch(model, variant, source).map_err(|e| match e.to_string() {
                     m if m.starts_with(&format!("{name}: ")) => anyhow::Error::msg(m),
                     m => anyhow::Error::msg(format!("fetching {name}: {m}")),
                 })?;

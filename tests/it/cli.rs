@@ -28,7 +28,9 @@ fn doctor_reports_mlx_and_names_the_fix_for_a_missing_model() {
     );
     assert!(
         out.contains("    small  qwen2.5-coder-0.5b   needs ")
-            && out.contains("missing: run `laya models fetch qwen2.5-coder-1.5b` (~1.1 GB download)"),
+            && out.contains(
+                "missing: run `laya models fetch qwen2.5-coder-1.5b` (~1.1 GB download, Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF)"
+            ),
         "{out}"
     );
     assert!(
@@ -61,10 +63,27 @@ fn models_list_shows_tiers_parameters_and_memory() {
             && moe.contains("q6 24.9 GiB"),
         "{out}"
     );
+    // Its variants: the 6-bit folder fetched by default, the bf16 repository when named.
+    let variant = |label: &str| {
+        out.lines()
+            .skip_while(|l| !l.get(2..).is_some_and(|l| l.starts_with("qwen3-coder-30b-a3b")))
+            .skip(1)
+            .take_while(|l| l.starts_with("    "))
+            .find(|l| l.get(6..).is_some_and(|l| l.starts_with(&format!("{label} "))))
+            .unwrap_or_else(|| panic!("{label} in {out}"))
+            .to_owned()
+    };
     assert!(
-        out.contains("Qwen/Qwen3-Coder-30B-A3B-Instruct; license: Apache-2.0"),
+        variant("q6").starts_with("    > q6")
+            && variant("q6").contains("mlx-community/Qwen3-Coder-30B-A3B-Instruct-6bit")
+            && variant("q6").ends_with("missing"),
         "{out}"
     );
+    assert!(
+        variant("bf16").contains("~61.1 GB  Qwen/Qwen3-Coder-30B-A3B-Instruct"),
+        "{out}"
+    );
+    assert!(out.contains("license: Apache-2.0"), "{out}");
 }
 
 /// A reader that leaves early (`laya models list | head -1`) ends a report quietly, as it ends
@@ -120,8 +139,8 @@ fn fetch_without_a_hub_names_the_fallback_or_the_files() {
     let (code, _, err) = fetch(&["qwen2.5-coder-7b"]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.starts_with("error: qwen2.5-coder-7b: the model hub")
-            && err.matches("qwen2.5-coder-7b:").count() == 1,
+        err.starts_with("error: qwen2.5-coder-7b@q6: the model hub")
+            && err.matches("qwen2.5-coder-7b@q6:").count() == 1,
         "the model named once: {err}"
     );
     assert!(
@@ -130,9 +149,26 @@ fn fetch_without_a_hub_names_the_fallback_or_the_files() {
     );
     assert!(
         err.contains(&format!(
+            "place the files of https://huggingface.co/mlx-community/Qwen2.5-Coder-7B-Instruct-6bit by hand in {}",
+            dir.path().join("Qwen2.5-Coder-7B-Instruct-6bit").display()
+        )),
+        "{err}"
+    );
+    let (code, _, err) = fetch(&["qwen2.5-coder-7b@bf16"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
             "place the files of https://huggingface.co/Qwen/Qwen2.5-Coder-7B by hand in {}",
             dir.path().join("Qwen2.5-Coder-7B").display()
         )),
+        "{err}"
+    );
+    let (code, _, err) = fetch(&["qwen2.5-coder-7b@q5"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "qwen2.5-coder-7b has no variant `q5`; its variants: q4, q6, q8, q4_k_m, q6_k, q8_0, bf16"
+        ),
         "{err}"
     );
     let (code, _, err) = fetch(&["qwen2.5-coder-0.5b", "--source", "hub"]);
@@ -174,7 +210,7 @@ fn fetch_refuses_a_repository_of_another_model() {
     );
     let dir = tempfile::tempdir().unwrap();
     let (code, _, err) = run(laya()
-        .args(["models", "fetch", "qwen2.5-coder-7b"])
+        .args(["models", "fetch", "qwen2.5-coder-7b@bf16"])
         .env("LAYA_MODEL_DIR", dir.path())
         .env("HF_ENDPOINT", &srv.url));
     assert_eq!(code, 1, "{err}");

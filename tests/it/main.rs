@@ -57,9 +57,11 @@
 //! (`support/hub.rs`: the listing and files, with transfers cut short, redirects, bytes that are not
 //! the listed ones, a server that ignores `Range`, error statuses): a repository and a single file
 //! arrive checked, a broken download goes on where it stopped (the next run, or the next try of the
-//! same one), wrong bytes are refused and removed, a repository of another model is refused before
-//! its weights arrive, and an unreachable hub, an error status and a second fetch at once each say
-//! what to do. `cli.rs`: the command line's messages (`doctor` with the machine and its tiers,
+//! same one), wrong bytes are refused and removed, a repository of another model (or width) is
+//! refused before its weights arrive, and an unreachable hub, an error status and a second fetch at
+//! once each say what to do; a tiny model with every kind of variant (MLX folders at 4, 6 and 8
+//! bits, a GGUF, the bf16 repository) shows a tier fetching the folder of its width and nothing else,
+//! the variant present that serves a width chosen, and what arrives loading and running. `cli.rs`: the command line's messages (`doctor` with the machine and its tiers,
 //! `models list`, `models fetch` without a hub and from `HF_ENDPOINT`).
 //! `mlx_ops.rs` also probes the strided inputs the model feeds MLX (transposed views into slice
 //! updates and RoPE, sliced keys into attention), where MLX 0.32's CUDA backend went wrong.
