@@ -343,7 +343,9 @@ fn state_of(st: &DaemonStatus) -> ModelState {
                 .unwrap_or_else(|| "the daemon's default model failed to load".into()),
         ),
         _ => ModelState::Ready {
-            load_time: Duration::from_secs_f64(default.and_then(|m| m.load_time_ms).unwrap_or(0.0) / 1e3),
+            load_time: secs(default.and_then(|m| m.load_time_ms)),
+            time_to_ready: secs(default.and_then(|m| m.time_to_ready_ms)),
+            from_cache: default.and_then(|m| m.from_cache).unwrap_or(false),
             device: format!(
                 "{} (laya serve, pid {})",
                 default
@@ -353,6 +355,11 @@ fn state_of(st: &DaemonStatus) -> ModelState {
             ),
         },
     }
+}
+
+/// Milliseconds a status states as a duration (0 where it states none).
+fn secs(ms: Option<f64>) -> Duration {
+    Duration::from_secs_f64(ms.unwrap_or(0.0).max(0.0) / 1e3)
 }
 
 /// The last line a started daemon wrote to its log.
