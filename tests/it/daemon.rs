@@ -947,3 +947,65 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
         assert_eq!(m["from_cache"], false, "{m}");
     }
 }
+
+/// `laya serve` on a tiny bf16 folder at q8 (converted at load), started twice: `/health`
+/// gives the model's time to ready and says the first start converted and the second read the
+/// converted cache, and `laya doctor` reads the same from the running daemon; with none
+/// running it says so.
+#[test]
+fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
+    use laya::engine::{synthetic, Precision};
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, cache) = (tmp.path().join("rt"), tmp.path().join("cache"));
+    let folder = tmp.path().join("tiny-bf16");
+    {
+        let (_mlx, _) = support::mlx();
+        let vocab = support::gguf::write_vocab(tmp.path());
+        let cfg = synthetic::tiny();
+        let weights =
+            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Bfloat16, 5).unwrap();
+        synthetic::write_folder(&folder, &cfg, &weights, None, &vocab).unwrap();
+    }
+    let doctor = || {
+        let (_, out, err) = support::run(
+            laya()
+                .arg("doctor")
+                .env("LAYA_RUNTIME_DIR", &dir)
+                .env("LAYA_MODEL_DIR", tmp.path()),
+        );
+        let section: Vec<String> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("  daemon "))
+            .take_while(|l| l.starts_with("  daemon ") || l.starts_with("    "))
+            .map(str::to_owned)
+            .collect();
+        assert!(!section.is_empty(), "no daemon section: {out}{err}");
+        section
+    };
+    let folder_arg = folder.display().to_string();
+    let start = || {
+        let d = serve_with(
+            &dir,
+            &["--small", &folder_arg, "--large", "none", "--device", "cpu", "--http-addr", "127.0.0.1:0"],
+            |c| {
+                c.env("LAYA_CACHE_DIR", &cache).stderr(Stdio::null());
+            },
+        );
+        let h = health_until(d.http.unwrap(), |s| s.iter().all(|(_, state)| state == "ready"));
+        (d, h)
+    };
+    for (run, from_cache) in [("first", false), ("second", true)] {
+        let (d, h) = start();
+        let m = &h["models"][0];
+        assert_eq!((&m["id"], &m["from_cache"]), (&json!("small/q8"), &json!(from_cache)), "{run}: {h}");
+        let (load, ready) = (m["load_time_ms"].as_f64().unwrap(), m["time_to_ready_ms"].as_f64().unwrap());
+        assert!(ready >= load && load > 0.0, "{run}: {h}");
+        let section = doctor();
+        assert!(section[0].starts_with(&format!("  daemon        pid {}, up ", d.child.id())), "{section:?}");
+        let line = section.iter().find(|l| l.contains("small/q8")).expect("the model's line");
+        assert!(line.contains("tiny-bf16") && line.contains(" ready in ") && line.ends_with(" on cpu"), "{line}");
+        assert_eq!(line.contains(", from the converted cache)"), from_cache, "{run}: {line}");
+        drop(d);
+    }
+    assert_eq!(doctor(), [format!("  daemon        none runs (in {})", dir.display())]);
+}
