@@ -75,6 +75,8 @@
 //!   dropping a request's future cancels its generation (a
 //!   job cancelled while it waits for the model is skipped), and `Engine::work` counts what the
 //!   worker ran (busy, requests, cancelled, prompt chunks, decode steps) for the daemon's status.
+//!   Its model comes from a `Loader` (`LocalModel::load`, or a test's that holds the load), and
+//!   its ready state says the time to ready and whether the weights came from the converted cache.
 //!   `Engine::complete` with a `PieceSender` also sends each candidate's text as it is decoded (the worker's
 //!   pieces come from `LocalModel::complete_streaming`: never a split character, never text a
 //!   stop string could still claim); engines that cannot stream send the whole text at the end.
@@ -86,7 +88,8 @@
 //! - `pool.rs`: `ModelPool`, an `Engine` holding models by `ModelKey` (tier small|large × bits),
 //!   each loaded on first use (local worker or remote server; a remote tier is one model whatever bits are
 //!   asked, and so is a folder quantized as stored at its own bits or more, keyed `native`); while the asked-for model loads a
-//!   ready one stands in, and `served_by` says which answered. A local model that failed to load
+//!   ready one stands in (with none ready, a large-tier request waits for a small-tier model
+//!   loading too, not for the large one), and `served_by` says which answered. A local model that failed to load
 //!   is loaded again once its file changed (size, mtime or inode). `facts_of(key)` (the
 //!   `Engine::facts` the router and the prompt budget use) gives a tier's parameter count, a
 //!   mixture's active parameters and its prompt family (`load::facts_in`: one read of the GGUF
