@@ -174,3 +174,26 @@ fn folder_with_a_missing_tensor_names_it() {
         .to_string();
     assert!(err.contains("model.layers.1.mlp.down_proj"), "{err}");
 }
+
+/// A folder of random weights written a shard at a time holds the weights `random_weights`
+/// makes of the same seed, over as many files as the shard size asks.
+#[test]
+fn a_random_folder_written_in_shards_holds_the_seeds_weights() {
+    let (_g, _b) = support::mlx();
+    let cfg = tiny_config();
+    let vocab = tempfile::tempdir().unwrap();
+    let gguf = gguf::write_vocab(vocab.path());
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = synthetic::write_random_folder(dir.path(), &cfg, Dtype::Bfloat16, 9, &gguf, 8 << 20).unwrap();
+    let shards = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "safetensors"))
+        .count();
+    // The embedding alone is ~39 MB in bf16: a shard of its own, and the layers another.
+    assert_eq!(shards, 2, "{bytes} bytes");
+    let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 9).unwrap();
+    assert_eq!(bytes, weights.values().map(|a| a.nbytes() as u64).sum::<u64>());
+    let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
+    let loaded = load::load(dir.path(), &opts(Precision::Native)).unwrap();
+    support::assert_close("random folder", &logits(&loaded.model), &want, 0.0);
+}
