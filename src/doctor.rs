@@ -113,7 +113,10 @@ pub fn report(pref: DevicePref) -> Report {
         let _ = writeln!(w, "    {:<20} {state}", m.name);
     }
     let dir = runtime_dir();
-    w.push_str(&daemon_section(&dir, status_if_running(&dir, Duration::from_secs(5))));
+    w.push_str(&daemon_section(
+        &dir,
+        status_if_running(&dir, Duration::from_secs(5)),
+    ));
     if problems == 0 {
         let _ = writeln!(w, "ready");
     } else {
@@ -315,7 +318,10 @@ mod tests {
                 && lines[1].contains("small/q8"),
             "{text}"
         );
-        assert!(lines[2].ends_with("ready in 41.0 s (load 40.5 s) on cpu"), "{text}");
+        assert!(
+            lines[2].ends_with("ready in 41.0 s (load 40.5 s) on cpu"),
+            "{text}"
+        );
         assert!(lines[3].ends_with("failed: no weights"), "{text}");
         assert!(lines[4].ends_with(" loading"), "{text}");
         assert!(lines[5].ends_with("not loaded (on first use)"), "{text}");

@@ -86,7 +86,10 @@ pub fn run(cfg: &Config, mut log: impl FnMut(&str)) -> Result<Report, String> {
     if cfg.layers.is_some_and(|l| l < 1) {
         return Err("--layers must be at least 1".into());
     }
-    let scratch = Scratch(cfg.scratch.join(format!("laya-bench-load-{}", std::process::id())));
+    let scratch = Scratch(
+        cfg.scratch
+            .join(format!("laya-bench-load-{}", std::process::id())),
+    );
     std::fs::create_dir_all(scratch.path()).map_err(|e| format!("{}: {e}", scratch.path().display()))?;
     let mut rows = vec![];
     for name in &cfg.synthetic {
@@ -100,9 +103,20 @@ pub fn run(cfg: &Config, mut log: impl FnMut(&str)) -> Result<Report, String> {
             dir.display()
         ));
         let t = Instant::now();
-        let bytes = synthetic::write_random_folder(&dir, &shape, mlx_rs::Dtype::Bfloat16, 1, &cfg.tokenizer, SHARD_BYTES)
-            .map_err(|e| e.to_string())?;
-        log(&format!("  {:.1} GB in {:.0} s", bytes as f64 / 1e9, t.elapsed().as_secs_f64()));
+        let bytes = synthetic::write_random_folder(
+            &dir,
+            &shape,
+            mlx_rs::Dtype::Bfloat16,
+            1,
+            &cfg.tokenizer,
+            SHARD_BYTES,
+        )
+        .map_err(|e| e.to_string())?;
+        log(&format!(
+            "  {:.1} GB in {:.0} s",
+            bytes as f64 / 1e9,
+            t.elapsed().as_secs_f64()
+        ));
         let layers = Some((shape.num_hidden_layers, all));
         measure(cfg, &dir, name, true, layers, scratch.path(), &mut rows, &mut log)?;
         let _ = std::fs::remove_dir_all(&dir);
@@ -247,7 +261,11 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "time to ready ({}) on {}: the first start converts and writes the cache, the second reads it",
-            if self.warmup { "load + warm-up" } else { "load alone: no warm-up" },
+            if self.warmup {
+                "load + warm-up"
+            } else {
+                "load alone: no warm-up"
+            },
             self.device
         )?;
         writeln!(

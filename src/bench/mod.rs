@@ -90,7 +90,10 @@ impl Target {
                 let label = format!("{model} {}", options.precision);
                 let path = resolve_model(model).map_err(|e| e.to_string())?;
                 let worker = ModelWorker::spawn(path, options.clone(), device, move |s| {
-                    if let ModelState::Ready { load_time, device, .. } = s {
+                    if let ModelState::Ready {
+                        load_time, device, ..
+                    } = s
+                    {
                         log(&format!("loaded in {:.1} s on {device}", load_time.as_secs_f64()));
                     }
                 });

@@ -420,7 +420,8 @@ fn facts_in(models: &[ModelStatus], key: ModelKey) -> Option<ModelFacts> {
 /// benchmarks and tests).
 pub fn status_blocking(runtime_dir: &Path, timeout: Duration) -> Result<DaemonStatus, String> {
     let socket = runtime_dir.join(paths::SOCKET);
-    let s = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    let s =
+        std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
     status_over(s, timeout)
 }
 

@@ -3,6 +3,10 @@
 //! fair queueing and cancellation. Tiers point at a stub OpenAI-compatible server started
 //! here, so these tests are fast and deterministic; the end-to-end test runs a tiny GGUF
 //! written here, and the last ones the real 0.5B and 1.5B (with `LAYA_TEST_REAL_MODELS=1`).
+//! Two tests come after those: two starts of `laya serve` on a tiny folder converted at load
+//! (the second reads the converted cache, as `/health` and `laya doctor` say), and the daemon
+//! in-process with two tiny models whose loads the test holds (which model answers while the
+//! large one loads).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -792,7 +796,12 @@ fn states(addr: std::net::SocketAddr) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["id"].as_str().unwrap().to_owned(), m["state"].as_str().unwrap().to_owned()))
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap().to_owned(),
+                m["state"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect()
 }
 
@@ -843,7 +852,9 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
     };
     let text_of = |path: &Path| {
         let model = LocalModel::load(path, &opts).unwrap();
-        let out = model.complete(&CompletionRequest::new(PROMPT, 4), &Cancel::new()).unwrap();
+        let out = model
+            .complete(&CompletionRequest::new(PROMPT, 4), &Cancel::new())
+            .unwrap();
         out.choices[0].text.clone()
     };
     let (small_text, large_text) = (text_of(&small), text_of(&large));
@@ -854,7 +865,10 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
 
     let (small_gate, large_gate) = (Gate::default(), Gate::default());
     let _open = OpenOnDrop(vec![small_gate.clone(), large_gate.clone()]);
-    let held = [(small.clone(), small_gate.clone()), (large.clone(), large_gate.clone())];
+    let held = [
+        (small.clone(), small_gate.clone()),
+        (large.clone(), large_gate.clone()),
+    ];
     let loader = Loader::new(move |path, opts| {
         if let Some((_, gate)) = held.iter().find(|(p, _)| p == path) {
             gate.wait();
@@ -897,9 +911,7 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
         .enable_all()
         .build()
         .unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
     let daemon = std::sync::Arc::new(laya::daemon::Daemon::new(config, Some(addr)));
     daemon.pool().unwrap();
@@ -912,10 +924,14 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
     // Both load: the request for the large model waits for the small one.
     let (tx, waiting) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(ask_large()));
-    health_until(addr, |s| s.len() == 2 && s.iter().all(|(_, state)| state == "loading"));
+    health_until(addr, |s| {
+        s.len() == 2 && s.iter().all(|(_, state)| state == "loading")
+    });
     assert!(waiting.try_recv().is_err(), "answered while no model was ready");
     small_gate.open();
-    let first = waiting.recv_timeout(Duration::from_secs(120)).expect("no answer from the small model");
+    let first = waiting
+        .recv_timeout(Duration::from_secs(120))
+        .expect("no answer from the small model");
     assert_eq!(
         (&first["text"], &first["model"], &first["stand_in_for"]),
         (&json!(small_text), &json!("small/native"), &json!("large/native")),
@@ -924,7 +940,10 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
     // The large model still loads: the small one answers, at once.
     assert_eq!(
         states(addr),
-        [("small/native".into(), "ready".into()), ("large/native".into(), "loading".into())]
+        [
+            ("small/native".into(), "ready".into()),
+            ("large/native".into(), "loading".into())
+        ]
     );
     let second = ask_large();
     assert_eq!(
@@ -942,7 +961,10 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
         "{third}"
     );
     for m in h["models"].as_array().unwrap() {
-        let (load, ready) = (m["load_time_ms"].as_f64().unwrap(), m["time_to_ready_ms"].as_f64().unwrap());
+        let (load, ready) = (
+            m["load_time_ms"].as_f64().unwrap(),
+            m["time_to_ready_ms"].as_f64().unwrap(),
+        );
         assert!(ready >= load && load > 0.0, "{m}");
         assert_eq!(m["from_cache"], false, "{m}");
     }
@@ -986,7 +1008,16 @@ fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
     let start = || {
         let d = serve_with(
             &dir,
-            &["--small", &folder_arg, "--large", "none", "--device", "cpu", "--http-addr", "127.0.0.1:0"],
+            &[
+                "--small",
+                &folder_arg,
+                "--large",
+                "none",
+                "--device",
+                "cpu",
+                "--http-addr",
+                "127.0.0.1:0",
+            ],
             |c| {
                 c.env("LAYA_CACHE_DIR", &cache).stderr(Stdio::null());
             },
@@ -997,15 +1028,38 @@ fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
     for (run, from_cache) in [("first", false), ("second", true)] {
         let (d, h) = start();
         let m = &h["models"][0];
-        assert_eq!((&m["id"], &m["from_cache"]), (&json!("small/q8"), &json!(from_cache)), "{run}: {h}");
-        let (load, ready) = (m["load_time_ms"].as_f64().unwrap(), m["time_to_ready_ms"].as_f64().unwrap());
+        assert_eq!(
+            (&m["id"], &m["from_cache"]),
+            (&json!("small/q8"), &json!(from_cache)),
+            "{run}: {h}"
+        );
+        let (load, ready) = (
+            m["load_time_ms"].as_f64().unwrap(),
+            m["time_to_ready_ms"].as_f64().unwrap(),
+        );
         assert!(ready >= load && load > 0.0, "{run}: {h}");
         let section = doctor();
-        assert!(section[0].starts_with(&format!("  daemon        pid {}, up ", d.child.id())), "{section:?}");
-        let line = section.iter().find(|l| l.contains("small/q8")).expect("the model's line");
-        assert!(line.contains("tiny-bf16") && line.contains(" ready in ") && line.ends_with(" on cpu"), "{line}");
-        assert_eq!(line.contains(", from the converted cache)"), from_cache, "{run}: {line}");
+        assert!(
+            section[0].starts_with(&format!("  daemon        pid {}, up ", d.child.id())),
+            "{section:?}"
+        );
+        let line = section
+            .iter()
+            .find(|l| l.contains("small/q8"))
+            .expect("the model's line");
+        assert!(
+            line.contains("tiny-bf16") && line.contains(" ready in ") && line.ends_with(" on cpu"),
+            "{line}"
+        );
+        assert_eq!(
+            line.contains(", from the converted cache)"),
+            from_cache,
+            "{run}: {line}"
+        );
         drop(d);
     }
-    assert_eq!(doctor(), [format!("  daemon        none runs (in {})", dir.display())]);
+    assert_eq!(
+        doctor(),
+        [format!("  daemon        none runs (in {})", dir.display())]
+    );
 }

@@ -187,7 +187,13 @@ fn a_random_folder_written_in_shards_holds_the_seeds_weights() {
     let bytes = synthetic::write_random_folder(dir.path(), &cfg, Dtype::Bfloat16, 9, &gguf, 8 << 20).unwrap();
     let shards = std::fs::read_dir(dir.path())
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "safetensors"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "safetensors")
+        })
         .count();
     // The embedding alone is ~39 MB in bf16: a shard of its own, and the layers another.
     assert_eq!(shards, 2, "{bytes} bytes");

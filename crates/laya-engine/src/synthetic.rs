@@ -245,8 +245,8 @@ fn write_folder_files(
 ) -> std::io::Result<()> {
     let gguf = super::load::gguf::GgufFile::open(tokenizer_gguf)
         .map_err(|e| io_error(&tokenizer_gguf.display(), &e))?;
-    let tokenizer = super::tokenizer::Tokenizer::from_gguf(&gguf)
-        .map_err(|e| io_error(&tokenizer_gguf.display(), &e))?;
+    let tokenizer =
+        super::tokenizer::Tokenizer::from_gguf(&gguf).map_err(|e| io_error(&tokenizer_gguf.display(), &e))?;
     let io = |e: std::io::Error| io_error(&dir.display(), &e);
     std::fs::create_dir_all(dir).map_err(io)?;
     std::fs::write(dir.join("config.json"), config_json(cfg, quantization)).map_err(io)?;

@@ -461,12 +461,7 @@ pub fn converted_file(path: &Path, opts: &LoadOptions) -> Option<PathBuf> {
 /// precision, the group size and the cache layout ([`CONVERT_FORMAT`]).
 pub(crate) fn cache_entry(path: &Path, opts: &LoadOptions) -> Option<CacheEntry> {
     let canonical = std::fs::canonicalize(path).ok()?;
-    let since_epoch = |m: &std::fs::Metadata| {
-        m.modified()
-            .ok()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-    };
+    let since_epoch = |m: &std::fs::Metadata| m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok();
     let source = if canonical.is_dir() {
         let mut files: Vec<(String, u64, u128)> = vec![];
         for entry in std::fs::read_dir(&canonical).ok()?.flatten() {
@@ -482,7 +477,12 @@ pub(crate) fn cache_entry(path: &Path, opts: &LoadOptions) -> Option<CacheEntry>
         format!("{}|{}", canonical.display(), listed.join(","))
     } else {
         let meta = std::fs::metadata(&canonical).ok()?;
-        format!("{}|{}|{}", canonical.display(), meta.len(), since_epoch(&meta)?.as_secs())
+        format!(
+            "{}|{}|{}",
+            canonical.display(),
+            meta.len(),
+            since_epoch(&meta)?.as_secs()
+        )
     };
     let key = format!(
         "{source}|{}|{}|{}",
@@ -547,7 +547,10 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool)
     let cache = (opts.use_cache && opts.precision != Precision::Native)
         .then(|| cache_entry(path, opts))
         .flatten();
-    if let Some(model) = cache.as_ref().and_then(|e| read_converted(e, &cfg, opts.group_size)) {
+    if let Some(model) = cache
+        .as_ref()
+        .and_then(|e| read_converted(e, &cfg, opts.group_size))
+    {
         return Ok((model, tokenizer, true));
     }
     let mut weights = HashMap::new();
@@ -1062,10 +1065,18 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let logits = |m: &Model| m.forward_all(&tokens(&ids), &mut m.new_caches()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (folder, cache) = (dir.path().join("hf-3b"), dir.path().join("converted"));
-        write_folder(&folder, &cfg, &cast(&to_device(&random_weights(&cfg, 1)), Dtype::Bfloat16), None);
+        write_folder(
+            &folder,
+            &cfg,
+            &cast(&to_device(&random_weights(&cfg, 1)), Dtype::Bfloat16),
+            None,
+        );
 
         let _ = load(&folder, &cached(Precision::Native, &cache)).unwrap();
-        assert!(cache_files(&cache).is_empty(), "loaded as stored: nothing converted");
+        assert!(
+            cache_files(&cache).is_empty(),
+            "loaded as stored: nothing converted"
+        );
 
         let q6 = cached(Precision::Q6, &cache);
         let first = load(&folder, &q6).unwrap();
@@ -1078,7 +1089,14 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         assert!(second.from_cache);
         let want = logits(&first.model);
         assert_eq!(max_abs_diff(&logits(&second.model), &want), 0.0);
-        let uncached = load(&folder, &LoadOptions { use_cache: false, ..q6.clone() }).unwrap();
+        let uncached = load(
+            &folder,
+            &LoadOptions {
+                use_cache: false,
+                ..q6.clone()
+            },
+        )
+        .unwrap();
         assert_eq!(max_abs_diff(&logits(&uncached.model), &want), 0.0);
 
         // Other weights in the same file, written later: a new entry, of the new weights.
@@ -1096,7 +1114,10 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         // A file at the entry's place without its key (another layout or source) is stale.
         Array::save_safetensors(&quantized_map(&other, &q6), None, &entry).unwrap();
         let reloaded = load(&folder, &q6).unwrap();
-        assert!(!reloaded.from_cache, "a file without the entry's key is not trusted");
+        assert!(
+            !reloaded.from_cache,
+            "a file without the entry's key is not trusted"
+        );
         let again = load(&folder, &q6).unwrap();
         assert!(again.from_cache, "the stale entry was written anew");
         assert_eq!(max_abs_diff(&logits(&again.model), &want), 0.0);
@@ -1105,7 +1126,10 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let bytes = std::fs::read(&entry).unwrap();
         std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
         assert!(!load(&folder, &q6).unwrap().from_cache);
-        assert!(std::fs::read(&entry).unwrap().len() > bytes.len() / 2, "written anew");
+        assert!(
+            std::fs::read(&entry).unwrap().len() > bytes.len() / 2,
+            "written anew"
+        );
         let again = load(&folder, &q6).unwrap();
         assert!(again.from_cache);
         assert_eq!(max_abs_diff(&logits(&again.model), &want), 0.0);
@@ -1131,7 +1155,13 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let dir = tempfile::tempdir().unwrap();
         let (folder, cache) = (dir.path().join("mlx-8bit"), dir.path().join("converted"));
         let dense = cast(&to_device(&random_weights(&cfg, 3)), Dtype::Bfloat16);
-        let q8 = quantized_map(&dense, &LoadOptions { precision: Precision::Q8, ..native() });
+        let q8 = quantized_map(
+            &dense,
+            &LoadOptions {
+                precision: Precision::Q8,
+                ..native()
+            },
+        );
         write_folder(&folder, &cfg, &q8, Some((64, 8)));
         let stored = Model::from_weights(cfg.clone(), q8, 64).unwrap();
         for precision in [Precision::Native, Precision::Q8] {
@@ -1139,7 +1169,10 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
             assert!(!loaded.from_cache);
             assert_eq!(max_abs_diff(&logits(&loaded.model), &logits(&stored)), 0.0);
         }
-        assert!(cache_files(&cache).is_empty(), "loaded as stored: nothing converted");
+        assert!(
+            cache_files(&cache).is_empty(),
+            "loaded as stored: nothing converted"
+        );
 
         let q4 = cached(Precision::Q4, &cache);
         let first = load(&folder, &q4).unwrap();

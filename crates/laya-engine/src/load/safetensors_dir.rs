@@ -144,14 +144,23 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
                     let stem = stem.as_str();
                     let mut part = |p: &str| {
                         let name = format!("{stem}.{p}");
-                        tensors.remove(&name).map(|(a, _)| a).ok_or_else(|| EngineLoadError::Invalid {
-                            file: file.clone(),
-                            reason: format!("`{name}` is missing beside `{stem}.weight`"),
-                        })
+                        tensors
+                            .remove(&name)
+                            .map(|(a, _)| a)
+                            .ok_or_else(|| EngineLoadError::Invalid {
+                                file: file.clone(),
+                                reason: format!("`{name}` is missing beside `{stem}.weight`"),
+                            })
                     };
                     let (scales, biases) = (part("scales")?, part("biases")?);
                     let group_size = q.group_size_of(stem);
-                    requantize(&mut weights, (name, array, scales, biases), group_size, opts, &file)?;
+                    requantize(
+                        &mut weights,
+                        (name, array, scales, biases),
+                        group_size,
+                        opts,
+                        &file,
+                    )?;
                 }
                 // An mlx-community folder's dense tensors (norms, biases) stay as stored.
                 (Some(_), None) => {
@@ -211,10 +220,11 @@ fn requantize(
         out.insert(name, weight);
         return Ok(());
     }
-    let dense = ops::dequantize(&weight, &scales, &biases, group_size, bits).map_err(|e| EngineLoadError::Mlx {
-        file: file.to_owned(),
-        source: e,
-    })?;
+    let dense =
+        ops::dequantize(&weight, &scales, &biases, group_size, bits).map_err(|e| EngineLoadError::Mlx {
+            file: file.to_owned(),
+            source: e,
+        })?;
     drop((weight, scales, biases));
     insert_weight(out, name, dense, opts, file)
 }
