@@ -270,8 +270,8 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "{:<46} {:<4} {:>10} {:>10}  {:<36}  {}",
-            "model", "bits", "weights", "cache", "first start", "second start"
+            "{:<46} {:<4} {:>10} {:>10}  {:<36}  second start",
+            "model", "bits", "weights", "cache", "first start"
         )?;
         for r in &self.rows {
             writeln!(f, "{}", format_row(r))?;
