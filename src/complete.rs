@@ -208,6 +208,8 @@ impl Engine for OnThisThread {
         let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
         ModelState::Ready {
             load_time: m.loaded.load_time,
+            time_to_ready: m.loaded.load_time,
+            from_cache: m.loaded.from_cache,
             device: if m.facts().runs_on == RunsOn::Gpu {
                 "gpu"
             } else {

@@ -396,6 +396,8 @@ impl ServeConfig {
                     max_bytes: self.prefill_cache_bytes,
                 },
                 speculation: self.speculation,
+                use_cache: self.use_cache,
+                loader: Default::default(),
             },
             names,
         ))

@@ -1,17 +1,22 @@
 //! `laya doctor`: what is installed, what is missing, and the command that fixes each gap;
-//! the machine's memory and the tiers laya recommends for it, with what each needs.
+//! the machine's memory and the tiers laya recommends for it, with what each needs; and the
+//! daemon that runs, if one does.
 //!
 //! ## How it works
 //!
 //! Builds the `laya doctor` report from `engine::runtime`, `machine`, `paths` and `catalog`: the
 //! memory, the recommended small and large tier with what each needs, present or the
 //! `laya models fetch` that gets it, and what `auto` serves now (`tiers`, a pure function of a
-//! `Machine` and presence). Each problem line names the command that fixes it.
+//! `Machine` and presence). Each problem line names the command that fixes it. Then it asks the
+//! daemon of the runtime directory for its status (starting none): each model's state, its
+//! time to ready on this start and whether its weights came from the converted cache
+//! (`daemon_section`, a pure function of the answer).
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, path::Path, time::Duration};
 
 use crate::{
     catalog::{self, CatalogModel, Presence},
+    daemon::{client::status_if_running, paths::runtime_dir, protocol::DaemonStatus},
     engine::{
         runtime::{choose_device, DevicePref, MlxInfo},
         Tier,
@@ -113,6 +118,11 @@ pub fn report(pref: DevicePref) -> Report {
         }
         let _ = writeln!(w, "    {:<20} {state}", m.name);
     }
+    let dir = runtime_dir();
+    w.push_str(&daemon_section(
+        &dir,
+        status_if_running(&dir, Duration::from_secs(5)),
+    ));
     if problems == 0 {
         let _ = writeln!(w, "ready");
     } else {
@@ -195,6 +205,47 @@ pub fn tiers(machine: &Machine, presence: &dyn Fn(&CatalogModel) -> Presence) ->
     out
 }
 
+/// The daemon section: none runs in `dir`, or its pid, uptime and address, and per model its
+/// state (ready: the time to ready on this start, the load's share of it, whether the weights
+/// came from the converted cache, the device).
+pub fn daemon_section(dir: &Path, status: Result<Option<DaemonStatus>, String>) -> String {
+    let st = match status {
+        Ok(Some(st)) => st,
+        Ok(None) => return format!("  daemon        none runs (in {})\n", dir.display()),
+        Err(e) => return format!("  daemon        no answer: {e}\n"),
+    };
+    let mut out = format!(
+        "  daemon        pid {}, up {:.0} s, {}{}\n",
+        st.pid,
+        st.uptime_s,
+        st.socket,
+        st.http.map(|a| format!(", http {a}")).unwrap_or_default()
+    );
+    for m in &st.models {
+        let state = match m.state.as_str() {
+            "ready" => {
+                let secs = |ms: Option<f64>| ms.unwrap_or(0.0) / 1e3;
+                format!(
+                    "ready in {:.1} s (load {:.1} s{}) on {}",
+                    secs(m.time_to_ready_ms),
+                    secs(m.load_time_ms),
+                    if m.from_cache == Some(true) {
+                        ", from the converted cache"
+                    } else {
+                        ""
+                    },
+                    m.device.as_deref().unwrap_or("?")
+                )
+            }
+            "failed" => format!("failed: {}", m.error.as_deref().unwrap_or("?")),
+            "not_loaded" => "not loaded (on first use)".to_owned(),
+            other => other.to_owned(),
+        };
+        let _ = writeln!(out, "    {:<12} {:<20} {state}", m.id, m.name);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +287,60 @@ mod tests {
             "{cpu}"
         );
         assert!(cpu.contains("serves now: small none, large none"), "{cpu}");
+    }
+
+    /// Each model of a running daemon with its state, its time to ready and whether its
+    /// weights came from the cache; none running, or no answer, said so.
+    #[test]
+    fn the_daemon_section_gives_each_models_time_to_ready() {
+        let dir = Path::new("/run/laya");
+        let model = |id: &str, state: &str, ready: Option<(f64, bool)>| {
+            serde_json::json!({
+                "id": id, "tier": id.split('/').next().unwrap(), "precision": null,
+                "name": "qwen2.5-coder-7b", "source": "local", "state": state,
+                "load_time_ms": ready.map(|(ms, _)| ms - 500.0), "time_to_ready_ms": ready.map(|(ms, _)| ms),
+                "from_cache": ready.map(|(_, c)| c), "device": ready.map(|_| "cpu"),
+                "warm": ready.is_some(), "served": 0, "error": (state == "failed").then_some("no weights"),
+            })
+        };
+        let status: DaemonStatus = serde_json::from_value(serde_json::json!({
+            "status": "ok", "version": "0", "protocol": 1, "pid": 42, "uptime_s": 12.3,
+            "socket": "/run/laya/laya.sock", "http": "127.0.0.1:7723", "default": "small/q8",
+            "models": [
+                model("small/q8", "ready", Some((2_100.0, true))),
+                model("large/q6", "ready", Some((41_000.0, false))),
+                model("small/q4", "failed", None),
+                model("large/q8", "loading", None),
+                model("large", "not_loaded", None),
+            ],
+            "queue": {"running": 0, "waiting": 0}
+        }))
+        .unwrap();
+        let text = daemon_section(dir, Ok(Some(status)));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "  daemon        pid 42, up 12 s, /run/laya/laya.sock, http 127.0.0.1:7723"
+        );
+        assert!(
+            lines[1].ends_with("ready in 2.1 s (load 1.6 s, from the converted cache) on cpu")
+                && lines[1].contains("small/q8"),
+            "{text}"
+        );
+        assert!(
+            lines[2].ends_with("ready in 41.0 s (load 40.5 s) on cpu"),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("failed: no weights"), "{text}");
+        assert!(lines[4].ends_with(" loading"), "{text}");
+        assert!(lines[5].ends_with("not loaded (on first use)"), "{text}");
+        assert_eq!(
+            daemon_section(dir, Ok(None)),
+            "  daemon        none runs (in /run/laya)\n"
+        );
+        assert_eq!(
+            daemon_section(dir, Err("/run/laya/laya.sock: timed out".into())),
+            "  daemon        no answer: /run/laya/laya.sock: timed out\n"
+        );
     }
 }

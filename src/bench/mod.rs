@@ -18,7 +18,10 @@
 //! first prefill at each length apart (it compiles kernels for the shape); the ops of one decode
 //! step's graph by primitive; with `--peer-python`, llama.cpp on the same GGUF, and what a forward
 //! checking a full draft costs against one decode step. (`scripts/gpu/bench_mlx_lm_moe.py` is
-//! mlx-lm's Qwen3-MoE measured the same way, for the side-by-side run on the GPU.) `quality.rs` (`laya bench quality`): the
+//! mlx-lm's Qwen3-MoE measured the same way, for the side-by-side run on the GPU.) `load.rs` (`laya bench
+//! load`): a model's time to ready (load and warm-up) when it is converted at load, on its first
+//! start (converting, writing the cache) and its second (reading it), for synthetic bf16
+//! folders of catalog shapes written to a scratch folder or for models as they are. `quality.rs` (`laya bench quality`): the
 //! masked-line cases of `bench/quality/` (three sets, one held out, and the larger two again
 //! with the file's text around the line, `--window file`; the cross-file sets, each case run in its
 //! workspace unpacked from `bench/quality/repos/` and indexed, its own file as the editor holds
@@ -53,6 +56,7 @@ use crate::{
 };
 
 pub mod engine;
+pub mod load;
 pub mod lsp_client;
 pub mod memory;
 pub mod quality;
@@ -86,7 +90,10 @@ impl Target {
                 let label = format!("{model} {}", options.precision);
                 let path = resolve_model(model).map_err(|e| e.to_string())?;
                 let worker = ModelWorker::spawn(path, options.clone(), device, move |s| {
-                    if let ModelState::Ready { load_time, device } = s {
+                    if let ModelState::Ready {
+                        load_time, device, ..
+                    } = s
+                    {
                         log(&format!("loaded in {:.1} s on {device}", load_time.as_secs_f64()));
                     }
                 });

@@ -834,10 +834,7 @@ mod tests {
         }
 
         fn state(&self) -> crate::engine::ModelState {
-            crate::engine::ModelState::Ready {
-                load_time: std::time::Duration::ZERO,
-                device: "test".into(),
-            }
+            crate::engine::ModelState::ready_on("test")
         }
     }
 

@@ -650,10 +650,7 @@ mod tests {
         }
 
         fn state(&self) -> crate::engine::ModelState {
-            crate::engine::ModelState::Ready {
-                load_time: std::time::Duration::ZERO,
-                device: "fake".into(),
-            }
+            crate::engine::ModelState::ready_on("fake")
         }
     }
 

@@ -61,6 +61,39 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         peer_threads: usize,
     },
+    /// Time to ready of a model converted at load, first start (converting, writing the
+    /// converted cache) and second (reading it); synthetic bf16 folders of catalog shapes or
+    /// models as they are.
+    Load {
+        /// Random bf16 weights of a catalog model's shape (qwen2.5-coder-3b, …), written as a
+        /// Hugging Face folder to the scratch folder.
+        #[arg(long = "synthetic")]
+        synthetic: Vec<String>,
+        /// Models as they are (catalog names, folders or GGUF files).
+        #[arg(long = "model")]
+        models: Vec<String>,
+        #[arg(long, value_parser = precision(), value_delimiter = ',', default_value = "q6,q4")]
+        precision: Vec<Precision>,
+        #[arg(long, default_value_t = 64)]
+        group_size: i32,
+        /// Keep this many of a synthetic shape's layers (where its weights do not fit).
+        #[arg(long)]
+        layers: Option<i32>,
+        /// Where the synthetic folders and the converted cache go (removed at the end);
+        /// default: the system's temporary folder.
+        #[arg(long)]
+        scratch: Option<PathBuf>,
+        /// The vocabulary of the synthetic folders: a catalog name or GGUF file.
+        #[arg(long, default_value = "qwen2.5-coder-0.5b")]
+        tokenizer: String,
+        /// Time the load alone, without the warm-up a start ends with (the same on either
+        /// start; on the CPU a 3B's takes minutes).
+        #[arg(long)]
+        no_warmup: bool,
+        /// Also write the rows as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Resident memory of the daemon with one LSP client completing, then several at once
     /// (one copy of the weights serves them all; the goal is at most 1.1x).
     Memory {
@@ -249,6 +282,38 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
             };
             // The lines are printed as they are measured, not as a report at the end.
             bench::engine::run(&cfg, |line| println!("{line}")).map_err(msg)?;
+        }
+        BenchCommand::Load {
+            synthetic,
+            models,
+            precision,
+            group_size,
+            layers,
+            scratch,
+            tokenizer,
+            no_warmup,
+            json,
+        } => {
+            if synthetic.is_empty() && models.is_empty() {
+                bail!("name a shape (--synthetic qwen2.5-coder-3b) or a model (--model PATH)");
+            }
+            let cfg = bench::load::Config {
+                synthetic,
+                models,
+                precisions: precision,
+                group_size,
+                layers,
+                scratch: scratch.unwrap_or_else(std::env::temp_dir),
+                tokenizer: resolve_model(&tokenizer)?,
+                device,
+                warmup: !no_warmup,
+            };
+            let report = bench::load::run(&cfg, log).map_err(msg)?;
+            print!("{report}");
+            if let Some(p) = json {
+                let text = serde_json::to_string_pretty(&report.rows)?;
+                std::fs::write(&p, text).map_err(|e| msg(format!("writing {}: {e}", p.display())))?;
+            }
         }
         BenchCommand::Memory {
             serve,

@@ -48,10 +48,16 @@ pub fn run(serve: ServeArgs, device: laya::engine::runtime::DevicePref) -> Resul
     for key in keys {
         let name = names.get(&key.tier).map(String::as_str).unwrap_or("?");
         match settled(&pool, key) {
-            Ok((load_time, device)) => println!(
-                "{key} ({name}) ready on {device}: load {:.1} s; {:.1} s since start with warm-ups",
+            Ok(Ready {
+                load_time,
+                time_to_ready,
+                from_cache,
+                device,
+            }) => println!(
+                "{key} ({name}) ready on {device} in {:.1} s: weights {:.1} s ({}), the rest the warm-up",
+                time_to_ready.as_secs_f64(),
                 load_time.as_secs_f64(),
-                start.elapsed().as_secs_f64()
+                if from_cache { "converted cache" } else { "read" }
             ),
             Err(e) => {
                 failed += 1;
@@ -70,11 +76,31 @@ pub fn run(serve: ServeArgs, device: laya::engine::runtime::DevicePref) -> Resul
     Ok(())
 }
 
-/// Waits for `key` to be ready (its load time and device) or to fail (why).
-fn settled(pool: &ModelPool, key: ModelKey) -> Result<(Duration, String), String> {
+/// A model's ready state.
+struct Ready {
+    load_time: Duration,
+    time_to_ready: Duration,
+    from_cache: bool,
+    device: String,
+}
+
+/// Waits for `key` to be ready or to fail (why).
+fn settled(pool: &ModelPool, key: ModelKey) -> Result<Ready, String> {
     loop {
         match pool.states().into_iter().find(|(k, _)| *k == key).map(|(_, s)| s) {
-            Some(ModelState::Ready { load_time, device }) => return Ok((load_time, device)),
+            Some(ModelState::Ready {
+                load_time,
+                time_to_ready,
+                from_cache,
+                device,
+            }) => {
+                return Ok(Ready {
+                    load_time,
+                    time_to_ready,
+                    from_cache,
+                    device,
+                })
+            }
             Some(ModelState::Failed(e)) => return Err(e),
             Some(ModelState::Loading) | None => std::thread::sleep(Duration::from_millis(50)),
         }

@@ -343,7 +343,9 @@ fn state_of(st: &DaemonStatus) -> ModelState {
                 .unwrap_or_else(|| "the daemon's default model failed to load".into()),
         ),
         _ => ModelState::Ready {
-            load_time: Duration::from_secs_f64(default.and_then(|m| m.load_time_ms).unwrap_or(0.0) / 1e3),
+            load_time: secs(default.and_then(|m| m.load_time_ms)),
+            time_to_ready: secs(default.and_then(|m| m.time_to_ready_ms)),
+            from_cache: default.and_then(|m| m.from_cache).unwrap_or(false),
             device: format!(
                 "{} (laya serve, pid {})",
                 default
@@ -353,6 +355,11 @@ fn state_of(st: &DaemonStatus) -> ModelState {
             ),
         },
     }
+}
+
+/// Milliseconds a status states as a duration (0 where it states none).
+fn secs(ms: Option<f64>) -> Duration {
+    Duration::from_secs_f64(ms.unwrap_or(0.0).max(0.0) / 1e3)
 }
 
 /// The last line a started daemon wrote to its log.
@@ -412,10 +419,26 @@ fn facts_in(models: &[ModelStatus], key: ModelKey) -> Option<ModelFacts> {
 /// The status of the daemon at `runtime_dir`, without starting one (blocking; for scripts,
 /// benchmarks and tests).
 pub fn status_blocking(runtime_dir: &Path, timeout: Duration) -> Result<DaemonStatus, String> {
-    use std::io::{BufRead, Write};
     let socket = runtime_dir.join(paths::SOCKET);
-    let mut s =
+    let s =
         std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    status_over(s, timeout)
+}
+
+/// [`status_blocking`], with `None` where no daemon runs (no socket, or one nothing listens
+/// on: a daemon that was killed).
+pub fn status_if_running(runtime_dir: &Path, timeout: Duration) -> Result<Option<DaemonStatus>, String> {
+    use std::io::ErrorKind;
+    let socket = runtime_dir.join(paths::SOCKET);
+    match std::os::unix::net::UnixStream::connect(&socket) {
+        Ok(s) => status_over(s, timeout).map(Some),
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => Ok(None),
+        Err(e) => Err(format!("{}: {e}", socket.display())),
+    }
+}
+
+fn status_over(mut s: std::os::unix::net::UnixStream, timeout: Duration) -> Result<DaemonStatus, String> {
+    use std::io::{BufRead, Write};
     s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     s.write_all(b"{\"op\":\"status\"}\n").map_err(|e| e.to_string())?;
     let mut line = String::new();

@@ -450,6 +450,7 @@ async fn complete(
         })).collect::<Vec<_>>(),
         "model": key.to_string(),
         "model_name": d.model_name(key.tier),
+        "stand_in_for": served.stand_in_for.map(|k| k.to_string()),
         "timing": timing,
         "load_time_ms": load_time_ms,
     })))
@@ -534,6 +535,7 @@ async fn v1_completions(
         "timing": timing,
         "load_time_ms": load_time_ms,
         "served_by": out.served_by.map(|k| k.to_string()),
+        "stand_in_for": served.stand_in_for.map(|k| k.to_string()),
     }))
     .into_response())
 }
@@ -637,6 +639,7 @@ fn stream(
                     });
                     last["timing"] = timing;
                     last["load_time_ms"] = json!(load_time_ms);
+                    last["stand_in_for"] = json!(served.stand_in_for.map(|k| k.to_string()));
                     st.pending.push_back(Event::default().data(last.to_string()));
                 }
                 Ok(Err(e)) => {

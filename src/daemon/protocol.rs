@@ -189,6 +189,9 @@ pub struct WireOutput {
     /// The serving model's load time (apart from the request's own time).
     #[serde(default)]
     pub load_time_ms: Option<f64>,
+    /// The model the request asked for, when another answered because it was still loading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stand_in_for: Option<ModelKey>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -284,6 +287,7 @@ impl WireOutput {
                 .collect(),
             timing: WireTiming::new(&out.timing, queued),
             load_time_ms: load_time.map(ms),
+            stand_in_for: None,
         }
     }
 
@@ -355,7 +359,15 @@ pub struct ModelStatus {
     pub source: String,
     /// `not_loaded`, `loading`, `ready` or `failed`.
     pub state: String,
+    /// Reading (and converting) the weights, on this start; once ready.
     pub load_time_ms: Option<f64>,
+    /// From the start of the model's load to ready (the load and the warm-up), on this
+    /// start; once ready.
+    #[serde(default)]
+    pub time_to_ready_ms: Option<f64>,
+    /// Whether the weights came from the converted-weights cache on this start; once ready.
+    #[serde(default)]
+    pub from_cache: Option<bool>,
     /// Parameter count of a loaded model, where known (prompts are shaped by it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<u64>,
@@ -520,6 +532,7 @@ mod tests {
                 ..Default::default()
             },
             load_time_ms: None,
+            stand_in_for: None,
         };
         let out = w.into_output();
         assert_eq!(out.choices[0].finish_reason, FinishReason::Length);

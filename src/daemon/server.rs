@@ -158,11 +158,16 @@ pub struct Served {
     pub output: CompletionOutput,
     pub queued: Duration,
     pub load_time: Option<Duration>,
+    /// The model the request asked for, when another answered because it was still loading.
+    pub stand_in_for: Option<ModelKey>,
 }
 
 impl Served {
     pub fn wire(&self) -> WireOutput {
-        WireOutput::new(&self.output, self.queued, self.load_time)
+        WireOutput {
+            stand_in_for: self.stand_in_for,
+            ..WireOutput::new(&self.output, self.queued, self.load_time)
+        }
     }
 }
 
@@ -238,9 +243,19 @@ impl Daemon {
         }
         let report = Arc::new(|key: ModelKey, state: &ModelState| match state {
             ModelState::Loading => tracing::info!(model = %key, "loading"),
-            ModelState::Ready { load_time, device } => {
-                tracing::info!(model = %key, device, load_ms = load_time.as_millis() as u64, "ready")
-            }
+            ModelState::Ready {
+                load_time,
+                time_to_ready,
+                from_cache,
+                device,
+            } => tracing::info!(
+                model = %key,
+                device,
+                load_ms = load_time.as_millis() as u64,
+                ready_ms = time_to_ready.as_millis() as u64,
+                from_cache,
+                "ready"
+            ),
             ModelState::Failed(e) => tracing::error!(model = %key, error = %e, "failed to load"),
         });
         let pool = Arc::new(ModelPool::new(self.config.pool.clone(), report)?);
@@ -346,9 +361,14 @@ impl Daemon {
         self.validate(&req)?;
         let pool = self.pool().map_err(|e| DaemonError::Unavailable(e.to_string()))?;
         let want = req.model.unwrap_or(pool.config().default);
+        let asked = pool.asked(want);
         let (key, engine) = pool
             .resolve(want)
             .map_err(|e| DaemonError::BadRequest(e.to_string()))?;
+        let stand_in_for = (key != asked).then_some(asked);
+        if let Some(asked) = stand_in_for {
+            tracing::info!(model = %asked, served_by = %key, "the model asked for is still loading: another answers");
+        }
         if let ModelState::Failed(e) = engine.state() {
             return Err(DaemonError::Unavailable(format!(
                 "model {key} failed to load: {e}"
@@ -405,6 +425,7 @@ impl Daemon {
             output,
             queued,
             load_time,
+            stand_in_for,
         })
     }
 
@@ -421,15 +442,21 @@ impl Daemon {
         for (key, state) in &states {
             let remote = matches!(cfg.tiers.get(&key.tier), Some(TierSource::Remote(_)));
             let n = served.get(key).copied().unwrap_or(0);
-            let (state_name, load, device, error) = match state {
-                ModelState::Loading => ("loading", None, None, None),
-                ModelState::Ready { load_time, device } => (
+            let (state_name, load, ready, device, error) = match state {
+                ModelState::Loading => ("loading", None, None, None, None),
+                ModelState::Ready {
+                    load_time,
+                    time_to_ready,
+                    from_cache,
+                    device,
+                } => (
                     "ready",
                     Some(super::protocol::ms(*load_time)),
+                    Some((super::protocol::ms(*time_to_ready), *from_cache)),
                     Some(device.clone()),
                     None,
                 ),
-                ModelState::Failed(e) => ("failed", None, None, Some(e.clone())),
+                ModelState::Failed(e) => ("failed", None, None, None, Some(e.clone())),
             };
             models.push(ModelStatus {
                 id: key.to_string(),
@@ -439,6 +466,8 @@ impl Daemon {
                 source: if remote { "remote" } else { "local" }.into(),
                 state: state_name.into(),
                 load_time_ms: load,
+                time_to_ready_ms: ready.map(|(ms, _)| ms),
+                from_cache: ready.map(|(_, c)| c),
                 parameters: pool.and_then(|p| p.parameters_of(*key)),
                 facts: pool.and_then(|p| p.facts_of(*key)),
                 device,
@@ -466,6 +495,8 @@ impl Daemon {
                 .into(),
                 state: "not_loaded".into(),
                 load_time_ms: None,
+                time_to_ready_ms: None,
+                from_cache: None,
                 parameters: None,
                 facts: pool.and_then(|p| {
                     p.facts_of(ModelKey {

@@ -135,7 +135,9 @@ async fn follow(client: Client, supported: bool, mut events: mpsc::UnboundedRece
             continue;
         }
         let (message, log) = match &state {
-            ModelState::Ready { load_time, device } => {
+            ModelState::Ready {
+                load_time, device, ..
+            } => {
                 let msg = format!("ready on {device} in {:.1} s", load_time.as_secs_f64());
                 (msg.clone(), format!("laya: model {msg}"))
             }

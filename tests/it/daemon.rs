@@ -3,6 +3,10 @@
 //! fair queueing and cancellation. Tiers point at a stub OpenAI-compatible server started
 //! here, so these tests are fast and deterministic; the end-to-end test runs a tiny GGUF
 //! written here, and the last ones the real 0.5B and 1.5B (with `LAYA_TEST_REAL_MODELS=1`).
+//! Two tests come after those: two starts of `laya serve` on a tiny folder converted at load
+//! (the second reads the converted cache, as `/health` and `laya doctor` say), and the daemon
+//! in-process with two tiny models whose loads the test holds (which model answers while the
+//! large one loads).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -755,4 +759,307 @@ fn lsp_on_the_cpu(dir: &std::path::Path, large: &str) -> laya::bench::lsp_client
     .env("LAYA_RUNTIME_DIR", dir)
     .stderr(std::process::Stdio::null());
     laya::bench::lsp_client::LspProcess::spawn(cmd).unwrap()
+}
+
+/// A model load a test holds until it opens the gate (or drops it).
+#[derive(Clone, Default)]
+struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn open(&self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+
+    fn wait(&self) {
+        let (open, changed) = &*self.0;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = changed.wait(open).unwrap();
+        }
+    }
+}
+
+/// Opens its gates when dropped: a failed test leaves no worker held.
+struct OpenOnDrop(Vec<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(Gate::open);
+    }
+}
+
+/// The models' states by id, as `GET /health` gives them.
+fn states(addr: std::net::SocketAddr) -> Vec<(String, String)> {
+    let h = ok_json(addr, "GET", "/health", None);
+    h["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap().to_owned(),
+                m["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Polls `/health` until `done` holds of the models' states (a bound on a failure, not a
+/// timing: the states come in a few seconds at most).
+fn health_until(addr: std::net::SocketAddr, done: impl Fn(&[(String, String)]) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let h = ok_json(addr, "GET", "/health", None);
+        if done(&states(addr)) {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "the models never got there: {h}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `laya serve`'s daemon in-process, with a small and a large tiny model of random weights
+/// whose loads the test holds: a request for the large model while both load waits for the
+/// small one (not the large one) and is answered by it; while the large one still loads the
+/// small one answers at once, and the answer says which model it stood in for; once the large
+/// one is ready it answers, and `/health` gives each model's time to ready.
+#[test]
+fn the_small_model_answers_for_the_large_one_while_it_loads() {
+    use laya::engine::{
+        pool::{PoolConfig, TierSource},
+        synthetic,
+        worker::Loader,
+        Cancel, CompletionRequest, LoadOptions, LocalModel, ModelKey, Precision, Tier,
+    };
+    let (_mlx, backend) = support::mlx();
+    let tmp = tempfile::tempdir().unwrap();
+    let vocab = support::gguf::write_vocab(tmp.path());
+    let cfg = synthetic::tiny();
+    let folder = |name: &str, seed| {
+        let dir = tmp.path().join(name);
+        let weights =
+            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Float32, seed).unwrap();
+        synthetic::write_folder(&dir, &cfg, &weights, None, &vocab).unwrap();
+        dir
+    };
+    let (small, large) = (folder("small", 11), folder("large", 12));
+    const PROMPT: &str = "def add(a, b):\n    return ";
+    let opts = LoadOptions {
+        precision: Precision::Native,
+        use_cache: false,
+        ..LoadOptions::default()
+    };
+    let text_of = |path: &Path| {
+        let model = LocalModel::load(path, &opts).unwrap();
+        let out = model
+            .complete(&CompletionRequest::new(PROMPT, 4), &Cancel::new())
+            .unwrap();
+        out.choices[0].text.clone()
+    };
+    let (small_text, large_text) = (text_of(&small), text_of(&large));
+    assert!(
+        !small_text.is_empty() && small_text != large_text,
+        "two models that tell apart: {small_text:?} {large_text:?}"
+    );
+
+    let (small_gate, large_gate) = (Gate::default(), Gate::default());
+    let _open = OpenOnDrop(vec![small_gate.clone(), large_gate.clone()]);
+    let held = [
+        (small.clone(), small_gate.clone()),
+        (large.clone(), large_gate.clone()),
+    ];
+    let loader = Loader::new(move |path, opts| {
+        if let Some((_, gate)) = held.iter().find(|(p, _)| p == path) {
+            gate.wait();
+        }
+        LocalModel::load(path, opts)
+    });
+    let key = |tier| ModelKey {
+        tier,
+        precision: Precision::Native,
+    };
+    let local = |path: &Path| TierSource::Local {
+        path: path.to_owned(),
+        group_size: 64,
+    };
+    let config = laya::daemon::DaemonConfig {
+        pool: PoolConfig {
+            tiers: [(Tier::Small, local(&small)), (Tier::Large, local(&large))].into(),
+            default: key(Tier::Small),
+            preload: vec![],
+            device: match backend {
+                support::Backend::Gpu => laya::engine::runtime::DevicePref::Gpu,
+                support::Backend::Cpu => laya::engine::runtime::DevicePref::Cpu,
+            },
+            prefix: Default::default(),
+            speculation: Default::default(),
+            use_cache: false,
+            loader,
+        },
+        names: Default::default(),
+        runtime_dir: tmp.path().join("rt"),
+        http: None,
+        token: None,
+        limits: Default::default(),
+        defaults: Default::default(),
+        warmup: true,
+        remote_slots: 1,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let daemon = std::sync::Arc::new(laya::daemon::Daemon::new(config, Some(addr)));
+    daemon.pool().unwrap();
+    rt.spawn(laya::daemon::http::serve(daemon.clone(), listener));
+
+    let ask_large = move || {
+        let body = json!({ "prompt": PROMPT, "max_tokens": 4, "model": "large/native" }).to_string();
+        ok_json(addr, "POST", "/complete", Some(&body))
+    };
+    // Both load: the request for the large model waits for the small one.
+    let (tx, waiting) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(ask_large()));
+    health_until(addr, |s| {
+        s.len() == 2 && s.iter().all(|(_, state)| state == "loading")
+    });
+    assert!(waiting.try_recv().is_err(), "answered while no model was ready");
+    small_gate.open();
+    let first = waiting
+        .recv_timeout(Duration::from_secs(120))
+        .expect("no answer from the small model");
+    assert_eq!(
+        (&first["text"], &first["model"], &first["stand_in_for"]),
+        (&json!(small_text), &json!("small/native"), &json!("large/native")),
+        "{first}"
+    );
+    // The large model still loads: the small one answers, at once.
+    assert_eq!(
+        states(addr),
+        [
+            ("small/native".into(), "ready".into()),
+            ("large/native".into(), "loading".into())
+        ]
+    );
+    let second = ask_large();
+    assert_eq!(
+        (&second["text"], &second["stand_in_for"]),
+        (&json!(small_text), &json!("large/native")),
+        "{second}"
+    );
+    // Loaded, the large model answers for itself.
+    large_gate.open();
+    let h = health_until(addr, |s| s.iter().all(|(_, state)| state == "ready"));
+    let third = ask_large();
+    assert_eq!(
+        (&third["text"], &third["model"], &third["stand_in_for"]),
+        (&json!(large_text), &json!("large/native"), &Value::Null),
+        "{third}"
+    );
+    for m in h["models"].as_array().unwrap() {
+        let (load, ready) = (
+            m["load_time_ms"].as_f64().unwrap(),
+            m["time_to_ready_ms"].as_f64().unwrap(),
+        );
+        assert!(ready >= load && load > 0.0, "{m}");
+        assert_eq!(m["from_cache"], false, "{m}");
+    }
+}
+
+/// `laya serve` on a tiny bf16 folder at q8 (converted at load), started twice: `/health`
+/// gives the model's time to ready and says the first start converted and the second read the
+/// converted cache, and `laya doctor` reads the same from the running daemon; with none
+/// running it says so.
+#[test]
+fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
+    use laya::engine::{synthetic, Precision};
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, cache) = (tmp.path().join("rt"), tmp.path().join("cache"));
+    let folder = tmp.path().join("tiny-bf16");
+    {
+        let (_mlx, _) = support::mlx();
+        let vocab = support::gguf::write_vocab(tmp.path());
+        let cfg = synthetic::tiny();
+        let weights =
+            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Bfloat16, 5).unwrap();
+        synthetic::write_folder(&folder, &cfg, &weights, None, &vocab).unwrap();
+    }
+    let doctor = || {
+        let (_, out, err) = support::run(
+            laya()
+                .arg("doctor")
+                .env("LAYA_RUNTIME_DIR", &dir)
+                .env("LAYA_MODEL_DIR", tmp.path()),
+        );
+        let section: Vec<String> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("  daemon "))
+            .take_while(|l| l.starts_with("  daemon ") || l.starts_with("    "))
+            .map(str::to_owned)
+            .collect();
+        assert!(!section.is_empty(), "no daemon section: {out}{err}");
+        section
+    };
+    let folder_arg = folder.display().to_string();
+    let start = || {
+        let d = serve_with(
+            &dir,
+            &[
+                "--small",
+                &folder_arg,
+                "--large",
+                "none",
+                "--device",
+                "cpu",
+                "--http-addr",
+                "127.0.0.1:0",
+            ],
+            |c| {
+                c.env("LAYA_CACHE_DIR", &cache).stderr(Stdio::null());
+            },
+        );
+        let h = health_until(d.http.unwrap(), |s| s.iter().all(|(_, state)| state == "ready"));
+        (d, h)
+    };
+    for (run, from_cache) in [("first", false), ("second", true)] {
+        let (d, h) = start();
+        let m = &h["models"][0];
+        assert_eq!(
+            (&m["id"], &m["from_cache"]),
+            (&json!("small/q8"), &json!(from_cache)),
+            "{run}: {h}"
+        );
+        let (load, ready) = (
+            m["load_time_ms"].as_f64().unwrap(),
+            m["time_to_ready_ms"].as_f64().unwrap(),
+        );
+        assert!(ready >= load && load > 0.0, "{run}: {h}");
+        let section = doctor();
+        assert!(
+            section[0].starts_with(&format!("  daemon        pid {}, up ", d.child.id())),
+            "{section:?}"
+        );
+        let line = section
+            .iter()
+            .find(|l| l.contains("small/q8"))
+            .expect("the model's line");
+        assert!(
+            line.contains("tiny-bf16") && line.contains(" ready in ") && line.ends_with(" on cpu"),
+            "{line}"
+        );
+        assert_eq!(
+            line.contains(", from the converted cache)"),
+            from_cache,
+            "{run}: {line}"
+        );
+        drop(d);
+    }
+    assert_eq!(
+        doctor(),
+        [format!("  daemon        none runs (in {})", dir.display())]
+    );
 }

@@ -101,13 +101,14 @@ fn mlx_community_quantized_folder_loads_as_stored() {
     let dir = tempfile::tempdir().unwrap();
     write_folder(dir.path(), &cfg, &weights, Some((64, 4)));
     let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
-    // The requested precision does not re-quantize an already quantized folder.
+    // Asked for more bits than it stores, the folder loads as stored (fewer: see
+    // `laya_engine::load`'s tests of the converted cache).
     let loaded = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
     support::assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
 }
 
-/// A tier on a folder quantized as stored is one model whatever bits the router asks for:
-/// q8 and q4 are not two identical copies, and its facts give the stored bits.
+/// A tier on a folder quantized as stored is one model at its own bits or more: q8 and q4 of
+/// a 4-bit folder are not two identical copies, and its facts give the stored bits.
 #[test]
 fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
     use laya::engine::{
@@ -137,6 +138,8 @@ fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
             device: laya::engine::runtime::DevicePref::Cpu,
             prefix: Default::default(),
             speculation: Default::default(),
+            use_cache: false,
+            loader: Default::default(),
         },
         std::sync::Arc::new(|_, _| {}),
     )
@@ -170,4 +173,33 @@ fn folder_with_a_missing_tensor_names_it() {
         .expect("must fail")
         .to_string();
     assert!(err.contains("model.layers.1.mlp.down_proj"), "{err}");
+}
+
+/// A folder of random weights written a shard at a time holds the weights `random_weights`
+/// makes of the same seed, over as many files as the shard size asks.
+#[test]
+fn a_random_folder_written_in_shards_holds_the_seeds_weights() {
+    let (_g, _b) = support::mlx();
+    let cfg = tiny_config();
+    let vocab = tempfile::tempdir().unwrap();
+    let gguf = gguf::write_vocab(vocab.path());
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = synthetic::write_random_folder(dir.path(), &cfg, Dtype::Bfloat16, 9, &gguf, 8 << 20).unwrap();
+    let shards = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "safetensors")
+        })
+        .count();
+    // The embedding alone is ~39 MB in bf16: a shard of its own, and the layers another.
+    assert_eq!(shards, 2, "{bytes} bytes");
+    let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 9).unwrap();
+    assert_eq!(bytes, weights.values().map(|a| a.nbytes() as u64).sum::<u64>());
+    let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
+    let loaded = load::load(dir.path(), &opts(Precision::Native)).unwrap();
+    support::assert_close("random folder", &logits(&loaded.model), &want, 0.0);
 }

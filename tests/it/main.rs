@@ -18,7 +18,8 @@
 //! sets. `lsp_server.rs` drives the LSP server in-process through
 //! `tower::Service` with `$0` fixtures and a deterministic fake engine (lifecycle, encodings,
 //! cancellation, requests during a model's load and the progress beside them, malformed messages, settings, repo-level prompts). `engine_safetensors.rs`
-//! loads HF and mlx-community folders written in the test. `engine_reference.rs` runs the real 0.5B GGUF (native and q8) against
+//! loads HF and mlx-community folders written in the test (and a folder of random weights
+//! written a shard at a time). `engine_reference.rs` runs the real 0.5B GGUF (native and q8) against
 //! llama.cpp's tokens and logits in `tests/data/reference-0.5b.json`; `engine_load.rs` feeds
 //! missing, truncated and corrupt files to the loader. `mlx_ops.rs` checks every MLX operation the engine uses (matmul,
 //! quantize/quantized_matmul at 4/6/8 bits, rms_norm, rope, scaled dot-product attention with
@@ -27,7 +28,9 @@
 //! processes against a stub OpenAI server written in the test (HTTP shapes and errors, the private
 //! and stale socket, one daemon shared by two language servers and restarted after a kill, fair
 //! queueing and cancellation), plus a run over HTTP end to end on the tiny GGUF (and on the real
-//! 0.5B); `faults.rs` breaks
+//! 0.5B), two starts on a folder converted at load (`/health` and `laya doctor` say the second
+//! read the converted cache), and the daemon in-process with tiny models whose loads the test
+//! holds (the small model answers for the large one while it loads); `faults.rs` breaks
 //! things on purpose (missing, truncated and corrupt weights, a daemon killed mid-request, a killed
 //! daemon's files, a full disk under the converted cache, clients that vanish mid-stream: see
 //! docs/reliability.md) on a tiny GGUF the test writes; `service.rs` installs

@@ -24,9 +24,12 @@
 //!   `mod.rs` maps GGUF names to HF names (a `qwen3moe` file's 3-D `ffn_*_exps` to stacked
 //!   `switch_mlp` experts, a layer without `ffn_gate_inp` to a dense MLP), quantizes to MLX
 //!   affine q4/q6/q8 (a MoE router at 8 bits, as mlx-lm does; or keeps the file's own values,
-//!   `native`) and caches converted weights under `<cache>/converted/`.
-//!   Invariant: a converted cache file is keyed by the source's path, size and mtime and the
-//!   conversion settings, and is written atomically.
+//!   `native`) and caches converted weights under `<cache>/converted/` (a GGUF file at q4/q6/q8;
+//!   a folder asked for fewer bits than it stores).
+//!   Invariant: a converted cache file is keyed by the source's path, size and mtime (a
+//!   folder's: its weight files' and `config.json`'s), the conversion settings and the cache
+//!   layout, carries its key (a stale or unreadable one is converted anew), and is written
+//!   atomically.
 //! - `tokenizer.rs`: byte-level BPE from `tokenizer.json` or from the GGUF vocabulary with the
 //!   Qwen2 pre-tokenizer; special tokens: the ids of the family's FIM tokens, and end-of-generation
 //!   ids from the family's stop tokens plus those the model file declares (GGUF eos/eot,
@@ -72,6 +75,8 @@
 //!   dropping a request's future cancels its generation (a
 //!   job cancelled while it waits for the model is skipped), and `Engine::work` counts what the
 //!   worker ran (busy, requests, cancelled, prompt chunks, decode steps) for the daemon's status.
+//!   Its model comes from a `Loader` (`LocalModel::load`, or a test's that holds the load), and
+//!   its ready state says the time to ready and whether the weights came from the converted cache.
 //!   `Engine::complete` with a `PieceSender` also sends each candidate's text as it is decoded (the worker's
 //!   pieces come from `LocalModel::complete_streaming`: never a split character, never text a
 //!   stop string could still claim); engines that cannot stream send the whole text at the end.
@@ -81,9 +86,10 @@
 //!   (`prefill-cache-size`) and bytes, least recently used out. Invariant: an entry's caches hold
 //!   exactly its ids; output with reuse equals output without (tested on random edit sequences).
 //! - `pool.rs`: `ModelPool`, an `Engine` holding models by `ModelKey` (tier small|large × bits),
-//!   each loaded on first use (local worker or remote server; a remote tier and a folder quantized
-//!   as stored are one model whatever bits are asked, keyed `native`); while the asked-for model loads a
-//!   ready one stands in, and `served_by` says which answered. A local model that failed to load
+//!   each loaded on first use (local worker or remote server; a remote tier is one model whatever bits are
+//!   asked, and so is a folder quantized as stored at its own bits or more, keyed `native`); while the asked-for model loads a
+//!   ready one stands in (with none ready, a large-tier request waits for a small-tier model
+//!   loading too, not for the large one), and `served_by` says which answered. A local model that failed to load
 //!   is loaded again once its file changed (size, mtime or inode). `facts_of(key)` (the
 //!   `Engine::facts` the router and the prompt budget use) gives a tier's parameter count, a
 //!   mixture's active parameters and its prompt family (`load::facts_in`: one read of the GGUF
@@ -517,8 +523,28 @@ pub struct CompletionOutput {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelState {
     Loading,
-    Ready { load_time: Duration, device: String },
+    Ready {
+        /// Reading (and converting) the weights.
+        load_time: Duration,
+        /// From the worker's start to ready: the device, the load and the warm-up.
+        time_to_ready: Duration,
+        /// The weights came from the converted-weights cache.
+        from_cache: bool,
+        device: String,
+    },
     Failed(String),
+}
+
+impl ModelState {
+    /// Ready at once, nothing loaded (a remote server, a test's engine).
+    pub fn ready_on(device: impl Into<String>) -> ModelState {
+        ModelState::Ready {
+            load_time: Duration::ZERO,
+            time_to_ready: Duration::ZERO,
+            from_cache: false,
+            device: device.into(),
+        }
+    }
 }
 
 /// What the completion pipeline needs from an engine: the in-process worker, the model pool,

@@ -1,7 +1,8 @@
 //! A pool of models by tier and bit width: one [`Engine`] that sends each request to the model
 //! its `model` key names, loading that model on first use. While the model asked for is still
-//! loading, a model already loaded answers instead (the same tier first), so a routing
-//! decision never makes the user wait for a load; `served_by` tells which one answered.
+//! loading, a model already loaded answers instead (the same tier first, then the default), and
+//! while nothing is loaded a request for the large tier waits for the small one, never for the
+//! large one's longer load; `served_by` tells which one answered ([`ModelPool::resolve`]).
 
 use std::{
     collections::HashMap,
@@ -13,7 +14,7 @@ use super::{
     prefix::PrefixLimits,
     remote::{RemoteConfig, RemoteEngine},
     runtime::DevicePref,
-    worker::{ModelWorker, WorkStats},
+    worker::{Loader, ModelWorker, WorkStats},
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
     ModelState, PieceSender, Precision, RunsOn, Tier,
 };
@@ -39,6 +40,10 @@ pub struct PoolConfig {
     pub prefix: PrefixLimits,
     /// Drafts for decoding on local models.
     pub speculation: crate::draft::SpeculationChoice,
+    /// Read and write the converted-weights cache.
+    pub use_cache: bool,
+    /// How local models are made from their paths.
+    pub loader: Loader,
 }
 
 /// Hears (model, state) on every change of any model of the pool.
@@ -115,12 +120,19 @@ impl ModelPool {
         &self.config
     }
 
-    /// The bit width of a remote tier is fixed by its server, that of a folder quantized as
-    /// stored by its files: keys differing only in bits are one model, not copies.
+    /// The bit width of a remote tier is fixed by its server, and a folder quantized as stored
+    /// cannot gain bits (asked for its own or more, it loads as stored): keys differing only
+    /// in such bits are one model, not copies.
     fn canonical(&self, key: ModelKey) -> ModelKey {
         let fixed = match self.config.tiers.get(&key.tier) {
             Some(TierSource::Remote(_)) => true,
-            Some(TierSource::Local { path, .. }) => self.file_facts(path).stored_bits.is_some(),
+            Some(TierSource::Local { path, .. }) => {
+                match (self.file_facts(path).stored_bits, key.precision.bits()) {
+                    (Some(stored), Some(asked)) => asked as u32 >= stored,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                }
+            }
             None => false,
         };
         match fixed {
@@ -173,16 +185,18 @@ impl ModelPool {
                 let opts = LoadOptions {
                     precision: key.precision,
                     group_size: *group_size,
-                    use_cache: true,
+                    use_cache: self.config.use_cache,
+                    cache_dir: None,
                     progress: false,
                     prefix: self.config.prefix,
                     speculation: self.config.speculation,
                 };
                 let report = self.report.clone();
-                Arc::new(ModelWorker::spawn(
+                Arc::new(ModelWorker::spawn_with(
                     path.clone(),
                     opts,
                     self.config.device,
+                    self.config.loader.clone(),
                     move |s| report(key, s),
                 ))
             }
@@ -237,7 +251,10 @@ impl ModelPool {
                 Some(ModelFacts {
                     parameters: loaded.or(file.parameters),
                     active_parameters: file.active_parameters,
-                    bits: file.stored_bits.unwrap_or(bits),
+                    bits: match key.precision {
+                        Precision::Native => file.stored_bits.unwrap_or(bits),
+                        _ => bits,
+                    },
                     runs_on: self.local_runs_on,
                     family: file.family.unwrap_or_default(),
                 })
@@ -262,23 +279,42 @@ impl ModelPool {
             .collect()
     }
 
-    /// The model that will answer a request for `want`: itself once loaded; while it loads,
-    /// a ready one of the same tier, else any ready one; else itself (the request waits).
-    pub fn resolve(&self, want: ModelKey) -> Result<(ModelKey, Arc<dyn Engine>), EngineError> {
-        let want = self.canonical(if self.config.tiers.contains_key(&want.tier) {
+    /// The model a request for `want` asks for: `want` as the pool keys it (bits a tier cannot
+    /// have dropped), or the default for a tier not configured. Another answers only while it
+    /// loads ([`ModelPool::resolve`]).
+    pub fn asked(&self, want: ModelKey) -> ModelKey {
+        self.canonical(if self.config.tiers.contains_key(&want.tier) {
             want
         } else {
             self.config.default
-        });
+        })
+    }
+
+    /// The model that will answer a request for `want`: itself once loaded (or failed);
+    /// while it loads, a ready one of the same tier, else the default if ready, else any ready
+    /// one; with none ready, for a large-tier model, a small-tier one loading too (the default
+    /// first: the small model is ready sooner); else itself (the request waits for it).
+    pub fn resolve(&self, want: ModelKey) -> Result<(ModelKey, Arc<dyn Engine>), EngineError> {
+        let want = self.asked(want);
         let engine = self.engine(want)?;
         if !matches!(engine.state(), ModelState::Loading) {
             return Ok((want, engine));
         }
-        let ready = self.ready();
+        let default = self.canonical(self.config.default);
+        let states = self.states();
+        let of = |state: fn(&ModelState) -> bool| -> Vec<ModelKey> {
+            states.iter().filter(|(_, s)| state(s)).map(|(k, _)| *k).collect()
+        };
+        let ready = of(|s| matches!(s, ModelState::Ready { .. }));
+        let loading = of(|s| matches!(s, ModelState::Loading));
+        let small_loading = |k: &&ModelKey| k.tier == Tier::Small && want.tier == Tier::Large;
         let stand_in = ready
             .iter()
             .find(|k| k.tier == want.tier)
+            .or_else(|| ready.iter().find(|k| **k == default))
             .or_else(|| ready.first())
+            .or_else(|| loading.iter().filter(small_loading).find(|k| **k == default))
+            .or_else(|| loading.iter().find(small_loading))
             .copied();
         match stand_in {
             Some(k) => Ok((k, self.engine(k)?)),
@@ -336,6 +372,8 @@ mod tests {
                 device: DevicePref::Auto,
                 prefix: PrefixLimits::default(),
                 speculation: Default::default(),
+                use_cache: true,
+                loader: Loader::default(),
             },
             Arc::new(move |k, s| log.lock().unwrap().push((k, s.clone()))),
         )
@@ -376,6 +414,8 @@ mod tests {
                 device: DevicePref::Auto,
                 prefix: PrefixLimits::default(),
                 speculation: Default::default(),
+                use_cache: true,
+                loader: Loader::default(),
             },
             Arc::new(|_, _| {}),
         )

@@ -324,10 +324,7 @@ impl Engine for RemoteEngine {
     }
 
     fn state(&self) -> ModelState {
-        ModelState::Ready {
-            load_time: Duration::ZERO,
-            device: format!("remote {}", self.config.url),
-        }
+        ModelState::ready_on(format!("remote {}", self.config.url))
     }
 
     /// The bits asked for (the server's own are not stated) and the parameter count, known

@@ -1,7 +1,8 @@
 //! Models with random weights of real shapes (the catalog's, [`crate::models::Shape`]), for
 //! speed measurements where the real weights cannot travel (a GPU machine reached through a
-//! 64 MiB pipe). Numbers from them are labeled synthetic: speed depends on shapes and bit
-//! widths, not on the values.
+//! 64 MiB pipe), and folders of them for load-time measurements (written a shard at a time:
+//! `write_random_folder`). Numbers from them are labeled synthetic: speed depends on shapes and
+//! bit widths, not on the values.
 
 use std::collections::HashMap;
 
@@ -34,22 +35,14 @@ pub fn random_weights(
     dtype: Dtype,
     seed: u64,
 ) -> Result<HashMap<String, Array>, ModelError> {
-    let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
-    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
     let mut key = random::key(seed)?;
     let mut weights: HashMap<String, Array> = HashMap::new();
-    let mut add = |name: String, shape: &[i32], ones: bool| -> Result<(), ModelError> {
-        let w = if ones {
-            ops::ones::<f32>(shape)?.as_dtype(dtype)?
-        } else {
-            let (k, next) = random::split(&key, 2)?;
-            key = next;
-            random::normal::<f32>(shape, 0.0, 0.02, &k)?.as_dtype(dtype)?
-        };
+    for (name, shape, ones) in tensors(cfg) {
+        let w = random_tensor(&mut key, &shape, ones, dtype)?;
         // The loader's policy: matrices and stacked experts quantized, a MoE router at 8 bits.
         let quantize = precision
             .bits()
-            .filter(|_| name.ends_with(".weight") && quantizable(shape, group_size));
+            .filter(|_| name.ends_with(".weight") && quantizable(&shape, group_size));
         match quantize {
             Some(bits) => {
                 let bits = bits_for(&name, bits);
@@ -65,45 +58,64 @@ pub fn random_weights(
                 weights.insert(name, w);
             }
         }
-        Ok(())
-    };
-    add("model.embed_tokens.weight".into(), &[cfg.vocab_size, h], false)?;
+    }
+    Ok(weights)
+}
+
+/// A tensor of random values (normal, std 0.02), or of ones (a norm's), in `dtype`; `key`
+/// moves on for each random one.
+fn random_tensor(key: &mut Array, shape: &[i32], ones: bool, dtype: Dtype) -> Result<Array, ModelError> {
+    if ones {
+        return Ok(ops::ones::<f32>(shape)?.as_dtype(dtype)?);
+    }
+    let (k, next) = random::split(&*key, 2)?;
+    *key = next;
+    Ok(random::normal::<f32>(shape, 0.0, 0.02, &k)?.as_dtype(dtype)?)
+}
+
+/// The tensors of a model of `cfg` with HF names, in a fixed order: (name, shape, whether it
+/// is a norm, of ones). A MoE layer's experts are stacked as mlx-community stores them.
+fn tensors(cfg: &ModelConfig) -> Vec<(String, Vec<i32>, bool)> {
+    let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+    let mut v = vec![];
+    let mut add = |name: String, shape: &[i32], ones: bool| v.push((name, shape.to_vec(), ones));
+    add("model.embed_tokens.weight".into(), &[cfg.vocab_size, h], false);
     for l in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{l}");
         for (name, out) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-            add(format!("{p}.self_attn.{name}.weight"), &[out, h], false)?;
+            add(format!("{p}.self_attn.{name}.weight"), &[out, h], false);
             if cfg.arch == Arch::Qwen2 {
-                add(format!("{p}.self_attn.{name}.bias"), &[out], false)?;
+                add(format!("{p}.self_attn.{name}.bias"), &[out], false);
             }
         }
         if cfg.arch != Arch::Qwen2 {
-            add(format!("{p}.self_attn.q_norm.weight"), &[hd], true)?;
-            add(format!("{p}.self_attn.k_norm.weight"), &[hd], true)?;
+            add(format!("{p}.self_attn.q_norm.weight"), &[hd], true);
+            add(format!("{p}.self_attn.k_norm.weight"), &[hd], true);
         }
-        add(format!("{p}.self_attn.o_proj.weight"), &[h, q], false)?;
+        add(format!("{p}.self_attn.o_proj.weight"), &[h, q], false);
         match cfg.moe.as_ref().filter(|m| m.is_sparse(l)) {
-            // The router and the experts stacked as mlx-community stores them.
             Some(m) => {
                 let (e, mi) = (m.num_experts, m.moe_intermediate_size);
-                add(format!("{p}.mlp.gate.weight"), &[e, h], false)?;
-                add(format!("{p}.mlp.switch_mlp.gate_proj.weight"), &[e, mi, h], false)?;
-                add(format!("{p}.mlp.switch_mlp.up_proj.weight"), &[e, mi, h], false)?;
-                add(format!("{p}.mlp.switch_mlp.down_proj.weight"), &[e, h, mi], false)?;
+                add(format!("{p}.mlp.gate.weight"), &[e, h], false);
+                add(format!("{p}.mlp.switch_mlp.gate_proj.weight"), &[e, mi, h], false);
+                add(format!("{p}.mlp.switch_mlp.up_proj.weight"), &[e, mi, h], false);
+                add(format!("{p}.mlp.switch_mlp.down_proj.weight"), &[e, h, mi], false);
             }
             None => {
-                add(format!("{p}.mlp.gate_proj.weight"), &[i, h], false)?;
-                add(format!("{p}.mlp.up_proj.weight"), &[i, h], false)?;
-                add(format!("{p}.mlp.down_proj.weight"), &[h, i], false)?;
+                add(format!("{p}.mlp.gate_proj.weight"), &[i, h], false);
+                add(format!("{p}.mlp.up_proj.weight"), &[i, h], false);
+                add(format!("{p}.mlp.down_proj.weight"), &[h, i], false);
             }
         }
-        add(format!("{p}.input_layernorm.weight"), &[h], true)?;
-        add(format!("{p}.post_attention_layernorm.weight"), &[h], true)?;
+        add(format!("{p}.input_layernorm.weight"), &[h], true);
+        add(format!("{p}.post_attention_layernorm.weight"), &[h], true);
     }
-    add("model.norm.weight".into(), &[h], true)?;
+    add("model.norm.weight".into(), &[h], true);
     if !cfg.tie_word_embeddings {
-        add("lm_head.weight".into(), &[cfg.vocab_size, h], false)?;
+        add("lm_head.weight".into(), &[cfg.vocab_size, h], false);
     }
-    Ok(weights)
+    v
 }
 
 /// A tiny Qwen2 (2 layers, hidden 128) with the real vocabulary: loads and runs in well under
@@ -172,27 +184,79 @@ pub fn write_folder(
     quantization: Option<(i32, i32)>,
     tokenizer_gguf: &std::path::Path,
 ) -> std::io::Result<()> {
-    let other = |what: &dyn std::fmt::Display, e: &dyn std::fmt::Display| {
-        std::io::Error::other(format!("{what}: {e}"))
-    };
-    let gguf = super::load::gguf::GgufFile::open(tokenizer_gguf)
-        .map_err(|e| other(&tokenizer_gguf.display(), &e))?;
-    let tokenizer =
-        super::tokenizer::Tokenizer::from_gguf(&gguf).map_err(|e| other(&tokenizer_gguf.display(), &e))?;
-    let io = |e: std::io::Error| other(&dir.display(), &e);
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(dir.join("config.json"), config_json(cfg, quantization)).map_err(io)?;
-    tokenizer
-        .save_json(dir.join("tokenizer.json"))
-        .map_err(|e| other(&"tokenizer.json", &e))?;
+    write_folder_files(dir, cfg, quantization, tokenizer_gguf)?;
     let (a, b): (Vec<_>, Vec<_>) = weights.iter().partition(|(k, _)| k.contains("layers.1."));
     for (part, name) in [
         (a, "model-00001-of-00002.safetensors"),
         (b, "model-00002-of-00002.safetensors"),
     ] {
-        Array::save_safetensors(part, None, dir.join(name)).map_err(|e| other(&name, &e))?;
+        Array::save_safetensors(part, None, dir.join(name)).map_err(|e| io_error(&name, &e))?;
     }
     Ok(())
+}
+
+/// A Hugging Face folder of random weights (see [`random_weights`]) in `dtype`, unquantized,
+/// as [`write_folder`] writes one; the tensors are made and written a shard of about
+/// `shard_bytes` at a time, so a model larger than the memory can be written. Returns the
+/// bytes of weights written.
+pub fn write_random_folder(
+    dir: &std::path::Path,
+    cfg: &ModelConfig,
+    dtype: Dtype,
+    seed: u64,
+    tokenizer_gguf: &std::path::Path,
+    shard_bytes: u64,
+) -> std::io::Result<u64> {
+    write_folder_files(dir, cfg, None, tokenizer_gguf)?;
+    let mlx = |e: ModelError| io_error(&dir.display(), &e);
+    let mut key = random::key(seed).map_err(|e| mlx(e.into()))?;
+    let (mut shard, mut shard_size, mut shards, mut total) = (HashMap::new(), 0u64, 0, 0u64);
+    let flush = |shard: &mut HashMap<String, Array>, shards: &mut usize| -> std::io::Result<()> {
+        *shards += 1;
+        let name = format!("model-{:05}.safetensors", *shards);
+        Array::save_safetensors(shard.iter(), None, dir.join(&name)).map_err(|e| io_error(&name, &e))?;
+        shard.clear();
+        Ok(())
+    };
+    for (name, shape, ones) in tensors(cfg) {
+        let w = random_tensor(&mut key, &shape, ones, dtype).map_err(mlx)?;
+        eval([&w]).map_err(|e| mlx(e.into()))?;
+        let bytes = w.nbytes() as u64;
+        if shard_size > 0 && shard_size + bytes > shard_bytes {
+            flush(&mut shard, &mut shards)?;
+            shard_size = 0;
+        }
+        shard.insert(name, w);
+        shard_size += bytes;
+        total += bytes;
+    }
+    if !shard.is_empty() {
+        flush(&mut shard, &mut shards)?;
+    }
+    Ok(total)
+}
+
+/// config.json and tokenizer.json of a folder of `cfg` (see [`write_folder`]).
+fn write_folder_files(
+    dir: &std::path::Path,
+    cfg: &ModelConfig,
+    quantization: Option<(i32, i32)>,
+    tokenizer_gguf: &std::path::Path,
+) -> std::io::Result<()> {
+    let gguf = super::load::gguf::GgufFile::open(tokenizer_gguf)
+        .map_err(|e| io_error(&tokenizer_gguf.display(), &e))?;
+    let tokenizer =
+        super::tokenizer::Tokenizer::from_gguf(&gguf).map_err(|e| io_error(&tokenizer_gguf.display(), &e))?;
+    let io = |e: std::io::Error| io_error(&dir.display(), &e);
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("config.json"), config_json(cfg, quantization)).map_err(io)?;
+    tokenizer
+        .save_json(dir.join("tokenizer.json"))
+        .map_err(|e| io_error(&"tokenizer.json", &e))
+}
+
+fn io_error(what: &dyn std::fmt::Display, e: &dyn std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("{what}: {e}"))
 }
 
 /// The shape of the tiny model folders the fetch and verification tests write (a Qwen2 of

@@ -1,9 +1,11 @@
 //! One model on its own thread. MLX state never touches an async executor: requests arrive
 //! over a channel and answers go back through oneshot channels. Loading happens on the
 //! thread too, so whoever spawns a worker (e.g. `initialize` in the LSP) never waits for it.
+//! The load itself is a [`Loader`]: [`LocalModel::load`], or what a test puts in its place
+//! (a load it holds until it says so).
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc::{self, Receiver, Sender},
@@ -15,10 +17,41 @@ use tokio::sync::oneshot;
 
 use super::{
     generate::Meter,
+    load::EngineLoadError,
     runtime::{use_device, DevicePref},
     Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, LoadOptions, LocalModel,
     ModelFacts, ModelKey, ModelState, PieceSender,
 };
+
+type LoadFn = dyn Fn(&Path, &LoadOptions) -> Result<LocalModel, EngineLoadError> + Send + Sync;
+
+/// How a worker makes its model of a path: [`LocalModel::load`] by default.
+#[derive(Clone)]
+pub struct Loader(Arc<LoadFn>);
+
+impl Loader {
+    pub fn new(
+        load: impl Fn(&Path, &LoadOptions) -> Result<LocalModel, EngineLoadError> + Send + Sync + 'static,
+    ) -> Loader {
+        Loader(Arc::new(load))
+    }
+
+    pub fn load(&self, path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
+        (self.0)(path, opts)
+    }
+}
+
+impl Default for Loader {
+    fn default() -> Loader {
+        Loader::new(LocalModel::load)
+    }
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Loader")
+    }
+}
 
 /// What a model worker has run over its life (the daemon's status shows it): whether a
 /// request runs now, how many ended and how many of those were stopped by their cancel flag,
@@ -90,6 +123,18 @@ impl ModelWorker {
         device: DevicePref,
         on_state: impl Fn(&ModelState) + Send + 'static,
     ) -> ModelWorker {
+        ModelWorker::spawn_with(path, opts, device, Loader::default(), on_state)
+    }
+
+    /// [`ModelWorker::spawn`] with the model made by `loader`.
+    pub fn spawn_with(
+        path: PathBuf,
+        opts: LoadOptions,
+        device: DevicePref,
+        loader: Loader,
+        on_state: impl Fn(&ModelState) + Send + 'static,
+    ) -> ModelWorker {
+        let started = std::time::Instant::now();
         let (tx, rx) = mpsc::channel::<Job>();
         let state = Arc::new(Mutex::new(ModelState::Loading));
         let shared = state.clone();
@@ -107,7 +152,8 @@ impl ModelWorker {
                 let loaded = use_device(device)
                     .map_err(|e| EngineError::Unavailable(e.to_string()))
                     .and_then(|dev| {
-                        LocalModel::load(&path, &opts)
+                        loader
+                            .load(&path, &opts)
                             .map(|m| (m, dev))
                             .map_err(EngineError::from)
                     });
@@ -121,6 +167,8 @@ impl ModelWorker {
                         let _ = known.set(model.facts());
                         set(ModelState::Ready {
                             load_time: model.loaded.load_time,
+                            time_to_ready: started.elapsed(),
+                            from_cache: model.loaded.from_cache,
                             device,
                         });
                         serve(model, rx, &counted);

@@ -53,10 +53,7 @@ impl Load {
 }
 
 fn ready() -> ModelState {
-    ModelState::Ready {
-        load_time: Duration::ZERO,
-        device: "fake".into(),
-    }
+    ModelState::ready_on("fake")
 }
 
 pub struct FakeEngine {

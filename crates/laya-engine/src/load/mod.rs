@@ -3,8 +3,14 @@
 //!
 //! GGUF tensors are dequantized to f32 exactly as llama.cpp defines each type, then either kept
 //! dense (`Precision::Native`: the file's own values, nothing re-quantized) or quantized to MLX's
-//! affine format (q4/q6/q8, one group size). Quantized conversions are cached on disk as
-//! safetensors under `<cache>/converted/`, so the second start reads instead of converting.
+//! affine format (q4/q6/q8, one group size). A folder is read as stored unless asked for fewer
+//! bits than it holds (a bf16 folder at q4/q6/q8, an 8-bit mlx-community folder at q4/q6): then
+//! it is quantized (its quantized tensors first dequantized). Quantized conversions of either are
+//! cached on disk as safetensors under `<cache>/converted/`, keyed by the source (a file's size
+//! and mtime, a folder's weight files' and `config.json`'s names, sizes and mtimes), the
+//! precision, the group size and the cache layout, the key kept in the file's metadata; the
+//! second start reads instead of converting, and an unreadable or stale entry is converted and
+//! written anew (atomically).
 //! Re-quantizing a Q4_K_M file to q8 cannot add precision the file does not have: q8 only
 //! keeps (almost) all that the file has.
 
@@ -93,6 +99,8 @@ pub struct LoadOptions {
     pub group_size: i32,
     /// Read and write the converted-weights cache.
     pub use_cache: bool,
+    /// Where that cache lives; `None`: [`crate::paths::converted_dir`].
+    pub cache_dir: Option<PathBuf>,
     /// Show a progress bar (on a terminal).
     pub progress: bool,
     /// Bounds of the model's prefix KV store.
@@ -107,6 +115,7 @@ impl Default for LoadOptions {
             precision: Precision::Q8,
             group_size: 64,
             use_cache: true,
+            cache_dir: None,
             progress: false,
             prefix: crate::prefix::PrefixLimits::default(),
             speculation: Default::default(),
@@ -207,7 +216,7 @@ pub struct FileFacts {
     /// `config.json` `model_type`; `None` for another architecture.
     pub family: Option<Family>,
     /// The bits of a folder quantized as stored (mlx-community, `quantization` in
-    /// `config.json`): it loads at those whatever precision is asked.
+    /// `config.json`): asked for those or more it loads as stored, for fewer it is converted.
     pub stored_bits: Option<u32>,
 }
 
@@ -429,59 +438,120 @@ fn progress(len: usize, what: &str, show: bool) -> indicatif::ProgressBar {
     pb
 }
 
-/// Cache file for a converted GGUF: keyed by the source's identity and the conversion.
-fn converted_path(path: &Path, opts: &LoadOptions) -> Option<PathBuf> {
-    let meta = std::fs::metadata(path).ok()?;
-    let mtime = meta
-        .modified()
-        .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs();
+/// A converted-weights cache entry: where it lives and the key it must carry.
+pub(crate) struct CacheEntry {
+    pub file: PathBuf,
+    /// The source's identity and the conversion's settings; stored in the file's metadata
+    /// ([`CACHE_KEY`]) and compared when it is read.
+    key: String,
+}
+
+/// The metadata entry of a converted file that holds its [`CacheEntry`] key.
+const CACHE_KEY: &str = "laya.converted_from";
+
+/// The converted-weights cache file for `path` (a GGUF file or a model folder) loaded with
+/// `opts`, whether or not it exists yet; `None` where the source cannot be identified.
+pub fn converted_file(path: &Path, opts: &LoadOptions) -> Option<PathBuf> {
+    cache_entry(path, opts).map(|e| e.file)
+}
+
+/// The cache entry of `path` with `opts`: keyed by the source's identity (a file's canonical
+/// path, size and modification time in seconds; a folder's canonical path and the name, size
+/// and modification time in nanoseconds of its `config.json` and each `*.safetensors`), the
+/// precision, the group size and the cache layout ([`CONVERT_FORMAT`]).
+pub(crate) fn cache_entry(path: &Path, opts: &LoadOptions) -> Option<CacheEntry> {
     let canonical = std::fs::canonicalize(path).ok()?;
+    let since_epoch = |m: &std::fs::Metadata| m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok();
+    let source = if canonical.is_dir() {
+        let mut files: Vec<(String, u64, u128)> = vec![];
+        for entry in std::fs::read_dir(&canonical).ok()?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name != "config.json" && !name.ends_with(".safetensors") {
+                continue;
+            }
+            let meta = entry.metadata().ok()?;
+            files.push((name, meta.len(), since_epoch(&meta)?.as_nanos()));
+        }
+        files.sort();
+        let listed: Vec<String> = files.iter().map(|(n, len, t)| format!("{n}:{len}:{t}")).collect();
+        format!("{}|{}", canonical.display(), listed.join(","))
+    } else {
+        let meta = std::fs::metadata(&canonical).ok()?;
+        format!(
+            "{}|{}|{}",
+            canonical.display(),
+            meta.len(),
+            since_epoch(&meta)?.as_secs()
+        )
+    };
     let key = format!(
-        "{}|{}|{}|{}|{}|{}",
-        canonical.display(),
-        meta.len(),
-        mtime,
+        "{source}|{}|{}|{}",
         opts.precision.label(),
         opts.group_size,
         CONVERT_FORMAT
     );
     let digest = crate::hash::sha256_hex(key.as_bytes());
-    let stem = path.file_stem()?.to_string_lossy();
-    Some(crate::paths::converted_dir().join(format!(
+    let stem = match canonical.is_dir() {
+        true => path.file_name().or(canonical.file_name())?,
+        false => path.file_stem()?,
+    }
+    .to_string_lossy();
+    let dir = opts.cache_dir.clone().unwrap_or_else(crate::paths::converted_dir);
+    let file = dir.join(format!(
         "{stem}.{}-g{}.{}.safetensors",
         opts.precision.label(),
         opts.group_size,
         &digest[..12]
-    )))
+    ));
+    Some(CacheEntry { file, key })
+}
+
+/// The model of a cache entry, when its file is there, is whole and carries the entry's key;
+/// an unreadable, unusable or stale file is ignored with a warning (the caller converts and
+/// writes it anew).
+pub(crate) fn read_converted(entry: &CacheEntry, cfg: &ModelConfig, group_size: i32) -> Option<Model> {
+    let file = &entry.file;
+    if !file.is_file() {
+        return None;
+    }
+    let (weights, metadata) = match Array::load_safetensors_with_metadata(file) {
+        Ok(read) => read,
+        Err(e) => {
+            tracing::warn!(file = %file.display(), "ignoring unreadable converted cache: {e}");
+            return None;
+        }
+    };
+    if metadata.get(CACHE_KEY) != Some(&entry.key) {
+        tracing::warn!(
+            file = %file.display(),
+            "ignoring stale converted cache: made from another source, settings or cache layout"
+        );
+        return None;
+    }
+    match Model::from_weights(cfg.clone(), weights, group_size) {
+        Ok(model) => {
+            tracing::info!(file = %file.display(), "loaded converted weights");
+            Some(model)
+        }
+        Err(e) => {
+            tracing::warn!(file = %file.display(), "ignoring unusable converted cache: {e}");
+            None
+        }
+    }
 }
 
 fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), EngineLoadError> {
     let g = GgufFile::open(path)?;
     let cfg = gguf_config(&g)?;
     let tokenizer = Tokenizer::from_gguf(&g)?;
-    let cache_file = (opts.use_cache && opts.precision != Precision::Native)
-        .then(|| converted_path(path, opts))
+    let cache = (opts.use_cache && opts.precision != Precision::Native)
+        .then(|| cache_entry(path, opts))
         .flatten();
-    if let Some(cached) = cache_file.as_ref().filter(|p| p.is_file()) {
-        match Array::load_safetensors(cached) {
-            Ok(weights) => {
-                tracing::info!(file = %cached.display(), "loading converted weights");
-                let model = Model::from_weights(cfg.clone(), weights, opts.group_size).map_err(|source| {
-                    EngineLoadError::Model {
-                        file: cached.clone(),
-                        source,
-                    }
-                });
-                match model {
-                    Ok(model) => return Ok((model, tokenizer, true)),
-                    Err(e) => tracing::warn!("ignoring unusable converted cache: {e}"),
-                }
-            }
-            Err(e) => tracing::warn!(file = %cached.display(), "ignoring unreadable converted cache: {e}"),
-        }
+    if let Some(model) = cache
+        .as_ref()
+        .and_then(|e| read_converted(e, &cfg, opts.group_size))
+    {
+        return Ok((model, tokenizer, true));
     }
     let mut weights = HashMap::new();
     let tensors: Vec<_> = g
@@ -505,8 +575,8 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool)
         pb.inc(1);
     }
     pb.finish_and_clear();
-    if let Some(cached) = &cache_file {
-        save_converted(&weights, cached);
+    if let Some(entry) = &cache {
+        save_converted(&weights, entry);
     }
     let model =
         Model::from_weights(cfg, weights, opts.group_size).map_err(|source| EngineLoadError::Model {
@@ -516,16 +586,19 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool)
     Ok((model, tokenizer, false))
 }
 
-/// Write the converted weights atomically; a failure (disk full, read-only cache) only costs
-/// the next start a conversion, so it is logged, not returned.
-fn save_converted(weights: &HashMap<String, Array>, dest: &Path) {
+/// Write the converted weights atomically, with the entry's key in their metadata; a failure
+/// (disk full, read-only cache) only costs the next start a conversion, so it is logged, not
+/// returned.
+pub(crate) fn save_converted(weights: &HashMap<String, Array>, entry: &CacheEntry) {
+    let dest = &entry.file;
     let Some(dir) = dest.parent() else { return };
     if let Err(e) = std::fs::create_dir_all(dir) {
         tracing::warn!("cannot create {}: {e}", dir.display());
         return;
     }
     let tmp = dest.with_extension(format!("tmp{}.safetensors", std::process::id()));
-    match Array::save_safetensors(weights.iter(), None, &tmp) {
+    let metadata = HashMap::from([(CACHE_KEY.to_owned(), entry.key.clone())]);
+    match Array::save_safetensors(weights.iter(), Some(&metadata), &tmp) {
         Ok(()) => {
             if let Err(e) = std::fs::rename(&tmp, dest) {
                 tracing::warn!("cannot move converted weights into {}: {e}", dest.display());
@@ -950,6 +1023,175 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         let want = logits(&Model::from_weights(cfg.clone(), quantized, 64).unwrap());
         let loaded = load(&mlx, &native()).unwrap().model;
         assert!(max_abs_diff(&logits(&loaded), &want) <= 1e-6);
+    }
+
+    /// Options that read and write the converted cache under `cache`.
+    fn cached(precision: Precision, cache: &Path) -> LoadOptions {
+        LoadOptions {
+            precision,
+            use_cache: true,
+            cache_dir: Some(cache.to_owned()),
+            ..native()
+        }
+    }
+
+    fn cache_files(cache: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(cache)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+
+    /// Moves a file's modification time to `secs` after the epoch (a file replaced later).
+    fn touch(file: &Path, secs: u64) {
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        std::fs::File::options()
+            .write(true)
+            .open(file)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    /// A bf16 folder loaded at q6 is converted once: the first load writes the cache, the
+    /// second reads it and gives the same logits; a folder loaded as stored writes nothing; a
+    /// changed weight file makes a new entry; a stale entry (without its key) or a cut one is
+    /// ignored, converted anew and written again.
+    #[test]
+    fn a_folder_converted_at_load_is_cached_and_read_back() {
+        let cfg = tiny_config(Arch::Qwen3);
+        let ids = [5u32, 60, 7, 33, 90, 12, 41, 2];
+        let logits = |m: &Model| m.forward_all(&tokens(&ids), &mut m.new_caches()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (folder, cache) = (dir.path().join("hf-3b"), dir.path().join("converted"));
+        write_folder(
+            &folder,
+            &cfg,
+            &cast(&to_device(&random_weights(&cfg, 1)), Dtype::Bfloat16),
+            None,
+        );
+
+        let _ = load(&folder, &cached(Precision::Native, &cache)).unwrap();
+        assert!(
+            cache_files(&cache).is_empty(),
+            "loaded as stored: nothing converted"
+        );
+
+        let q6 = cached(Precision::Q6, &cache);
+        let first = load(&folder, &q6).unwrap();
+        assert!(!first.from_cache);
+        let files = cache_files(&cache);
+        assert_eq!(files, [converted_file(&folder, &q6).unwrap()]);
+        let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("hf-3b.q6-g64."), "{name}");
+        let second = load(&folder, &q6).unwrap();
+        assert!(second.from_cache);
+        let want = logits(&first.model);
+        assert_eq!(max_abs_diff(&logits(&second.model), &want), 0.0);
+        let uncached = load(
+            &folder,
+            &LoadOptions {
+                use_cache: false,
+                ..q6.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(max_abs_diff(&logits(&uncached.model), &want), 0.0);
+
+        // Other weights in the same file, written later: a new entry, of the new weights.
+        let other = cast(&to_device(&random_weights(&cfg, 2)), Dtype::Bfloat16);
+        Array::save_safetensors(&other, None, folder.join("model.safetensors")).unwrap();
+        touch(&folder.join("model.safetensors"), 2_000_000_000);
+        let changed = load(&folder, &q6).unwrap();
+        assert!(!changed.from_cache, "a changed source is converted again");
+        assert_eq!(cache_files(&cache).len(), 2);
+        let want = logits(&changed.model);
+        assert!(max_abs_diff(&want, &logits(&first.model)) > 0.1);
+        let entry = converted_file(&folder, &q6).unwrap();
+        assert!(load(&folder, &q6).unwrap().from_cache);
+
+        // A file at the entry's place without its key (another layout or source) is stale.
+        Array::save_safetensors(&quantized_map(&other, &q6), None, &entry).unwrap();
+        let reloaded = load(&folder, &q6).unwrap();
+        assert!(
+            !reloaded.from_cache,
+            "a file without the entry's key is not trusted"
+        );
+        let again = load(&folder, &q6).unwrap();
+        assert!(again.from_cache, "the stale entry was written anew");
+        assert_eq!(max_abs_diff(&logits(&again.model), &want), 0.0);
+
+        // A file cut short is unreadable: converted anew, written again.
+        let bytes = std::fs::read(&entry).unwrap();
+        std::fs::write(&entry, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(!load(&folder, &q6).unwrap().from_cache);
+        assert!(
+            std::fs::read(&entry).unwrap().len() > bytes.len() / 2,
+            "written anew"
+        );
+        let again = load(&folder, &q6).unwrap();
+        assert!(again.from_cache);
+        assert_eq!(max_abs_diff(&logits(&again.model), &want), 0.0);
+    }
+
+    /// `weights` quantized as `opts` asks.
+    fn quantized_map(weights: &HashMap<String, Array>, opts: &LoadOptions) -> HashMap<String, Array> {
+        let mut out = HashMap::new();
+        for (name, w) in weights {
+            insert_weight(&mut out, name.clone(), w.clone(), opts, Path::new("t")).unwrap();
+        }
+        out
+    }
+
+    /// An 8-bit mlx-community folder asked for q4 is dequantized and quantized to 4 bits once,
+    /// then read from the cache; asked for its own 8 bits (or native, or more) it loads as
+    /// stored and writes nothing.
+    #[test]
+    fn an_8_bit_folder_asked_for_4_bits_is_converted_once() {
+        let cfg = tiny_config(Arch::Qwen3);
+        let ids = [5u32, 60, 7, 33, 90, 12, 41, 2];
+        let logits = |m: &Model| m.forward_all(&tokens(&ids), &mut m.new_caches()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (folder, cache) = (dir.path().join("mlx-8bit"), dir.path().join("converted"));
+        let dense = cast(&to_device(&random_weights(&cfg, 3)), Dtype::Bfloat16);
+        let q8 = quantized_map(
+            &dense,
+            &LoadOptions {
+                precision: Precision::Q8,
+                ..native()
+            },
+        );
+        write_folder(&folder, &cfg, &q8, Some((64, 8)));
+        let stored = Model::from_weights(cfg.clone(), q8, 64).unwrap();
+        for precision in [Precision::Native, Precision::Q8] {
+            let loaded = load(&folder, &cached(precision, &cache)).unwrap();
+            assert!(!loaded.from_cache);
+            assert_eq!(max_abs_diff(&logits(&loaded.model), &logits(&stored)), 0.0);
+        }
+        assert!(
+            cache_files(&cache).is_empty(),
+            "loaded as stored: nothing converted"
+        );
+
+        let q4 = cached(Precision::Q4, &cache);
+        let first = load(&folder, &q4).unwrap();
+        assert!(!first.from_cache);
+        assert_eq!(cache_files(&cache), [converted_file(&folder, &q4).unwrap()]);
+        let second = load(&folder, &q4).unwrap();
+        assert!(second.from_cache);
+        assert_eq!(max_abs_diff(&logits(&second.model), &logits(&first.model)), 0.0);
+        // Four bits a weight now, and still the model the folder holds, within q4's error.
+        assert!(
+            first.model.nbytes() * 10 < stored.nbytes() * 7,
+            "{} against {} bytes",
+            first.model.nbytes(),
+            stored.nbytes()
+        );
+        let (rel, _) = relative_error(&logits(&first.model), &logits(&stored));
+        eprintln!("8-bit folder at q4 vs as stored: mean {rel:.4} of the logits' spread");
+        // Measured 0.14.
+        assert!(rel <= 0.2, "{rel}");
     }
 
     /// A mixture's active parameters come from its configuration (the experts a token is sent

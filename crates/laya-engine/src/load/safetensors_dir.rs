@@ -1,14 +1,19 @@
 //! Hugging Face (`config.json` + `*.safetensors`, bf16/f16) and mlx-community (the same, with
 //! MLX-quantized weights and a `quantization` entry in `config.json`) model folders. A
 //! Qwen3-MoE folder holds its experts one tensor each (HF) or already stacked (mlx-community);
-//! the model stacks the former as it loads.
+//! the model stacks the former as it loads. A folder asked for fewer bits than it stores is
+//! converted (an mlx-community tensor dequantized first) and the result cached as a GGUF's is;
+//! asked for its own bits or more, it is read as stored.
 
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+};
 
-use mlx_rs::Array;
+use mlx_rs::{ops, Array};
 use serde::Deserialize;
 
-use super::{insert_weight, EngineLoadError, LoadOptions, Precision};
+use super::{bits_for, insert_weight, quantizable, EngineLoadError, LoadOptions};
 use crate::{
     models::{Arch, Model, ModelConfig, MoeConfig},
     tokenizer::Tokenizer,
@@ -46,8 +51,21 @@ struct HfConfig {
 #[derive(Deserialize)]
 struct HfQuantization {
     group_size: i32,
-    #[allow(dead_code)]
     bits: i32,
+    /// Per-module settings mlx-lm writes for a module quantized otherwise
+    /// (`"model.layers.0.mlp.gate": {"group_size": 64, "bits": 8}`).
+    #[serde(flatten)]
+    modules: HashMap<String, serde_json::Value>,
+}
+
+impl HfQuantization {
+    /// The group size the module `stem` (`model.layers.0.mlp.gate`) is stored with.
+    fn group_size_of(&self, stem: &str) -> i32 {
+        self.modules
+            .get(stem)
+            .and_then(|m| m["group_size"].as_i64())
+            .map_or(self.group_size, |g| g as i32)
+    }
 }
 
 fn default_theta() -> f32 {
@@ -80,30 +98,135 @@ pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), 
             reason: "no *.safetensors files".into(),
         });
     }
-    // An mlx-community folder is already quantized: use it as stored.
-    let (group_size, requantize) = match &hf.quantization {
-        Some(q) => (q.group_size, false),
-        None => (opts.group_size, opts.precision != Precision::Native),
+    let stored = hf.quantization.as_ref();
+    let convert = match (stored.map(|q| q.bits), opts.precision.bits()) {
+        (None, Some(_)) => true,
+        (Some(stored), Some(asked)) => asked < stored,
+        (_, None) => false,
     };
-    let mut weights = HashMap::new();
+    let cache = (convert && opts.use_cache)
+        .then(|| super::cache_entry(dir, opts))
+        .flatten();
+    if let Some(model) = cache
+        .as_ref()
+        .and_then(|e| super::read_converted(e, &cfg, opts.group_size))
+    {
+        return Ok((model, tokenizer, true));
+    }
+    // Every file's tensors (read lazily: each is read when it is evaluated), with its file.
+    let mut tensors: HashMap<String, (Array, PathBuf)> = HashMap::new();
     for file in &files {
         let map = Array::load_safetensors(file).map_err(|e| EngineLoadError::Invalid {
             file: file.clone(),
             reason: e.to_string(),
         })?;
-        for (name, array) in map {
-            if requantize {
-                insert_weight(&mut weights, name, array, opts, file)?;
-            } else {
-                weights.insert(name, array);
+        tensors.extend(map.into_iter().map(|(name, a)| (name, (a, file.clone()))));
+    }
+    let (weights, group_size) = if !convert {
+        let weights = tensors.into_iter().map(|(name, (a, _))| (name, a)).collect();
+        (weights, stored.map_or(opts.group_size, |q| q.group_size))
+    } else {
+        let mut weights = HashMap::new();
+        // Weights first: a quantized one takes its scales and biases with it.
+        let mut names: Vec<String> = tensors.keys().cloned().collect();
+        names.sort_by_key(|n| (!n.ends_with(".weight"), n.clone()));
+        for name in names {
+            let Some((array, file)) = tensors.remove(&name) else {
+                // A quantized weight's scales and biases, taken with it.
+                continue;
+            };
+            let quantized = name
+                .strip_suffix(".weight")
+                .filter(|s| tensors.contains_key(&format!("{s}.scales")))
+                .map(str::to_owned);
+            match (stored, quantized) {
+                (Some(q), Some(stem)) => {
+                    let stem = stem.as_str();
+                    let mut part = |p: &str| {
+                        let name = format!("{stem}.{p}");
+                        tensors
+                            .remove(&name)
+                            .map(|(a, _)| a)
+                            .ok_or_else(|| EngineLoadError::Invalid {
+                                file: file.clone(),
+                                reason: format!("`{name}` is missing beside `{stem}.weight`"),
+                            })
+                    };
+                    let (scales, biases) = (part("scales")?, part("biases")?);
+                    let group_size = q.group_size_of(stem);
+                    requantize(
+                        &mut weights,
+                        (name, array, scales, biases),
+                        group_size,
+                        opts,
+                        &file,
+                    )?;
+                }
+                // An mlx-community folder's dense tensors (norms, biases) stay as stored.
+                (Some(_), None) => {
+                    weights.insert(name, array);
+                }
+                (None, _) => insert_weight(&mut weights, name, array, opts, &file)?,
             }
         }
-    }
+        if let Some(entry) = &cache {
+            super::save_converted(&weights, entry);
+        }
+        (weights, opts.group_size)
+    };
     let model = Model::from_weights(cfg, weights, group_size).map_err(|source| EngineLoadError::Model {
         file: dir.to_owned(),
         source,
     })?;
     Ok((model, tokenizer, false))
+}
+
+/// One stored quantized weight (`name`, its packed values, scales and biases, stored with
+/// `group_size`) at the bits `opts` asks for (a MoE router at 8: [`bits_for`]): kept as stored
+/// when that is what it holds already (or its rows do not split into the asked groups), else
+/// dequantized and quantized again.
+fn requantize(
+    out: &mut HashMap<String, Array>,
+    (name, weight, scales, biases): (String, Array, Array, Array),
+    group_size: i32,
+    opts: &LoadOptions,
+    file: &Path,
+) -> Result<(), EngineLoadError> {
+    let invalid = |reason: String| EngineLoadError::Invalid {
+        file: file.to_owned(),
+        reason: format!("`{name}`: {reason}"),
+    };
+    let (packed, groups) = (weight.dim(-1), scales.dim(-1));
+    let inputs = groups * group_size;
+    let bits = match (packed * 32).checked_div(inputs) {
+        Some(b) if packed * 32 % inputs == 0 && [2, 3, 4, 5, 6, 8].contains(&b) => b,
+        _ => {
+            return Err(invalid(format!(
+                "{packed} packed columns and {groups} groups of {group_size} do not make 2/3/4/5/6/8 bits"
+            )))
+        }
+    };
+    let asked = opts.precision.bits().map(|b| bits_for(&name, b));
+    let mut dense_shape = weight.shape().to_vec();
+    if let Some(last) = dense_shape.last_mut() {
+        *last = inputs;
+    }
+    let keep = asked.is_none_or(|a| (a, opts.group_size) == (bits, group_size) || a > bits)
+        || !quantizable(&dense_shape, opts.group_size);
+    let stem = name.trim_end_matches(".weight").to_owned();
+    if keep {
+        out.insert(format!("{stem}.scales"), scales);
+        out.insert(format!("{stem}.biases"), biases);
+        out.insert(name, weight);
+        return Ok(());
+    }
+    let dense =
+        ops::dequantize(&weight, &scales, &biases, group_size, bits).map_err(|e| EngineLoadError::Mlx {
+            file: file.to_owned(),
+            source: e,
+        })?;
+    drop((weight, scales, biases));
+    insert_weight(out, name, dense, opts, file)
 }
 
 /// The folder's `config.json` as the engine's configuration.
