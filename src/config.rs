@@ -669,6 +669,13 @@ mod tests {
         ));
         assert!(!pool.tiers.contains_key(&Tier::Large));
         assert_eq!(names[&Tier::Small], "http://127.0.0.1:9/v1");
+        // `--no-cache` reaches the pool's loads.
+        assert!(pool.use_cache);
+        let no_cache = ServeConfig {
+            use_cache: false,
+            ..remote.clone()
+        };
+        assert!(!no_cache.pool().unwrap().0.use_cache);
         let preload = ServeConfig {
             preload: vec!["large/q4".parse().unwrap()],
             ..remote.clone()

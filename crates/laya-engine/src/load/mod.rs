@@ -1192,6 +1192,26 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         eprintln!("8-bit folder at q4 vs as stored: mean {rel:.4} of the logits' spread");
         // Measured 0.14.
         assert!(rel <= 0.2, "{rel}");
+
+        // Scales that do not fit their weight are an error naming it, not a panic.
+        let mut broken = quantized_map(
+            &dense,
+            &LoadOptions {
+                precision: Precision::Q8,
+                ..native()
+            },
+        );
+        broken.insert(
+            "model.layers.1.mlp.down_proj.scales".into(),
+            Array::from_slice(&[1f32; 4], &[4]),
+        );
+        let bad = dir.path().join("mlx-broken");
+        write_folder(&bad, &cfg, &broken, Some((64, 8)));
+        let err = load(&bad, &cached(Precision::Q4, &cache))
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(err.contains("model.layers.1.mlp.down_proj.weight"), "{err}");
     }
 
     /// A mixture's active parameters come from its configuration (the experts a token is sent

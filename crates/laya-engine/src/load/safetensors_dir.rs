@@ -196,6 +196,14 @@ fn requantize(
         file: file.to_owned(),
         reason: format!("`{name}`: {reason}"),
     };
+    if weight.ndim() < 2 || scales.shape() != biases.shape() || scales.ndim() != weight.ndim() {
+        return Err(invalid(format!(
+            "a quantized weight {:?} needs scales and biases of its rank and one shape, found {:?} and {:?}",
+            weight.shape(),
+            scales.shape(),
+            biases.shape()
+        )));
+    }
     let (packed, groups) = (weight.dim(-1), scales.dim(-1));
     let inputs = groups * group_size;
     let bits = match (packed * 32).checked_div(inputs) {
