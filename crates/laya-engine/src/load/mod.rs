@@ -10,7 +10,8 @@
 //! and mtime, a folder's weight files' and `config.json`'s names, sizes and mtimes), the
 //! precision, the group size and the cache layout, the key kept in the file's metadata; the
 //! second start reads instead of converting, and an unreadable or stale entry is converted and
-//! written anew (atomically).
+//! written anew (atomically). Writing an entry deletes the entries it replaces (the same
+//! source at the same settings, made before the source changed or by an older layout).
 //! Re-quantizing a Q4_K_M file to q8 cannot add precision the file does not have: q8 only
 //! keeps (almost) all that the file has.
 
@@ -444,6 +445,11 @@ pub(crate) struct CacheEntry {
     /// The source's identity and the conversion's settings; stored in the file's metadata
     /// ([`CACHE_KEY`]) and compared when it is read.
     key: String,
+    /// The start of the file names of this source's entries at these settings (whatever
+    /// the source's state or the cache layout): `{stem}.{precision}-g{group}.`.
+    family: String,
+    /// The start of the keys of every entry made from this source: its canonical path.
+    source: String,
 }
 
 /// The metadata entry of a converted file that holds its [`CacheEntry`] key.
@@ -497,13 +503,63 @@ pub(crate) fn cache_entry(path: &Path, opts: &LoadOptions) -> Option<CacheEntry>
     }
     .to_string_lossy();
     let dir = opts.cache_dir.clone().unwrap_or_else(crate::paths::converted_dir);
-    let file = dir.join(format!(
-        "{stem}.{}-g{}.{}.safetensors",
-        opts.precision.label(),
-        opts.group_size,
-        &digest[..12]
-    ));
-    Some(CacheEntry { file, key })
+    let family = format!("{stem}.{}-g{}.", opts.precision.label(), opts.group_size);
+    let file = dir.join(format!("{family}{}.safetensors", &digest[..12]));
+    Some(CacheEntry {
+        file,
+        key,
+        family,
+        source: format!("{}|", canonical.display()),
+    })
+}
+
+/// The metadata of a safetensors file, read from its header alone.
+fn safetensors_metadata(file: &Path) -> Option<HashMap<String, String>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(file).ok()?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).ok()?;
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return None;
+    }
+    let mut header = vec![0u8; len as usize];
+    f.read_exact(&mut header).ok()?;
+    let header: serde_json::Value = serde_json::from_slice(&header).ok()?;
+    serde_json::from_value(header.get("__metadata__")?.clone()).ok()
+}
+
+/// Deletes the entries `entry` replaces: the same source converted at the same settings
+/// before it changed (or by an older cache layout). Entries of other sources, and files
+/// whose key cannot be read, are left alone. Returns the bytes freed.
+fn prune_replaced(entry: &CacheEntry) -> u64 {
+    let Some(dir) = entry.file.parent() else { return 0 };
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut freed = 0;
+    for path in listing.flatten().map(|e| e.path()) {
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if path == entry.file || !name.starts_with(&entry.family) || !name.ends_with(".safetensors") {
+            continue;
+        }
+        let ours = safetensors_metadata(&path)
+            .and_then(|m| m.get(CACHE_KEY).cloned())
+            .is_some_and(|k| k.starts_with(&entry.source) && k != entry.key);
+        if !ours {
+            continue;
+        }
+        let bytes = path.metadata().map(|m| m.len()).unwrap_or(0);
+        match std::fs::remove_file(&path) {
+            Ok(()) => freed += bytes,
+            Err(e) => tracing::warn!("cannot remove replaced converted weights {}: {e}", path.display()),
+        }
+    }
+    freed
 }
 
 /// The model of a cache entry, when its file is there, is whole and carries the entry's key;
@@ -603,6 +659,14 @@ pub(crate) fn save_converted(weights: &HashMap<String, Array>, entry: &CacheEntr
             if let Err(e) = std::fs::rename(&tmp, dest) {
                 tracing::warn!("cannot move converted weights into {}: {e}", dest.display());
                 let _ = std::fs::remove_file(&tmp);
+                return;
+            }
+            let freed = prune_replaced(entry);
+            if freed > 0 {
+                tracing::info!(
+                    "removed converted weights of an earlier state of the same source ({:.1} GB)",
+                    freed as f64 / 1e9
+                );
             }
         }
         Err(e) => {
@@ -1105,7 +1169,30 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         touch(&folder.join("model.safetensors"), 2_000_000_000);
         let changed = load(&folder, &q6).unwrap();
         assert!(!changed.from_cache, "a changed source is converted again");
-        assert_eq!(cache_files(&cache).len(), 2);
+        let now = converted_file(&folder, &q6).unwrap();
+        assert_ne!(files[0], now);
+        assert_eq!(
+            cache_files(&cache),
+            [now.clone()],
+            "the entry of the source's earlier state is replaced, not kept beside"
+        );
+        // A folder of the same name elsewhere is another source: its entry stays when this
+        // one's is replaced.
+        let elsewhere = dir.path().join("elsewhere").join("hf-3b");
+        write_folder(
+            &elsewhere,
+            &cfg,
+            &cast(&to_device(&random_weights(&cfg, 3)), Dtype::Bfloat16),
+            None,
+        );
+        let _ = load(&elsewhere, &q6).unwrap();
+        let theirs = converted_file(&elsewhere, &q6).unwrap();
+        touch(&folder.join("model.safetensors"), 2_100_000_000);
+        assert!(!load(&folder, &q6).unwrap().from_cache);
+        let mut want_files = vec![converted_file(&folder, &q6).unwrap(), theirs];
+        want_files.sort();
+        assert_eq!(cache_files(&cache), want_files);
+        assert!(load(&elsewhere, &q6).unwrap().from_cache);
         let want = logits(&changed.model);
         assert!(max_abs_diff(&want, &logits(&first.model)) > 0.1);
         let entry = converted_file(&folder, &q6).unwrap();
