@@ -48,21 +48,22 @@ pub fn run(serve: ServeArgs, device: laya::engine::runtime::DevicePref) -> Resul
     for key in keys {
         let name = names.get(&key.tier).map(String::as_str).unwrap_or("?");
         match settled(&pool, key) {
-            Ok(Ready {
+            ModelState::Ready {
                 load_time,
                 time_to_ready,
                 from_cache,
                 device,
-            }) => println!(
+            } => println!(
                 "{key} ({name}) ready on {device} in {:.1} s: weights {:.1} s ({}), the rest the warm-up",
                 time_to_ready.as_secs_f64(),
                 load_time.as_secs_f64(),
                 if from_cache { "converted cache" } else { "read" }
             ),
-            Err(e) => {
+            ModelState::Failed(e) => {
                 failed += 1;
                 eprintln!("{key} ({name}): {e}");
             }
+            ModelState::Loading => unreachable!("settled waits while a model loads"),
         }
     }
     // The models' threads wait on the pool's channels; dropping it would have them free their
@@ -76,33 +77,12 @@ pub fn run(serve: ServeArgs, device: laya::engine::runtime::DevicePref) -> Resul
     Ok(())
 }
 
-/// A model's ready state.
-struct Ready {
-    load_time: Duration,
-    time_to_ready: Duration,
-    from_cache: bool,
-    device: String,
-}
-
-/// Waits for `key` to be ready or to fail (why).
-fn settled(pool: &ModelPool, key: ModelKey) -> Result<Ready, String> {
+/// `key`'s state once it is no longer loading.
+fn settled(pool: &ModelPool, key: ModelKey) -> ModelState {
     loop {
         match pool.states().into_iter().find(|(k, _)| *k == key).map(|(_, s)| s) {
-            Some(ModelState::Ready {
-                load_time,
-                time_to_ready,
-                from_cache,
-                device,
-            }) => {
-                return Ok(Ready {
-                    load_time,
-                    time_to_ready,
-                    from_cache,
-                    device,
-                })
-            }
-            Some(ModelState::Failed(e)) => return Err(e),
             Some(ModelState::Loading) | None => std::thread::sleep(Duration::from_millis(50)),
+            Some(settled) => return settled,
         }
     }
 }
