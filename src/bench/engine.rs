@@ -24,10 +24,10 @@ use crate::{
         cache::KvCache,
         draft::DRAFT_MAX,
         generate::{generate, prefill, Control, GenerateRequest, Meter, Pacing},
-        load::{self, LoadOptions, Precision},
+        load::{self, LoadOptions},
         models::Model,
         runtime::{graph_primitives, kernels, use_device, DevicePref},
-        synthetic, Cancel,
+        synthetic, Cancel, Precision,
     },
 };
 
@@ -724,7 +724,7 @@ pub fn peer_llama_cpp(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{load::Precision, synthetic};
+    use crate::engine::{synthetic, Precision};
 
     /// A decode step of the 30B-A3B's layers (reduced for a CPU to 16 experts, a 1,024-token
     /// vocabulary and a quarter of the widths: the ops are the same) runs two gathered products

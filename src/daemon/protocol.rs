@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{
-    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, LineEnd,
-    ModelFacts, ModelKey, SamplingParams, Timing,
+    Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, LineEnd, ModelFacts, ModelKey,
+    SamplingParams, Timing, WorkStats,
 };
 
 /// Bumped when a message changes incompatibly.

@@ -4,11 +4,7 @@
 use crate::support::{self, gguf};
 use std::{io::Write, path::PathBuf};
 
-use laya::engine::{
-    load::EngineLoadError,
-    load::{LoadOptions, Precision},
-    LocalModel,
-};
+use laya::engine::{load::EngineLoadError, load::LoadOptions, LocalModel, Precision};
 
 /// A model file to break: its bytes, a cut inside its tensor data, cuts inside its header
 /// and tensor table, and a length that holds the whole header.

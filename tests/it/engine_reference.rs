@@ -16,9 +16,9 @@
 use crate::support;
 use laya::engine::{
     generate::{generate, GenerateRequest},
-    load::{LoadOptions, Precision},
-    sample::{host_slice, SamplingParams},
-    Cancel, LocalModel,
+    load::LoadOptions,
+    sample::host_slice,
+    Cancel, LocalModel, Precision, SamplingParams,
 };
 use mlx_rs::{transforms::eval, Array};
 

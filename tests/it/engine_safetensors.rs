@@ -5,9 +5,9 @@ use crate::support::{self, gguf};
 use std::{collections::HashMap, path::Path};
 
 use laya::engine::{
-    load::{self, LoadOptions, Precision},
+    load::{self, LoadOptions},
     models::{Model, ModelConfig},
-    synthetic,
+    synthetic, Precision,
 };
 use mlx_rs::{transforms::eval, Array, Dtype};
 

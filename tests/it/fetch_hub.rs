@@ -13,10 +13,10 @@ use std::{collections::HashMap, path::Path};
 use laya::{
     catalog::{CatalogModel, Format, Presence, Variant},
     engine::{
-        load::{self, LoadOptions, Precision},
+        load::{self, LoadOptions},
         models::{Arch, Model, ModelConfig, Shape},
         synthetic::{self, safetensors_file, TINY_SHAPE},
-        Tier,
+        Precision, Tier,
     },
     fetch::{fetch_into, hub::Hub, present_variant, FetchError, Fetched, Source},
     prompt::Family,

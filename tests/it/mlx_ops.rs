@@ -398,7 +398,7 @@ fn rope_of_a_transposed_view_at_an_offset() {
 /// layers gives the logits of one forward.
 #[test]
 fn decode_steps_over_the_cache_give_the_logits_of_whole_forwards() {
-    use laya::engine::{load::Precision, models::Arch, synthetic};
+    use laya::engine::{models::Arch, synthetic, Precision};
     let (_g, backend) = mlx();
     let tol = mm_tol(backend) * 10.0;
     for arch in [Arch::Qwen2, Arch::Qwen3] {

@@ -60,14 +60,14 @@ impl SpeculationChoice {
 }
 
 impl std::str::FromStr for SpeculationChoice {
-    type Err = crate::ParseError;
+    type Err = crate::seam::ParseError;
 
-    fn from_str(s: &str) -> Result<Self, crate::ParseError> {
+    fn from_str(s: &str) -> Result<Self, crate::seam::ParseError> {
         match s {
             "auto" => Ok(SpeculationChoice::Auto),
             "on" => Ok(SpeculationChoice::On),
             "off" => Ok(SpeculationChoice::Off),
-            other => Err(crate::ParseError(format!(
+            other => Err(crate::seam::ParseError(format!(
                 "speculation must be auto, on or off, not {other:?}"
             ))),
         }

@@ -42,11 +42,12 @@ use mlx_rs::ops::indexing::argmax_axis;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::{Array, Dtype};
 
-use super::cache::KvCache;
-use super::draft::{ngram_draft, Speculation};
-use super::models::{Model, ModelError};
-use super::sample::{host_slice, Sampler, SamplingParams};
-use super::Cancel;
+use crate::cache::KvCache;
+use crate::cancel::Cancel;
+use crate::draft::{ngram_draft, Speculation};
+use crate::models::{Model, ModelError};
+use crate::sample::{host_slice, Sampler};
+use crate::seam::{EngineError, FinishReason, SamplingParams};
 
 /// Longest piece of prompt run in one forward, bounding activation memory; the chunk on a
 /// GPU, where it takes a few milliseconds to a few tens of them for the models in use.
@@ -222,18 +223,6 @@ pub enum Control {
     Stop,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The callback returned [`Control::Stop`].
-    Stop,
-    /// `max_tokens` reached.
-    Length,
-    /// `cancel` was set.
-    Cancelled,
-    /// A stop token was generated.
-    StopToken,
-}
-
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenerateOutput {
     pub candidates: Vec<Vec<u32>>,
@@ -276,6 +265,16 @@ pub enum GenerateError {
     Model(#[from] ModelError),
     #[error("mlx: {0}")]
     Mlx(#[from] Exception),
+}
+
+impl From<GenerateError> for EngineError {
+    /// A request the generator refuses is the caller's to fix; a model or MLX failure is not.
+    fn from(e: GenerateError) -> Self {
+        match e {
+            GenerateError::Model(_) | GenerateError::Mlx(_) => EngineError::Unavailable(e.to_string()),
+            _ => EngineError::BadRequest(e.to_string()),
+        }
+    }
 }
 
 /// Runs `prompt_ids` after what `caches` hold and generates `req.n` candidates, calling

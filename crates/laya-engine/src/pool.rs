@@ -10,15 +10,19 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::{
+use crate::{
+    cancel::Cancel,
+    family::Family,
+    load::LoadOptions,
     prefix::PrefixLimits,
     remote::{RemoteConfig, RemoteEngine},
     runtime::DevicePref,
-    worker::{Loader, ModelWorker, WorkStats},
-    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
-    ModelState, PieceSender, Precision, RunsOn, Tier,
+    seam::{
+        CompletionOutput, CompletionRequest, Engine, EngineError, ModelFacts, ModelKey, ModelState,
+        PieceSender, Precision, RunsOn, Tier, WorkStats,
+    },
+    worker::{Loader, ModelWorker},
 };
-use crate::family::Family;
 
 /// Where a tier's model comes from.
 #[derive(Clone, Debug)]
@@ -55,7 +59,7 @@ pub struct ModelPool {
     report: PoolReport,
     /// Parameter counts and prompt families read from model files' headers, by path (read
     /// once, before loading).
-    file_facts: Mutex<HashMap<PathBuf, super::load::FileFacts>>,
+    file_facts: Mutex<HashMap<PathBuf, crate::load::FileFacts>>,
     /// Where local models run: the device preference, `auto` resolved once (a flag query of
     /// the linked MLX, no device work).
     local_runs_on: RunsOn,
@@ -103,7 +107,7 @@ impl ModelPool {
             local_runs_on: match config.device {
                 DevicePref::Cpu => RunsOn::Cpu,
                 DevicePref::Gpu => RunsOn::Gpu,
-                DevicePref::Auto if super::runtime::MlxInfo::probe().gpu_kind.is_some() => RunsOn::Gpu,
+                DevicePref::Auto if crate::runtime::MlxInfo::probe().gpu_kind.is_some() => RunsOn::Gpu,
                 DevicePref::Auto => RunsOn::Cpu,
             },
             config,
@@ -146,14 +150,14 @@ impl ModelPool {
 
     /// What the model file at `path` tells before it loads, read once (asked at every
     /// request: a lookup, no copy of the path once it is known).
-    fn file_facts(&self, path: &std::path::Path) -> super::load::FileFacts {
+    fn file_facts(&self, path: &std::path::Path) -> crate::load::FileFacts {
         let mut known = self.file_facts.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(facts) = known.get(path) {
             return *facts;
         }
         *known
             .entry(path.to_owned())
-            .or_insert_with(|| super::load::facts_in(path))
+            .or_insert_with(|| crate::load::facts_in(path))
     }
 
     /// The engine of `key`, started (loading) if it was not yet. A local model that failed to

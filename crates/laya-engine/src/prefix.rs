@@ -7,11 +7,11 @@
 //! extended sequence back when it is done. Bounded by entry count and by bytes, least
 //! recently used first out.
 
-use super::{
+use crate::{
     cache::KvCache,
+    cancel::Cancel,
     generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
     models::Model,
-    Cancel,
 };
 
 /// Limits of a store.
@@ -248,13 +248,13 @@ mod tests {
         let req = GenerateRequest {
             max_tokens: 5,
             n: 1,
-            sampling: crate::SamplingParams::default(),
+            sampling: crate::seam::SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
             speculation: crate::draft::Speculation::Off,
             history: vec![],
         };
-        let no = crate::Cancel::new();
+        let no = crate::cancel::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);
         // Ids stay below the tiny model's vocabulary (97).
         let mut ids: Vec<u32> = (0..40).map(|_| rng.gen_range(1..97)).collect();

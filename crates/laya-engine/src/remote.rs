@@ -20,9 +20,13 @@ use std::{
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{
-    family::Family, send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError,
-    FinishReason, ModelFacts, ModelKey, ModelState, ParseError, PieceSender, RunsOn, Timing,
+use crate::{
+    cancel::Cancel,
+    family::Family,
+    seam::{
+        send_whole, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
+        ModelFacts, ModelKey, ModelState, ParseError, PieceSender, RunsOn, Timing,
+    },
 };
 
 /// Where the remote server is and how to talk to it.
@@ -547,8 +551,8 @@ mod tests {
     use std::net::TcpListener;
 
     const KEY: ModelKey = ModelKey {
-        tier: crate::Tier::Large,
-        precision: crate::Precision::Native,
+        tier: crate::seam::Tier::Large,
+        precision: crate::seam::Precision::Native,
     };
 
     /// A one-shot HTTP server that answers each request with the next canned body and returns

@@ -34,7 +34,7 @@ impl std::fmt::Display for DevicePref {
 }
 
 impl std::str::FromStr for DevicePref {
-    type Err = crate::ParseError;
+    type Err = crate::seam::ParseError;
 
     /// `auto`, `cpu` or `gpu`.
     fn from_str(s: &str) -> Result<DevicePref, Self::Err> {
@@ -42,7 +42,9 @@ impl std::str::FromStr for DevicePref {
             "auto" => Ok(DevicePref::Auto),
             "cpu" => Ok(DevicePref::Cpu),
             "gpu" => Ok(DevicePref::Gpu),
-            _ => Err(crate::ParseError(format!("expected auto, cpu or gpu, got `{s}`"))),
+            _ => Err(crate::seam::ParseError(format!(
+                "expected auto, cpu or gpu, got `{s}`"
+            ))),
         }
     }
 }
@@ -370,6 +372,19 @@ fn primitives_of_dot(dot: &str) -> std::collections::BTreeMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_preferences_read_back_what_they_write() {
+        for d in [DevicePref::Auto, DevicePref::Cpu, DevicePref::Gpu] {
+            assert_eq!(d.to_string().parse::<DevicePref>(), Ok(d));
+        }
+        assert_eq!(DevicePref::default(), DevicePref::Auto);
+        assert!("tpu"
+            .parse::<DevicePref>()
+            .unwrap_err()
+            .0
+            .contains("auto, cpu or gpu"));
+    }
 
     /// The graph's primitives are counted by MLX's name for them, before any evaluation, one
     /// per application (a split's two outputs once, a compiled function's two calls twice);

@@ -12,34 +12,7 @@ use mlx_rs::{Array, ArrayElement, Dtype};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct SamplingParams {
-    /// 0 (or below): greedy.
-    pub temperature: f32,
-    /// Nucleus: keep the most likely tokens until their mass reaches `top_p`; 1 keeps all.
-    pub top_p: f32,
-    /// Keep the `top_k` most likely tokens; 0 keeps all.
-    pub top_k: usize,
-    /// `None`: seeded from the OS.
-    pub seed: Option<u64>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 0,
-            seed: None,
-        }
-    }
-}
-
-impl SamplingParams {
-    pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0 || self.top_k == 1
-    }
-}
+use crate::seam::SamplingParams;
 
 /// Sampling parameters with the RNG state they imply.
 pub struct Sampler {

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 
 use mlx_rs::{ops, random, transforms::eval, Array, Dtype};
 
-use super::{
-    load::{bits_for, quantizable, Precision},
+use crate::{
+    load::{bits_for, quantizable},
     models::{Arch, Model, ModelConfig, ModelError},
+    seam::Precision,
 };
 
 /// A model of random weights; see [`random_weights`].

@@ -70,6 +70,12 @@ pub enum TokenizerError {
     MissingSpecialToken(&'static str),
 }
 
+impl From<TokenizerError> for crate::seam::EngineError {
+    fn from(e: TokenizerError) -> Self {
+        crate::seam::EngineError::BadRequest(e.to_string())
+    }
+}
+
 /// Ids of the control tokens of a model's family ([`Family::fim`]) that laya builds prompts
 /// from and stops on.
 #[derive(Debug, Clone, PartialEq, Eq)]

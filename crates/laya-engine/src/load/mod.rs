@@ -31,66 +31,12 @@ use self::gguf::{GgufFile, LoadError};
 use crate::family::Family;
 use crate::{
     models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
+    seam::{EngineError, Precision},
     tokenizer::{Tokenizer, TokenizerError},
 };
 
 /// Version of the converted-weights cache layout; bump when the conversion changes.
 const CONVERT_FORMAT: u32 = 1;
-
-/// Weight precision after loading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// The source's own values, dequantized to f32 (GGUF) or kept as stored (safetensors).
-    Native,
-    Q4,
-    Q6,
-    Q8,
-}
-
-impl Precision {
-    pub fn bits(self) -> Option<i32> {
-        match self {
-            Precision::Native => None,
-            Precision::Q4 => Some(4),
-            Precision::Q6 => Some(6),
-            Precision::Q8 => Some(8),
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Precision::Native => "native",
-            Precision::Q4 => "q4",
-            Precision::Q6 => "q6",
-            Precision::Q8 => "q8",
-        }
-    }
-}
-
-impl std::fmt::Display for Precision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl std::str::FromStr for Precision {
-    type Err = crate::ParseError;
-
-    /// `native`, `q4`, `q6` or `q8`; the bit widths also as bare numbers (`4`, `6`, `8`), as
-    /// HTTP clients send them.
-    fn from_str(s: &str) -> Result<Precision, Self::Err> {
-        match s {
-            "native" => Ok(Precision::Native),
-            "q4" | "4" => Ok(Precision::Q4),
-            "q6" | "6" => Ok(Precision::Q6),
-            "q8" | "8" => Ok(Precision::Q8),
-            _ => Err(crate::ParseError(format!(
-                "expected native, q4, q6 or q8, got `{s}`"
-            ))),
-        }
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -142,6 +88,12 @@ pub enum EngineLoadError {
     Io { file: PathBuf, source: std::io::Error },
     #[error("{}: does not exist; run `laya models fetch` or pass an existing GGUF file or model folder", .0.display())]
     NotFound(PathBuf),
+}
+
+impl From<EngineLoadError> for EngineError {
+    fn from(e: EngineLoadError) -> Self {
+        EngineError::Unavailable(e.to_string())
+    }
 }
 
 /// A model ready to run, with what it took to get there.
@@ -624,7 +576,7 @@ mod tests {
     use crate::models::test_util::{
         cast, max_abs_diff, random_weights, relative_error, tiny_config, to_device, tokens, HostWeights,
     };
-    use crate::{Cancel, CompletionRequest, LocalModel};
+    use crate::{cancel::Cancel, local::LocalModel, seam::CompletionRequest};
 
     /// Writes a tiny `qwen3moe` GGUF with gguf-py (2 layers, 8 experts, top-2, F32, a vocabulary
     /// of printable ASCII, the newline, one merge and Qwen's control tokens), then runs it with
