@@ -107,6 +107,9 @@
 //!   loader's policy, for speed runs where real weights cannot travel; and the tests' model files
 //!   (tiny configurations, HF folders, a safetensors file of given tensors and the tiny shape the
 //!   fetch and verification tests check it against).
+//! - `measure.rs`: what `laya bench engine` times on a model (prefill, decode after a short and
+//!   a long prompt, the bandwidth floor, a decode step's ops, a full draft's check, cancel →
+//!   free) and the rows it prints; `laya` picks the models and the llama.cpp peer.
 
 pub mod cache;
 pub mod cancel;
@@ -117,6 +120,7 @@ pub mod generate;
 pub mod hash;
 pub mod load;
 mod local;
+pub mod measure;
 pub mod models;
 pub mod paths;
 pub mod pool;
