@@ -42,6 +42,9 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
         "{h}"
     );
     assert_eq!(h["pid"], d.child.id());
+    // The pool's answer for every key of a configured tier: a remote tier runs elsewhere
+    // whatever the bits asked.
+    assert_eq!(h["model_facts"]["small/q4"]["runs_on"], "remote", "{h}");
 
     let m = ok_json(addr, "GET", "/v1/models", None);
     assert_eq!(m["object"], "list");
@@ -606,6 +609,18 @@ fn a_tiny_model_end_to_end_over_http() {
         (1..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters),
         "{h}"
     );
+    // What `laya lsp` weighs is the pool's answer: the loaded model's size, at each width.
+    let facts = &h["model_facts"];
+    assert_eq!(facts["small/q8"]["parameters"].as_u64(), Some(parameters), "{h}");
+    assert_eq!(
+        (
+            facts["small/q4"]["bits"].as_u64(),
+            facts["small/q8"]["bits"].as_u64()
+        ),
+        (Some(4), Some(8)),
+        "{h}"
+    );
+    assert!(facts.get("large/q8").is_none(), "no large tier: {h}");
 }
 
 /// [`end_to_end_over_http`] on the real 0.5B (`LAYA_TEST_REAL_MODELS=1`): it completes the

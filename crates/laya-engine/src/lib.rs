@@ -94,12 +94,13 @@
 //!   asked, and so is a folder quantized as stored at its own bits or more, keyed `native`); while the asked-for model loads a
 //!   ready one stands in (with none ready, a large-tier request waits for a small-tier model
 //!   loading too, not for the large one), and `served_by` says which answered. A local model that failed to load
-//!   is loaded again once its file changed (size, mtime or inode). `facts_of(key)` (the
-//!   `Engine::facts` the router and the prompt budget use) gives a tier's parameter count, a
-//!   mixture's active parameters and its prompt family (`load::facts_in`: one read of the GGUF
-//!   header or the folder's `config.json` before the model loads, kept per path), bit width and
-//!   device, without starting anything;
-//!   the daemon's status carries it per model for `laya lsp`.
+//!   is loaded again once its file changed (size, mtime or inode). The pool is the one owner of
+//!   what a model is: its `Engine::facts(key)` (what the router and the prompt budget use) gives
+//!   a tier's parameter count, a mixture's active parameters and its prompt family
+//!   (`load::facts_in`: one read of the GGUF header or the folder's `config.json` before the
+//!   model loads, kept per path), bit width and device, without starting anything, and
+//!   `Engine::work(key)` what the model's worker ran; the daemon asks it through the seam and its
+//!   status carries the answer for every key to `laya lsp`.
 //! - `remote.rs`: `RemoteEngine`, the OpenAI completions client for a tier served elsewhere (vLLM,
 //!   llama.cpp server): the prompt is sent as built, special tokens as text; `--remote-extra`
 //!   adds server-specific fields (laya's own fields win).

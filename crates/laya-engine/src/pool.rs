@@ -220,50 +220,10 @@ impl ModelPool {
         Ok(engine)
     }
 
-    /// Parameter count of the model behind `key`, once loaded (starts nothing).
-    pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
-        let key = self.canonical(key);
+    /// The engine started for `key` (as the pool keys it), if any; starts nothing.
+    fn started(&self, key: ModelKey) -> Option<Arc<dyn Engine>> {
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        engines.get(&key)?.engine.facts(key)?.parameters
-    }
-
-    /// What the worker of the local model behind `key` has run (starts nothing).
-    pub fn work_of(&self, key: ModelKey) -> Option<WorkStats> {
-        let key = self.canonical(key);
-        let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        engines.get(&key)?.engine.work()
-    }
-
-    /// What is known of the model behind `key` before a request goes to it (starts nothing):
-    /// for a local tier its parameter count (the loaded model's, else its file header's), the
-    /// bit width and the device it runs on; for a remote tier what its server said. `None`
-    /// for a tier not configured.
-    pub fn facts_of(&self, key: ModelKey) -> Option<ModelFacts> {
-        let key = self.canonical(key);
-        let bits = key.precision.bits().map_or(16, |b| b as u32);
-        match self.config.tiers.get(&key.tier)? {
-            TierSource::Remote(_) => Some(ModelFacts {
-                parameters: self.parameters_of(key),
-                active_parameters: None,
-                bits,
-                runs_on: RunsOn::Remote,
-                family: Family::default(),
-            }),
-            TierSource::Local { path, .. } => {
-                let loaded = self.parameters_of(key);
-                let file = self.file_facts(path);
-                Some(ModelFacts {
-                    parameters: loaded.or(file.parameters),
-                    active_parameters: file.active_parameters,
-                    bits: match key.precision {
-                        Precision::Native => file.stored_bits.unwrap_or(bits),
-                        _ => bits,
-                    },
-                    runs_on: self.local_runs_on,
-                    family: file.family.unwrap_or_default(),
-                })
-            }
-        }
+        engines.get(&key).map(|s| s.engine.clone())
     }
 
     /// Every model started so far, with its state.
@@ -348,8 +308,42 @@ impl Engine for ModelPool {
         }
     }
 
+    /// What is known of the model behind `model` before a request goes to it (starts
+    /// nothing): for a local tier its parameter count (the loaded model's, else its file
+    /// header's), the bit width and the device it runs on; for a remote tier what its server
+    /// said. `None` for a tier not configured.
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
-        self.facts_of(model)
+        let key = self.canonical(model);
+        let bits = key.precision.bits().map_or(16, |b| b as u32);
+        let loaded = || self.started(key)?.facts(key)?.parameters;
+        match self.config.tiers.get(&key.tier)? {
+            TierSource::Remote(_) => Some(ModelFacts {
+                parameters: loaded(),
+                active_parameters: None,
+                bits,
+                runs_on: RunsOn::Remote,
+                family: Family::default(),
+            }),
+            TierSource::Local { path, .. } => {
+                let file = self.file_facts(path);
+                Some(ModelFacts {
+                    parameters: loaded().or(file.parameters),
+                    active_parameters: file.active_parameters,
+                    bits: match key.precision {
+                        Precision::Native => file.stored_bits.unwrap_or(bits),
+                        _ => bits,
+                    },
+                    runs_on: self.local_runs_on,
+                    family: file.family.unwrap_or_default(),
+                })
+            }
+        }
+    }
+
+    /// What the worker of the local model behind `model` has run (starts nothing).
+    fn work(&self, model: ModelKey) -> Option<WorkStats> {
+        let key = self.canonical(model);
+        self.started(key)?.work(key)
     }
 }
 
@@ -403,6 +397,14 @@ mod tests {
             .unwrap();
         assert_eq!(k.tier, Tier::Large);
         assert_eq!(pool.states().len(), 1);
+        // What the pool says of the remote tier is one answer whatever the bits asked; it
+        // runs nothing here, and a tier not configured has no answer.
+        let key = |tier, precision| ModelKey { tier, precision };
+        let facts = pool.facts(key(Tier::Large, Precision::Q8)).unwrap();
+        assert_eq!(pool.facts(key(Tier::Large, Precision::Q4)), Some(facts));
+        assert_eq!(facts.runs_on, RunsOn::Remote);
+        assert_eq!(pool.work(key(Tier::Large, Precision::Q8)), None);
+        assert_eq!(pool.facts(key(Tier::Small, Precision::Q4)), None);
     }
 
     #[test]

@@ -536,8 +536,11 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
-    /// What a local model's worker has run; `None` for engines that run nothing here.
-    fn work(&self) -> Option<WorkStats> {
+    /// What the worker of the local model that answers requests for `model` has run; an
+    /// engine of one model states that model's whatever the key. `None` for engines that run
+    /// nothing here.
+    fn work(&self, model: ModelKey) -> Option<WorkStats> {
+        let _ = model;
         None
     }
 }

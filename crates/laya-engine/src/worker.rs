@@ -275,7 +275,7 @@ impl Engine for ModelWorker {
         self.facts.get().copied()
     }
 
-    fn work(&self) -> Option<WorkStats> {
+    fn work(&self, _model: ModelKey) -> Option<WorkStats> {
         Some(self.work.stats())
     }
 }
