@@ -854,7 +854,7 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
     let folder = |name: &str, seed| {
         let dir = tmp.path().join(name);
         let weights =
-            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Float32, seed).unwrap();
+            synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Float32, seed).unwrap();
         synthetic::write_folder(&dir, &cfg, &weights, None, &vocab).unwrap();
         dir
     };
@@ -1000,7 +1000,7 @@ fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
         let vocab = support::gguf::write_vocab(tmp.path());
         let cfg = synthetic::tiny();
         let weights =
-            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Bfloat16, 5).unwrap();
+            synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Bfloat16, 5).unwrap();
         synthetic::write_folder(&folder, &cfg, &weights, None, &vocab).unwrap();
     }
     let doctor = || {

@@ -106,6 +106,12 @@ impl MlxInfo {
         }
     }
 
+    /// The description of the device `pref` chooses with this MLX (`cpu`, `gpu (cuda)`): what
+    /// [`use_device`] would select, selecting nothing.
+    pub fn device_for(&self, pref: DevicePref) -> Result<String, RuntimeError> {
+        choose_device(pref, self).map(|(_, desc)| desc)
+    }
+
     /// The loaded libmlx must be the version mlx-c was compiled against (no stable C++ ABI).
     pub fn check_version(&self) -> Result<(), RuntimeError> {
         if self.runtime_version == self.build_version {
@@ -271,6 +277,45 @@ pub fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str
 pub fn apply_mlx_env_defaults() {
     for (name, value) in mlx_env_to_set(|n| std::env::var_os(n).map(|v| v.to_string_lossy().into_owned())) {
         std::env::set_var(name, value);
+    }
+}
+
+/// What MLX states of GPU 0's memory, in bytes; `None` where it states nothing (no GPU).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuMemory {
+    /// The memory the GPU has: Metal's `memory_size` (the RAM, unified), CUDA's
+    /// `total_memory`.
+    pub total: Option<u64>,
+    /// The most the GPU should hold, where the device states it (Metal's
+    /// `max_recommended_working_set_size`).
+    pub working_set: Option<u64>,
+}
+
+/// MLX's device information for GPU 0 ([`GpuMemory`]).
+pub fn gpu_memory() -> GpuMemory {
+    // Route MLX's errors to mlx-rs's handler (MLX's own default exits the process).
+    let _ = Device::gpu().get_type();
+    let size = |info: mlx_sys::mlx_device_info, key: &CStr| {
+        let mut v: usize = 0;
+        // SAFETY: `info` is live; the callee writes one size_t when the key holds one.
+        let found = unsafe { mlx_sys::mlx_device_info_get_size(&mut v, info, key.as_ptr()) } == 0;
+        (found && v > 0).then_some(v as u64)
+    };
+    // SAFETY: the device and the info object are created here and freed below.
+    unsafe {
+        let dev = mlx_sys::mlx_device_new_type(mlx_sys::mlx_device_type__MLX_GPU, 0);
+        let mut info = mlx_sys::mlx_device_info_new();
+        let out = if mlx_sys::mlx_device_info_get(&mut info, dev) == 0 {
+            GpuMemory {
+                total: size(info, c"memory_size").or_else(|| size(info, c"total_memory")),
+                working_set: size(info, c"max_recommended_working_set_size"),
+            }
+        } else {
+            GpuMemory::default()
+        };
+        mlx_sys::mlx_device_info_free(info);
+        mlx_sys::mlx_device_free(dev);
+        out
     }
 }
 

@@ -6,7 +6,10 @@
 
 use std::collections::HashMap;
 
-use mlx_rs::{ops, random, transforms::eval, Array, Dtype};
+use mlx_rs::{ops, random, transforms::eval, Array};
+
+/// The float types synthetic weights are made in (MLX's).
+pub use mlx_rs::Dtype;
 
 use crate::{
     load::{bits_for, quantizable},
