@@ -597,7 +597,7 @@ fn end_to_end_over_http(
 #[test]
 fn a_tiny_model_end_to_end_over_http() {
     let tmp = tempfile::tempdir().unwrap();
-    let model = support::gguf::write_tiny(tmp.path());
+    let model = support::gguf::write_tiny(tmp.path()).unwrap();
     let cache = tmp.path().join("cache");
     // A token a byte: the suffix's ~120 bytes and the prefix's 26 are as many tokens.
     let (h, text) = end_to_end_over_http(&model.display().to_string(), 60..200, |c| {
@@ -849,7 +849,7 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
     };
     let (_mlx, backend) = support::mlx();
     let tmp = tempfile::tempdir().unwrap();
-    let vocab = support::gguf::write_vocab(tmp.path());
+    let vocab = support::gguf::write_vocab(tmp.path()).unwrap();
     let cfg = synthetic::tiny();
     let folder = |name: &str, seed| {
         let dir = tmp.path().join(name);
@@ -997,7 +997,7 @@ fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
     let folder = tmp.path().join("tiny-bf16");
     {
         let (_mlx, _) = support::mlx();
-        let vocab = support::gguf::write_vocab(tmp.path());
+        let vocab = support::gguf::write_vocab(tmp.path()).unwrap();
         let cfg = synthetic::tiny();
         let weights =
             synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Bfloat16, 5).unwrap();

@@ -24,7 +24,7 @@ fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_pref
     let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     // Its tokenizer: the byte-level vocabulary of `support::gguf`, as long as Qwen's.
-    let gguf = support::gguf::write_vocab(tmp.path());
+    let gguf = support::gguf::write_vocab(tmp.path()).unwrap();
     let model = {
         // Written with MLX in this process, on the CPU.
         let _mlx = support::mlx();

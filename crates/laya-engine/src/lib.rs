@@ -104,13 +104,16 @@
 //! - `remote.rs`: `RemoteEngine`, the OpenAI completions client for a tier served elsewhere (vLLM,
 //!   llama.cpp server): the prompt is sent as built, special tokens as text; `--remote-extra`
 //!   adds server-specific fields (laya's own fields win).
-//! - `synthetic.rs`: random weights of the catalog's shapes (3B, 32B, 30B-A3B…), quantized by the
+//! - `synthetic/`: random weights of the catalog's shapes (3B, 32B, 30B-A3B…), quantized by the
 //!   loader's policy, for speed runs where real weights cannot travel; and the tests' model files
 //!   (tiny configurations, HF folders, a safetensors file of given tensors and the tiny shape the
-//!   fetch and verification tests check it against).
+//!   fetch and verification tests check it against; `gguf.rs`: the tiny GGUF that writes `a`
+//!   forever and a vocabulary-only GGUF, which the engine's tests and laya's share).
 //! - `measure.rs`: what `laya bench engine` times on a model (prefill, decode after a short and
 //!   a long prompt, the bandwidth floor, a decode step's ops, a full draft's check, cancel →
 //!   free) and the rows it prints; `laya` picks the models and the llama.cpp peer.
+//! - `tests/`: the tests that span modules (MLX ops against f32 references, broken files,
+//!   safetensors folders, agreement with llama.cpp on the real 0.5B); `mod.rs` says which.
 
 pub mod cache;
 pub mod cancel;
@@ -132,6 +135,8 @@ pub mod sample;
 mod seam;
 pub mod synthetic;
 pub mod testing;
+#[cfg(test)]
+mod tests;
 pub mod tokenizer;
 pub mod worker;
 

@@ -2,7 +2,11 @@
 //! speed measurements where the real weights cannot travel (a GPU machine reached through a
 //! 64 MiB pipe), and folders of them for load-time measurements (written a shard at a time:
 //! `write_random_folder`). Numbers from them are labeled synthetic: speed depends on shapes and
-//! bit widths, not on the values.
+//! bit widths, not on the values. Also the tests' model files: tiny configurations, HF folders
+//! of given weights, a safetensors file, and (`gguf`) the tiny GGUF the engine's tests and
+//! laya's share.
+
+pub mod gguf;
 
 use std::collections::HashMap;
 
