@@ -8,10 +8,8 @@ use std::time::Duration;
 use laya::{
     bench::soak::{self, Config, Model},
     engine::{
-        cache::STEP,
-        generate::PREFILL_CHUNK,
         runtime::{use_device, DevicePref},
-        synthetic, Precision,
+        synthetic, Precision, KV_CACHE_STEP as STEP, PREFILL_CHUNK,
     },
 };
 

@@ -115,36 +115,51 @@
 //! - `tests/`: the tests that span modules (MLX ops against f32 references, broken files,
 //!   safetensors folders, agreement with llama.cpp on the real 0.5B); `mod.rs` says which.
 
-pub mod cache;
-pub mod cancel;
+#![deny(unreachable_pub)]
+
+// The seam, at the bottom: every module may import it, it imports none of them back.
+mod cancel;
+mod seam;
+
+// Private: caches, generation, drafts, sampling, the tokenizer, one loaded model. The few of
+// their items laya uses are re-exported below.
+mod cache;
 mod direct;
-pub mod draft;
+mod draft;
+mod generate;
+mod local;
+mod prefix;
+mod sample;
+#[cfg(test)]
+mod tests;
+mod tokenizer;
+
+// Modules laya reaches by name; inside each, `pub` marks what laya uses (or what a `pub`
+// item's signature shows), everything else is `pub(crate)`.
 pub mod family;
-pub mod generate;
 pub mod hash;
 pub mod load;
-mod local;
 pub mod measure;
 pub mod models;
 pub mod paths;
 pub mod pool;
-pub mod prefix;
 pub mod remote;
 pub mod runtime;
-pub mod sample;
-mod seam;
 pub mod synthetic;
 pub mod testing;
-#[cfg(test)]
-mod tests;
-pub mod tokenizer;
 pub mod worker;
 
+// The face's items from private modules and the seam.
+pub use cache::STEP as KV_CACHE_STEP;
 pub use cancel::{Cancel, CancelOnDrop};
+pub use draft::SpeculationChoice;
+pub use generate::PREFILL_CHUNK;
 pub use load::LoadOptions;
-pub use local::{long_warm_up_source, warm_up_source, LocalModel};
+pub use local::{warm_up_source, LocalModel};
+pub use prefix::PrefixLimits;
 pub use seam::{
     send_whole, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, LineEnd,
     ModelFacts, ModelKey, ModelState, ParseError, PieceSender, Precision, RunsOn, SamplingParams, Speed,
     Tier, Timing, WorkStats, DEFAULT_MAX_SEQ_LEN,
 };
+pub use tokenizer::Tokenizer;

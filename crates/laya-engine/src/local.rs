@@ -30,7 +30,7 @@ use crate::{
 /// A loaded model with its tokenizer: what a model worker thread owns.
 pub struct LocalModel {
     pub loaded: Loaded,
-    pub specials: SpecialTokens,
+    pub(crate) specials: SpecialTokens,
     /// Prompts (and continuations) already run, with their KV caches.
     prefix: std::sync::Mutex<prefix::PrefixStore>,
     /// Drafts for decoding, resolved for the device the model runs on.
@@ -128,7 +128,7 @@ impl LocalModel {
     /// [`complete`](Self::complete), also handing each candidate's text to `on_piece` as it is
     /// decoded: `(candidate, piece)`, pieces in order, never part of a stop string and never a
     /// split character. A candidate's pieces concatenate to its final `text`.
-    pub fn complete_streaming(
+    pub(crate) fn complete_streaming(
         &self,
         req: &CompletionRequest,
         cancel: &Cancel,
@@ -311,7 +311,7 @@ pub fn warm_up_source() -> String {
 
 /// Python code for the long warm-up prompt on a GPU (about 2,300 tokens: more than four
 /// 512-token prefill chunks); empty on the CPU.
-pub fn long_warm_up_source() -> String {
+pub(crate) fn long_warm_up_source() -> String {
     scale_functions(if models::on_gpu() { 100 } else { 0 })
 }
 

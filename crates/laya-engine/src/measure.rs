@@ -109,42 +109,42 @@ pub struct Settings {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     pub model: String,
-    pub synthetic: bool,
-    pub device: String,
+    pub(crate) synthetic: bool,
+    pub(crate) device: String,
     pub precision: String,
-    pub load_s: f64,
+    pub(crate) load_s: f64,
     /// (prompt length, tokens per second), the second run at that length.
     pub prefill_tok_s: Vec<(usize, f64)>,
     /// The same for the first run at each length (it pays for kernels first compiled for that
     /// shape); empty where not measured.
     #[serde(default)]
-    pub prefill_first_tok_s: Vec<(usize, f64)>,
+    pub(crate) prefill_first_tok_s: Vec<(usize, f64)>,
     /// The primitives of one decode step's graph by name (see [`decode_step_ops`]); empty
     /// where not counted.
     #[serde(default)]
-    pub decode_step_ops: std::collections::BTreeMap<String, usize>,
+    pub(crate) decode_step_ops: std::collections::BTreeMap<String, usize>,
     pub decode_ms_per_token: f64,
     /// Decode ms a token after a long prompt (its length first): what a completion at the end
     /// of a file's window pays, attention over that many keys included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_long: Option<(usize, f64)>,
+    pub(crate) decode_long: Option<(usize, f64)>,
     /// Of `decode_long`'s ms a token: building and queueing the forward on the host, and
     /// waiting for its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_long_split: Option<(f64, f64)>,
-    pub weight_bytes_per_token: u64,
-    pub bandwidth_gbs: f64,
-    pub floor_ms_per_token: f64,
+    pub(crate) decode_long_split: Option<(f64, f64)>,
+    pub(crate) weight_bytes_per_token: u64,
+    pub(crate) bandwidth_gbs: f64,
+    pub(crate) floor_ms_per_token: f64,
     /// floor / measured: 1.0 would read every weight byte at full bandwidth.
-    pub share_of_floor: f64,
+    pub(crate) share_of_floor: f64,
     /// Cancel → free while prefilling and while decoding (absent for llama.cpp's rows).
     #[serde(default)]
-    pub cancel: Option<CancelFree>,
+    pub(crate) cancel: Option<CancelFree>,
     /// A decode forward that checks a full draft: positions fed (the last token and
     /// [`DRAFT_MAX`] drafted ones) and its time in ms (absent for llama.cpp's rows). Drafts pay
     /// where this is close to one decode step.
     #[serde(default)]
-    pub draft_check: Option<(usize, f64)>,
+    pub(crate) draft_check: Option<(usize, f64)>,
 }
 
 /// How long a cancelled generation keeps the model: from its flag being set to the model
@@ -152,13 +152,13 @@ pub struct Row {
 /// piece (a prompt chunk, a decode step), so the maximum nears a whole piece and the mean
 /// half of one.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct CancelFree {
-    pub prefill_ms: Vec<f64>,
+pub(crate) struct CancelFree {
+    pub(crate) prefill_ms: Vec<f64>,
     /// Tokens in the chunk run when the flag was set, and how long the chunk before took.
-    pub prefill_chunk_tokens: u64,
-    pub prefill_chunk_ms: f64,
-    pub decode_ms: Vec<f64>,
-    pub decode_step_ms: f64,
+    pub(crate) prefill_chunk_tokens: u64,
+    pub(crate) prefill_chunk_ms: f64,
+    pub(crate) decode_ms: Vec<f64>,
+    pub(crate) decode_step_ms: f64,
 }
 
 /// Points of a piece at which the flag is set.

@@ -51,7 +51,7 @@ pub struct PoolConfig {
 }
 
 /// Hears (model, state) on every change of any model of the pool.
-pub type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
+pub(crate) type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
 
 pub struct ModelPool {
     config: PoolConfig,
@@ -232,15 +232,6 @@ impl ModelPool {
         let mut v: Vec<_> = engines.iter().map(|(k, s)| (*k, s.engine.state())).collect();
         v.sort_by_key(|(k, _)| (k.tier as u8, k.precision.label()));
         v
-    }
-
-    /// Models ready to answer now.
-    pub fn ready(&self) -> Vec<ModelKey> {
-        self.states()
-            .into_iter()
-            .filter(|(_, s)| matches!(s, ModelState::Ready { .. }))
-            .map(|(k, _)| k)
-            .collect()
     }
 
     /// The model a request for `want` asks for: `want` as the pool keys it (bits a tier cannot

@@ -222,7 +222,7 @@ impl RemoteEngine {
     }
 
     /// One blocking request; setting `cancel` closes its connection (see the module text).
-    pub fn complete_blocking(
+    pub(crate) fn complete_blocking(
         &self,
         req: &CompletionRequest,
         cancel: &Cancel,
@@ -346,7 +346,7 @@ impl Engine for RemoteEngine {
 }
 
 /// How long a read of a remote answer waits before the cancel flag is read again.
-pub const CANCEL_POLL: Duration = Duration::from_millis(10);
+pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(10);
 
 /// An `http://host[:port][/base]` URL, split for [`post_plain`]; `None` for anything else
 /// (`https://`, user info), which goes through ureq.

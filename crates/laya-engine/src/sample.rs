@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use crate::seam::SamplingParams;
 
 /// Sampling parameters with the RNG state they imply.
-pub struct Sampler {
+pub(crate) struct Sampler {
     params: SamplingParams,
     rng: StdRng,
     /// Candidates of the row being sampled, reused across calls.
@@ -27,7 +27,7 @@ pub struct Sampler {
 const NUCLEUS_PRESELECT: usize = 1024;
 
 impl Sampler {
-    pub fn new(params: SamplingParams) -> Self {
+    pub(crate) fn new(params: SamplingParams) -> Self {
         let rng = match params.seed {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_entropy(),
@@ -39,13 +39,13 @@ impl Sampler {
         }
     }
 
-    pub fn params(&self) -> &SamplingParams {
+    pub(crate) fn params(&self) -> &SamplingParams {
         &self.params
     }
 
     /// Next token per row of `logits` (`[B, vocab]`) as a `[B]` uint32 array: a lazy device
     /// argmax when greedy, else sampled on the host (and so already evaluated).
-    pub fn sample(&mut self, logits: &Array) -> Result<Array> {
+    pub(crate) fn sample(&mut self, logits: &Array) -> Result<Array> {
         if self.params.is_greedy() {
             return argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32);
         }
@@ -59,7 +59,7 @@ impl Sampler {
     }
 
     /// One token from one row of logits, on the host.
-    pub fn sample_row(&mut self, logits: &[f32]) -> u32 {
+    pub(crate) fn sample_row(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         if p.is_greedy() || logits.len() < 2 {
             return argmax_row(logits);
@@ -122,13 +122,13 @@ impl Sampler {
 }
 
 /// The evaluated data of a row-contiguous array, as an MLX error when it is not one.
-pub fn host_slice<T: ArrayElement>(a: &Array) -> Result<&[T]> {
+pub(crate) fn host_slice<T: ArrayElement>(a: &Array) -> Result<&[T]> {
     a.try_as_slice::<T>()
         .map_err(|e| Exception::custom(format!("reading {:?} {:?}: {e}", a.dtype(), a.shape())))
 }
 
 /// Index of the largest logit, the lowest index among equals (llama.cpp's greedy choice).
-pub fn argmax_row(logits: &[f32]) -> u32 {
+pub(crate) fn argmax_row(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {

@@ -490,7 +490,7 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
-    pub fn is_greedy(&self) -> bool {
+    pub(crate) fn is_greedy(&self) -> bool {
         self.temperature <= 0.0 || self.top_k == 1
     }
 }
@@ -500,14 +500,14 @@ impl SamplingParams {
 /// and the forwards started (prompt chunks with their tokens, decode steps).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkStats {
-    pub busy: bool,
-    pub requests: u64,
+    pub(crate) busy: bool,
+    pub(crate) requests: u64,
     /// Requests stopped by their cancel flag: before they started (skipped), while
     /// prefilling or while decoding.
-    pub cancelled: u64,
-    pub prefill_chunks: u64,
-    pub prefill_tokens: u64,
-    pub decode_steps: u64,
+    pub(crate) cancelled: u64,
+    pub(crate) prefill_chunks: u64,
+    pub(crate) prefill_tokens: u64,
+    pub(crate) decode_steps: u64,
 }
 
 /// What the completion pipeline needs from an engine: the in-process worker, the model pool,

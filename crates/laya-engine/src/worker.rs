@@ -40,7 +40,7 @@ impl Loader {
         Loader(Arc::new(load))
     }
 
-    pub fn load(&self, path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
+    pub(crate) fn load(&self, path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
         (self.0)(path, opts)
     }
 }
@@ -116,7 +116,7 @@ impl ModelWorker {
     }
 
     /// [`ModelWorker::spawn`] with the model made by `loader`.
-    pub fn spawn_with(
+    pub(crate) fn spawn_with(
         path: PathBuf,
         opts: LoadOptions,
         device: DevicePref,

@@ -14,9 +14,9 @@
 //! Re-quantizing a Q4_K_M file to q8 cannot add precision the file does not have: q8 only
 //! keeps (almost) all that the file has.
 
-pub mod dequant;
-pub mod ggml_type;
-pub mod gguf;
+mod dequant;
+mod ggml_type;
+pub(crate) mod gguf;
 mod safetensors_dir;
 
 use std::{
@@ -99,14 +99,13 @@ impl From<EngineLoadError> for EngineError {
 /// A model ready to run, with what it took to get there.
 pub struct Loaded {
     pub model: Model,
-    pub tokenizer: Tokenizer,
-    pub source: PathBuf,
+    pub(crate) tokenizer: Tokenizer,
     pub precision: Precision,
     pub load_time: Duration,
     /// The converted-weights cache was read instead of converting.
     pub from_cache: bool,
     /// Whose prompt format the model reads ([`family`]).
-    pub family: Family,
+    pub(crate) family: Family,
 }
 
 /// Load a GGUF file or a safetensors folder.
@@ -124,7 +123,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, EngineLoadError> 
         family: family(model.config().arch),
         model,
         tokenizer,
-        source: path.to_owned(),
         precision: opts.precision,
         load_time: start.elapsed(),
         from_cache,
@@ -146,7 +144,7 @@ pub fn tokenizer(path: &Path) -> Result<Tokenizer, EngineLoadError> {
 
 /// The prompt family of a model of architecture `arch`: Qwen2.5-Coder's for Qwen2, the Qwen3
 /// generation's (Qwen3-Coder's) for Qwen3 and Qwen3-MoE.
-pub fn family(arch: Arch) -> Family {
+pub(crate) fn family(arch: Arch) -> Family {
     match arch {
         Arch::Qwen2 => Family::Qwen25Coder,
         Arch::Qwen3 | Arch::Qwen3Moe => Family::Qwen3Coder,
@@ -156,25 +154,25 @@ pub fn family(arch: Arch) -> Family {
 /// What a model file tells before it loads, read once (a GGUF header is opened once for all
 /// three).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct FileFacts {
+pub(crate) struct FileFacts {
     /// The parameter count: from a GGUF file's header (its configuration's shapes), or for a
     /// safetensors folder from its weight files' size (two bytes a parameter, or the bits
     /// `config.json`'s `quantization` names plus its scales).
-    pub parameters: Option<u64>,
+    pub(crate) parameters: Option<u64>,
     /// The parameters a token runs through, for a mixture of experts
     /// ([`ModelConfig::active_parameters`]); `None` for a dense model (all of its parameters).
-    pub active_parameters: Option<u64>,
+    pub(crate) active_parameters: Option<u64>,
     /// The prompt family: from a GGUF file's `general.architecture` or a folder's
     /// `config.json` `model_type`; `None` for another architecture.
-    pub family: Option<Family>,
+    pub(crate) family: Option<Family>,
     /// The bits of a folder quantized as stored (mlx-community, `quantization` in
     /// `config.json`): asked for those or more it loads as stored, for fewer it is converted.
-    pub stored_bits: Option<u32>,
+    pub(crate) stored_bits: Option<u32>,
 }
 
 /// [`FileFacts`] of the model at `path`; each `None` where the path cannot be read as a GGUF
 /// file or a model folder.
-pub fn facts_in(path: &Path) -> FileFacts {
+pub(crate) fn facts_in(path: &Path) -> FileFacts {
     let active = |cfg: &ModelConfig| cfg.moe.is_some().then(|| cfg.active_parameters());
     if path.is_dir() {
         let config: Option<serde_json::Value> = std::fs::read(path.join("config.json"))
@@ -225,7 +223,7 @@ fn family_of_name(arch: &str) -> Option<Family> {
 }
 
 /// Model hyper-parameters from GGUF metadata (`<arch>.*` keys).
-pub fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
+pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
     let arch_name = g.get_str("general.architecture")?.to_owned();
     let arch = match arch_name.as_str() {
         "qwen2" => Arch::Qwen2,
@@ -291,7 +289,7 @@ pub fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
 }
 
 /// GGUF tensor name → HF name (`None` for tensors the model does not use).
-pub fn hf_name(gguf_name: &str) -> Option<String> {
+pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
     let (base, suffix) = gguf_name.rsplit_once('.')?;
     let mapped = match base {
         "token_embd" => "model.embed_tokens".to_owned(),
@@ -392,7 +390,7 @@ fn progress(len: usize, what: &str, show: bool) -> indicatif::ProgressBar {
 
 /// A converted-weights cache entry: where it lives and the key it must carry.
 pub(crate) struct CacheEntry {
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The source's identity and the conversion's settings; stored in the file's metadata
     /// ([`CACHE_KEY`]) and compared when it is read.
     key: String,

@@ -26,7 +26,7 @@ const ALIGN: usize = 32;
 /// The token every generation repeats.
 pub const TOKEN_TEXT: &str = "a";
 
-pub const SPECIALS: &[&str] = &[
+pub(crate) const SPECIALS: &[&str] = &[
     "<|endoftext|>",
     "<|im_start|>",
     "<|im_end|>",
@@ -61,7 +61,7 @@ pub struct TinyGguf {
     /// The tensor infos (name, dims, type, offset of each tensor).
     pub table: Range<usize>,
     /// Each tensor's info within `table`, by GGUF name.
-    pub infos: Vec<(String, Range<usize>)>,
+    pub(crate) infos: Vec<(String, Range<usize>)>,
     /// Start of the tensor data.
     pub data_offset: usize,
 }

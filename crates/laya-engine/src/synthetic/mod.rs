@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// A model of random weights; see [`random_weights`].
-pub fn random_model(
+pub(crate) fn random_model(
     cfg: &ModelConfig,
     precision: Precision,
     group_size: i32,
