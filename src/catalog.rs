@@ -35,8 +35,7 @@ use crate::{
     completion::router::RouterPolicy,
     engine::{
         models::{Arch, Shape},
-        prefix::PrefixLimits,
-        Precision, Tier, DEFAULT_MAX_SEQ_LEN,
+        Precision, PrefixLimits, Tier, DEFAULT_MAX_SEQ_LEN,
     },
     machine::Machine,
     prompt::Family,

@@ -38,12 +38,10 @@ use crate::{
     catalog,
     daemon::{paths, DaemonConfig, Defaults, Limits},
     engine::{
-        draft::SpeculationChoice,
         pool::{PoolConfig, TierSource},
-        prefix::PrefixLimits,
         remote::RemoteConfig,
         runtime::DevicePref,
-        ModelKey, Precision, Tier,
+        ModelKey, Precision, PrefixLimits, SpeculationChoice, Tier,
     },
     machine::Machine,
 };

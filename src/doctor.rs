@@ -18,7 +18,7 @@ use crate::{
     catalog::{self, CatalogModel, Presence},
     daemon::{client::status_if_running, paths::runtime_dir, protocol::DaemonStatus},
     engine::{
-        runtime::{choose_device, DevicePref, MlxInfo},
+        runtime::{DevicePref, MlxInfo},
         Tier,
     },
     machine::{gib, Machine},
@@ -64,8 +64,8 @@ pub fn report(pref: DevicePref) -> Report {
         .map(|k| format!("gpu: {k}"))
         .unwrap_or_else(|| "no gpu".into());
     let _ = writeln!(w, "  mlx backend   {} build ({gpu})", info.build_backend);
-    match choose_device(pref, &info) {
-        Ok((_, desc)) => {
+    match info.device_for(pref) {
+        Ok(desc) => {
             let _ = writeln!(
                 w,
                 "  device        {desc} (--device {})",

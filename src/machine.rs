@@ -8,14 +8,14 @@
 //! ## How it works
 //!
 //! The machine the tiers are chosen for: where local models run (`Accelerator`: the CPU, Metal,
-//! CUDA, as `runtime::choose_device` picks) and their memory: MLX's device information for a GPU
+//! CUDA, as `MlxInfo::device_for` says) and their memory: MLX's device information for a GPU
 //! (Metal: the RAM, unified, and the recommended working set; CUDA: the GPU's total), else
 //! `nvidia-smi` for a CUDA GPU, `/proc/meminfo` for the CPU; `None` where nothing answers (the
 //! tiers then fall back to the CPU defaults). `Machine::budget` is what the models may have
 //! there: Metal's working set (or the share of the RAM macOS gives the GPU), 90 % of a CUDA GPU's
 //! memory, nothing on the CPU.
 
-use crate::engine::runtime::{choose_device, DevicePref, MlxInfo};
+use crate::engine::runtime::{gpu_memory, DevicePref, MlxInfo};
 
 /// Where local models run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +71,8 @@ impl Machine {
     /// `/proc/meminfo` for the CPU.
     pub fn probe(pref: DevicePref) -> Machine {
         let info = MlxInfo::probe();
-        let accelerator = match choose_device(pref, &info) {
-            Ok((_, desc)) if desc.starts_with("gpu") => match info.gpu_kind {
+        let accelerator = match info.device_for(pref) {
+            Ok(desc) if desc.starts_with("gpu") => match info.gpu_kind {
                 Some("metal") => Accelerator::Metal,
                 _ => Accelerator::Cuda,
             },
@@ -86,9 +86,9 @@ impl Machine {
         };
         match accelerator {
             Accelerator::Metal | Accelerator::Cuda => {
-                let (memory, working_set) = gpu_device_info();
-                m.working_set = working_set;
-                if let Some(bytes) = memory {
+                let gpu = gpu_memory();
+                m.working_set = gpu.working_set;
+                if let Some(bytes) = gpu.total {
                     m.memory = Some(bytes);
                     m.source = "MLX device info".into();
                 } else if accelerator == Accelerator::Cuda {
@@ -195,35 +195,6 @@ fn nvidia_smi_memory() -> Option<u64> {
         .success()
         .then(|| parse_nvidia_smi_total(&String::from_utf8_lossy(&out.stdout)))
         .flatten()
-}
-
-/// MLX's device information for GPU 0: (total memory, recommended working set). Metal states
-/// `memory_size` (the RAM) and `max_recommended_working_set_size`; CUDA `total_memory`.
-fn gpu_device_info() -> (Option<u64>, Option<u64>) {
-    // Route MLX's errors to mlx-rs's handler (MLX's own default exits the process).
-    let _ = mlx_rs::Device::gpu().get_type();
-    let size = |info: mlx_sys::mlx_device_info, key: &std::ffi::CStr| {
-        let mut v: usize = 0;
-        // SAFETY: `info` is live; the callee writes one size_t when the key holds one.
-        let found = unsafe { mlx_sys::mlx_device_info_get_size(&mut v, info, key.as_ptr()) } == 0;
-        (found && v > 0).then_some(v as u64)
-    };
-    // SAFETY: the device and the info object are created here and freed below.
-    unsafe {
-        let dev = mlx_sys::mlx_device_new_type(mlx_sys::mlx_device_type__MLX_GPU, 0);
-        let mut info = mlx_sys::mlx_device_info_new();
-        let out = if mlx_sys::mlx_device_info_get(&mut info, dev) == 0 {
-            (
-                size(info, c"memory_size").or_else(|| size(info, c"total_memory")),
-                size(info, c"max_recommended_working_set_size"),
-            )
-        } else {
-            (None, None)
-        };
-        mlx_sys::mlx_device_info_free(info);
-        mlx_sys::mlx_device_free(dev);
-        out
-    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds laya's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
+# Builds the engine's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
 #
 #   scripts/gpu/cuda-ops.sh build [laya]
 #                                   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
-#                                   # deps: the GPU machine has them), builds tests/it/ (whose mlx_ops:: it runs;
-#                                   # not with `laya`) and the laya binary into .device/ (debug info stripped) and packs the
+#                                   # deps: the GPU machine has them), builds the engine's unit tests (crates/
+#                                   # laya-engine, whose mlx_ops:: it runs; not with `laya`) and the laya binary
+#                                   # into .device/ (debug info stripped) and packs the
 #                                   # 135 MiB libmlx.so and its JIT headers (xz) into 40 MiB parts
 #                                   # (64 MiB a call)
 #   scripts/gpu/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
@@ -90,13 +91,13 @@ build)
   # Diagnostics go to stderr (rendered); only the JSON artifact lines are parsed.
   bin=
   if [[ "${2:-}" != laya ]]; then
-    json=$(cargo test --release --locked --no-run --test it --message-format=json-render-diagnostics) \
+    json=$(cargo test --release --locked --no-run -p laya-engine --lib --message-format=json-render-diagnostics) \
       || { echo "cuda-ops: cargo build failed (see the errors above)" >&2; exit 1; }
     bin=$(python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="it": print(m["executable"])' <<<"$json" | tail -1)
-    [[ -x "$bin" ]] || { echo "cuda-ops: no integration-test executable in cargo's output" >&2; exit 1; }
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="laya_engine" and m["profile"]["test"]: print(m["executable"])' <<<"$json" | tail -1)
+    [[ -x "$bin" ]] || { echo "cuda-ops: no engine test executable in cargo's output" >&2; exit 1; }
   fi
   cargo build --release --locked --bin laya \
     || { echo "cuda-ops: cargo build of laya failed (see the errors above)" >&2; exit 1; }

@@ -106,7 +106,7 @@ pub fn run(cfg: &Config, mut log: impl FnMut(&str)) -> Result<Report, String> {
         let bytes = synthetic::write_random_folder(
             &dir,
             &shape,
-            mlx_rs::Dtype::Bfloat16,
+            synthetic::Dtype::Bfloat16,
             1,
             &cfg.tokenizer,
             SHARD_BYTES,

@@ -104,7 +104,7 @@ impl Target {
 
     /// The local model's tokenizer (to count the tokens of what was shown); `None` for a
     /// remote server.
-    pub fn tokenizer(&self) -> Result<Option<crate::engine::tokenizer::Tokenizer>, String> {
+    pub fn tokenizer(&self) -> Result<Option<crate::engine::Tokenizer>, String> {
         match self {
             Target::Remote(_) => Ok(None),
             Target::Local { model, .. } => {

@@ -515,9 +515,9 @@ fn soak(cfg: &Config, serve: &ServeConfig, log: &mut impl FnMut(&str)) -> Result
 /// safetensors folder in `dir`, with the tokenizer of the GGUF `tokenizer_gguf`. Uses the
 /// MLX device the caller selected.
 pub fn tiny_model(dir: &Path, tokenizer_gguf: &Path) -> Result<PathBuf, String> {
-    use crate::engine::{load::Precision, synthetic};
+    use crate::engine::{synthetic, Precision};
     let cfg = synthetic::tiny();
-    let weights = synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Float32, 7)
+    let weights = synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Float32, 7)
         .map_err(|e| e.to_string())?;
     synthetic::write_folder(dir, &cfg, &weights, None, tokenizer_gguf).map_err(|e| e.to_string())?;
     Ok(dir.to_owned())

@@ -17,7 +17,7 @@ use crate::{
         quality::{self, Case},
         Target,
     },
-    engine::{prefix::PrefixLimits, runtime::DevicePref, Engine, ModelState},
+    engine::{runtime::DevicePref, Engine, ModelState, PrefixLimits},
     lsp::{build_service, EngineSource},
 };
 

@@ -31,7 +31,7 @@ use laya::{
     catalog, complete,
     config::{ServeConfig, DEFAULT_HTTP_ADDR},
     engine::{
-        draft::SpeculationChoice, remote::RemoteConfig, runtime::DevicePref, LoadOptions, ModelKey, Precision,
+        remote::RemoteConfig, runtime::DevicePref, LoadOptions, ModelKey, Precision, SpeculationChoice,
     },
     fetch::Source,
     service::Platform,

@@ -64,8 +64,9 @@ type Report = Box<dyn Fn(&ModelState) + Send>;
 struct Inner {
     cfg: ClientConfig,
     state: Mutex<ModelState>,
-    /// The daemon's models as it last reported them (for [`Engine::facts`]).
-    models: Mutex<Vec<ModelStatus>>,
+    /// The daemon's pool's facts of each model key, as it last reported them (for
+    /// [`Engine::facts`]).
+    facts: Mutex<std::collections::BTreeMap<String, ModelFacts>>,
     report: Mutex<Report>,
     /// Held while a daemon is being started, so concurrent requests start one.
     starting: tokio::sync::Mutex<()>,
@@ -93,7 +94,7 @@ impl DaemonEngine {
             inner: Arc::new(Inner {
                 cfg,
                 state: Mutex::new(ModelState::Loading),
-                models: Mutex::new(vec![]),
+                facts: Mutex::new(Default::default()),
                 report: Mutex::new(Box::new(report)),
                 starting: tokio::sync::Mutex::new(()),
                 watching: AtomicBool::new(false),
@@ -132,7 +133,7 @@ impl DaemonEngine {
                                 st.pid
                             );
                         }
-                        *this.inner.models.lock().unwrap_or_else(|p| p.into_inner()) = st.models.clone();
+                        *this.inner.facts.lock().unwrap_or_else(|p| p.into_inner()) = st.model_facts.clone();
                         let s = state_of(&st);
                         let loading = s == ModelState::Loading;
                         this.set_state(s);
@@ -391,29 +392,11 @@ impl Engine for DaemonEngine {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The daemon's pool's answer for `model`, as its status last said.
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
-        facts_in(
-            &self.inner.models.lock().unwrap_or_else(|p| p.into_inner()),
-            model,
-        )
+        let facts = self.inner.facts.lock().unwrap_or_else(|p| p.into_inner());
+        facts.get(&model.to_string()).copied()
     }
-}
-
-/// What a daemon's status says of the model for `key`: that model's facts, else its tier's
-/// (a tier not loaded yet is reported once, read from its file) at `key`'s bit width.
-fn facts_in(models: &[ModelStatus], key: ModelKey) -> Option<ModelFacts> {
-    let id = key.to_string();
-    let exact = models.iter().find(|m| m.id == id).and_then(|m| m.facts);
-    exact.or_else(|| {
-        let f = models
-            .iter()
-            .find(|m| m.tier == key.tier.label())
-            .and_then(|m| m.facts)?;
-        Some(ModelFacts {
-            bits: key.precision.bits().map_or(16, |b| b as u32),
-            ..f
-        })
-    })
 }
 
 /// The status of the daemon at `runtime_dir`, without starting one (blocking; for scripts,
@@ -489,29 +472,43 @@ mod tests {
         assert_eq!(default_model(&old).and_then(|m| m.parameters), None);
     }
 
-    /// The router's facts of a model: its own entry's, else its tier's at the asked width.
+    /// The router's facts of a model are the pool's answer for its key, as the status says;
+    /// a key the status does not list, or a daemon that lists none (an older version), has none.
     #[test]
-    fn facts_come_from_the_model_or_its_tier() {
+    fn facts_are_the_pools_answer_for_the_key() {
         use crate::engine::{Precision, RunsOn, Tier};
-        let mut small = model("small/q8", Some(494_000_000));
-        small["facts"] = serde_json::json!({"parameters": 494_000_000, "bits": 8, "runs_on": "gpu"});
-        let mut large = model("large", None);
-        large["facts"] = serde_json::json!({"parameters": 1_540_000_000, "bits": 8, "runs_on": "cpu"});
-        let st = status(serde_json::json!([small, large]));
+        let mut st = status(serde_json::json!([model("small/q8", Some(494_000_000))]));
+        st.model_facts = serde_json::from_value(serde_json::json!({
+            "small/q8": {"parameters": 494_000_000, "bits": 8, "runs_on": "gpu"},
+            "large/q6": {"parameters": 1_540_000_000, "bits": 6, "runs_on": "cpu"},
+        }))
+        .unwrap();
+        let engine = DaemonEngine::new(
+            ClientConfig {
+                runtime_dir: PathBuf::from("/nonexistent"),
+                spawn: None,
+                client: "test".into(),
+                start_timeout: Duration::ZERO,
+            },
+            |_| {},
+        );
+        *engine.inner.facts.lock().unwrap() = st.model_facts.clone();
         let key = |tier, precision| ModelKey { tier, precision };
-        let f = facts_in(&st.models, key(Tier::Small, Precision::Q8)).unwrap();
+        let f = engine.facts(key(Tier::Small, Precision::Q8)).unwrap();
         assert_eq!(
             (f.parameters, f.bits, f.runs_on),
             (Some(494_000_000), 8, RunsOn::Gpu)
         );
-        let f = facts_in(&st.models, key(Tier::Large, Precision::Q6)).unwrap();
+        let f = engine.facts(key(Tier::Large, Precision::Q6)).unwrap();
         assert_eq!(
             (f.parameters, f.bits, f.runs_on),
             (Some(1_540_000_000), 6, RunsOn::Cpu)
         );
-        let f = facts_in(&st.models, key(Tier::Small, Precision::Q4)).unwrap();
-        assert_eq!(f.bits, 4, "another width of a loaded tier");
-        let old = status(serde_json::json!([model("small/q8", None)]));
-        assert_eq!(facts_in(&old.models, key(Tier::Small, Precision::Q8)), None);
+        assert_eq!(engine.facts(key(Tier::Small, Precision::Q4)), None);
+        let old = status(serde_json::json!([model("small/q8", Some(494_000_000))]));
+        assert!(
+            old.model_facts.is_empty(),
+            "an older daemon's status reads with no facts"
+        );
     }
 }

@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{
-    worker::WorkStats, Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, LineEnd,
-    ModelFacts, ModelKey, SamplingParams, Timing,
+    Choice, CompletionOutput, CompletionRequest, EngineError, FinishReason, LineEnd, ModelFacts, ModelKey,
+    SamplingParams, Timing, WorkStats,
 };
 
 /// Bumped when a message changes incompatibly.
@@ -339,6 +339,12 @@ pub struct DaemonStatus {
     /// The key of requests that name no model (`small/q8`).
     pub default: String,
     pub models: Vec<ModelStatus>,
+    /// What the daemon's pool says of the model a request for each key would go to (`small/q8`:
+    /// every configured tier at every bit width), before a request goes to it: what `laya lsp`'s
+    /// router and prompt budget weigh ([`Engine::facts`](crate::engine::Engine::facts)). Empty
+    /// until the pool is made.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub model_facts: std::collections::BTreeMap<String, ModelFacts>,
     pub queue: QueueStatus,
     /// Requests whose client went away before their answer (connection closed, HTTP client
     /// gone, stream dropped): each had its cancel flag set when the daemon noticed.

@@ -29,8 +29,8 @@ use super::{
 };
 use crate::engine::{
     pool::{ModelPool, PoolConfig, TierSource},
-    Cancel, CompletionOutput, CompletionRequest, EngineError, ModelKey, ModelState, PieceSender, Precision,
-    Tier,
+    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, ModelKey, ModelState, PieceSender,
+    Precision, Tier,
 };
 
 /// Bounds on what one request may ask.
@@ -94,32 +94,26 @@ pub struct DaemonConfig {
     pub remote_slots: usize,
 }
 
+/// Why the daemon gave no answer: what the engine says (the pool, its models, and the
+/// daemon's own checks of a request, which are the engine's kinds of error too), or what only
+/// the daemon has, a full queue.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("{0}")]
-    BadRequest(String),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The model's queue is full: try again later.
     #[error("{0}")]
     Busy(String),
-    #[error("{0}")]
-    Unavailable(String),
-    #[error("the request was cancelled")]
-    Cancelled,
-    #[error(transparent)]
-    Engine(EngineError),
 }
 
 impl DaemonError {
     /// The OpenAI-style error type.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            DaemonError::BadRequest(_) | DaemonError::Engine(EngineError::BadRequest(_)) => {
-                ErrorKind::InvalidRequestError
-            }
             DaemonError::Busy(_) => ErrorKind::RateLimitError,
-            DaemonError::Unavailable(_) | DaemonError::Engine(EngineError::Unavailable(_)) => {
-                ErrorKind::ModelUnavailable
-            }
-            DaemonError::Cancelled | DaemonError::Engine(EngineError::Cancelled) => ErrorKind::Cancelled,
+            DaemonError::Engine(EngineError::BadRequest(_)) => ErrorKind::InvalidRequestError,
+            DaemonError::Engine(EngineError::Unavailable(_)) => ErrorKind::ModelUnavailable,
+            DaemonError::Engine(EngineError::Cancelled) => ErrorKind::Cancelled,
             DaemonError::Engine(EngineError::Transport(_)) => ErrorKind::ServerError,
         }
     }
@@ -151,6 +145,11 @@ impl From<Busy> for DaemonError {
     fn from(b: Busy) -> Self {
         DaemonError::Busy(b.0)
     }
+}
+
+/// A request the daemon's checks refuse: the client's to fix.
+fn bad_request(message: String) -> DaemonError {
+    DaemonError::Engine(EngineError::BadRequest(message))
 }
 
 /// What one request got, with the time it waited in line.
@@ -286,7 +285,7 @@ impl Daemon {
                 return Ok(ModelKey { tier, precision });
             }
             if !name.contains("://") {
-                return Err(DaemonError::BadRequest(format!(
+                return Err(bad_request(format!(
                     "model `{name}`: expected small|large[/native|q4|q6|q8] or a model name"
                 )));
             }
@@ -312,7 +311,7 @@ impl Daemon {
     /// Check a request against the limits before it waits for anything.
     pub fn validate(&self, req: &CompletionRequest) -> Result<(), DaemonError> {
         let l = &self.config.limits;
-        let bad = |m: String| Err(DaemonError::BadRequest(m));
+        let bad = |m: String| Err(bad_request(m));
         if req.prompt.is_empty() {
             return bad("the prompt is empty".into());
         }
@@ -359,38 +358,29 @@ impl Daemon {
         pieces: Option<PieceSender>,
     ) -> Result<Served, DaemonError> {
         self.validate(&req)?;
-        let pool = self.pool().map_err(|e| DaemonError::Unavailable(e.to_string()))?;
+        let pool = self.pool().map_err(|e| EngineError::Unavailable(e.to_string()))?;
         let want = req.model.unwrap_or(pool.config().default);
         let asked = pool.asked(want);
-        let (key, engine) = pool
-            .resolve(want)
-            .map_err(|e| DaemonError::BadRequest(e.to_string()))?;
+        // The pool's key: a remote tier is one model whatever the bits asked (one lane, one count).
+        let (key, engine) = pool.resolve(want).map_err(|e| bad_request(e.to_string()))?;
         let stand_in_for = (key != asked).then_some(asked);
         if let Some(asked) = stand_in_for {
             tracing::info!(model = %asked, served_by = %key, "the model asked for is still loading: another answers");
         }
         if let ModelState::Failed(e) = engine.state() {
-            return Err(DaemonError::Unavailable(format!(
-                "model {key} failed to load: {e}"
-            )));
+            return Err(EngineError::Unavailable(format!("model {key} failed to load: {e}")).into());
         }
-        let remote = matches!(pool.config().tiers.get(&key.tier), Some(TierSource::Remote(_)));
-        // A remote tier is one model whatever the bits asked: one lane, one count.
-        let key = if remote {
-            ModelKey {
-                tier: key.tier,
-                precision: Precision::Native,
-            }
-        } else {
-            key
-        };
         let mut guard = Abandoned {
             cancel: cancel.clone(),
             abandoned: &self.abandoned,
             armed: true,
         };
         let enqueued = Instant::now();
-        let slots = if remote { self.config.remote_slots } else { 1 };
+        let slots = if self.is_remote(key.tier) {
+            self.config.remote_slots
+        } else {
+            1
+        };
         let permit = self.queue.acquire(key, slots, client).await;
         let _permit = match permit {
             Ok(p) => p,
@@ -402,13 +392,13 @@ impl Daemon {
         let queued = enqueued.elapsed();
         if cancel.is_cancelled() {
             guard.disarm();
-            return Err(DaemonError::Cancelled);
+            return Err(EngineError::Cancelled.into());
         }
         let result = engine.complete(req, cancel.clone(), pieces).await;
         guard.disarm();
-        let mut output = result.map_err(DaemonError::Engine)?;
+        let mut output = result?;
         if cancel.is_cancelled() {
-            return Err(DaemonError::Cancelled);
+            return Err(EngineError::Cancelled.into());
         }
         output.served_by = Some(key);
         *self
@@ -429,7 +419,14 @@ impl Daemon {
         })
     }
 
-    /// Everything `status` and `/health` report.
+    /// Whether `tier`'s model is served elsewhere (its requests run `--remote-parallel` at
+    /// once), as configured.
+    fn is_remote(&self, tier: Tier) -> bool {
+        matches!(self.config.pool.tiers.get(&tier), Some(TierSource::Remote(_)))
+    }
+
+    /// Everything `status` and `/health` report. What each model is (its facts and work) is
+    /// the pool's answer, asked through the [`Engine`] seam.
     pub fn status(&self) -> DaemonStatus {
         // Read before the workers' counts: a request counted abandoned here has its cancel
         // flag set, so the counts read below include all a worker ran before it saw the flag.
@@ -438,9 +435,11 @@ impl Daemon {
         let cfg = &self.config.pool;
         let pool = self.pool.get();
         let states = pool.map(|p| p.states()).unwrap_or_default();
+        let facts = |key: ModelKey| pool.and_then(|p| p.facts(key));
+        let source = |tier: Tier| if self.is_remote(tier) { "remote" } else { "local" };
         let mut models = vec![];
         for (key, state) in &states {
-            let remote = matches!(cfg.tiers.get(&key.tier), Some(TierSource::Remote(_)));
+            let remote = self.is_remote(key.tier);
             let n = served.get(key).copied().unwrap_or(0);
             let (state_name, load, ready, device, error) = match state {
                 ModelState::Loading => ("loading", None, None, None, None),
@@ -458,28 +457,30 @@ impl Daemon {
                 ),
                 ModelState::Failed(e) => ("failed", None, None, None, Some(e.clone())),
             };
+            let facts = facts(*key);
             models.push(ModelStatus {
                 id: key.to_string(),
                 tier: key.tier.label().into(),
                 precision: Some(key.precision.label().into()),
                 name: self.model_name(key.tier),
-                source: if remote { "remote" } else { "local" }.into(),
+                source: source(key.tier).into(),
                 state: state_name.into(),
                 load_time_ms: load,
                 time_to_ready_ms: ready.map(|(ms, _)| ms),
                 from_cache: ready.map(|(_, c)| c),
-                parameters: pool.and_then(|p| p.parameters_of(*key)),
-                facts: pool.and_then(|p| p.facts_of(*key)),
+                // The loaded model's count (a model loading or failed has none yet).
+                parameters: facts.and_then(|f| f.parameters).filter(|_| state_name == "ready"),
+                facts,
                 device,
                 warm: state_name == "ready" && (!remote || n > 0),
                 served: n,
                 error,
-                work: pool.and_then(|p| p.work_of(*key)),
+                work: pool.and_then(|p| p.work(*key)),
             });
         }
-        let mut tiers: Vec<_> = cfg.tiers.iter().collect();
-        tiers.sort_by_key(|(t, _)| **t as u8);
-        for (tier, source) in tiers {
+        let mut tiers: Vec<Tier> = cfg.tiers.keys().copied().collect();
+        tiers.sort_by_key(|t| *t as u8);
+        for tier in &tiers {
             if states.iter().any(|(k, _)| k.tier == *tier) {
                 continue;
             }
@@ -488,21 +489,15 @@ impl Daemon {
                 tier: tier.label().into(),
                 precision: None,
                 name: self.model_name(*tier),
-                source: match source {
-                    TierSource::Remote(_) => "remote",
-                    TierSource::Local { .. } => "local",
-                }
-                .into(),
+                source: source(*tier).into(),
                 state: "not_loaded".into(),
                 load_time_ms: None,
                 time_to_ready_ms: None,
                 from_cache: None,
                 parameters: None,
-                facts: pool.and_then(|p| {
-                    p.facts_of(ModelKey {
-                        tier: *tier,
-                        precision: cfg.default.precision,
-                    })
+                facts: facts(ModelKey {
+                    tier: *tier,
+                    precision: cfg.default.precision,
                 }),
                 device: None,
                 warm: false,
@@ -511,11 +506,13 @@ impl Daemon {
                 work: None,
             });
         }
-        let default_state = states.iter().find(|(k, _)| {
-            *k == cfg.default
-                || (k.tier == cfg.default.tier
-                    && matches!(cfg.tiers.get(&k.tier), Some(TierSource::Remote(_))))
-        });
+        let model_facts = tiers
+            .iter()
+            .flat_map(|&tier| PRECISIONS.map(|precision| ModelKey { tier, precision }))
+            .filter_map(|key| Some((key.to_string(), facts(key)?)))
+            .collect();
+        let default = pool.map(|p| p.asked(cfg.default));
+        let default_state = states.iter().find(|(k, _)| Some(*k) == default);
         let status = match default_state.map(|(_, s)| s) {
             Some(ModelState::Ready { .. }) => "ok",
             Some(ModelState::Failed(_)) => "failed",
@@ -533,11 +530,15 @@ impl Daemon {
             http: self.http_addr.map(|a| a.to_string()),
             default: cfg.default.to_string(),
             models,
+            model_facts,
             queue: QueueStatus { running, waiting },
             abandoned,
         }
     }
 }
+
+/// Every bit width a request may ask a tier's model at.
+const PRECISIONS: [Precision; 4] = [Precision::Native, Precision::Q4, Precision::Q6, Precision::Q8];
 
 /// Accept connections until the listener fails for good.
 pub async fn serve_socket(daemon: Arc<Daemon>, listener: UnixListener) {
@@ -819,31 +820,17 @@ mod tests {
     fn errors_map_to_a_status_and_a_kind_by_variant() {
         let m = || "m".to_owned();
         for (e, status, kind) in [
-            (DaemonError::BadRequest(m()), 400, ErrorKind::InvalidRequestError),
-            (
-                DaemonError::Engine(EngineError::BadRequest(m())),
-                400,
-                ErrorKind::InvalidRequestError,
-            ),
+            (bad_request(m()), 400, ErrorKind::InvalidRequestError),
             (DaemonError::Busy(m()), 429, ErrorKind::RateLimitError),
-            (DaemonError::Unavailable(m()), 503, ErrorKind::ModelUnavailable),
             (
-                DaemonError::Engine(EngineError::Unavailable(m())),
+                EngineError::Unavailable(m()).into(),
                 503,
                 ErrorKind::ModelUnavailable,
             ),
-            (DaemonError::Cancelled, 499, ErrorKind::Cancelled),
-            (
-                DaemonError::Engine(EngineError::Cancelled),
-                499,
-                ErrorKind::Cancelled,
-            ),
-            (
-                DaemonError::Engine(EngineError::Transport(m())),
-                502,
-                ErrorKind::ServerError,
-            ),
+            (EngineError::Cancelled.into(), 499, ErrorKind::Cancelled),
+            (EngineError::Transport(m()).into(), 502, ErrorKind::ServerError),
         ] {
+            let e: DaemonError = e;
             assert_eq!(
                 (e.http_status(), e.kind(), e.wire().kind),
                 (status, kind, kind),

@@ -331,7 +331,7 @@ fn assert_drafts_change_the_forwards_not_the_text(runs: &[(String, Vec<usize>, S
 #[test]
 fn drafts_change_the_forwards_not_the_text() {
     let dir = tempfile::tempdir().unwrap();
-    let model = crate::support::gguf::write_tiny(dir.path());
+    let model = crate::support::gguf::write_tiny(dir.path()).unwrap();
     let file = dir.path().join("a.py");
     std::fs::write(&file, format!("x = \"{}\"\ny = \n", "a".repeat(40))).unwrap();
     let cache = dir.path().join("cache");

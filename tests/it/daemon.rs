@@ -42,6 +42,9 @@ fn http_endpoints_answer_in_openai_shapes_with_timing() {
         "{h}"
     );
     assert_eq!(h["pid"], d.child.id());
+    // The pool's answer for every key of a configured tier: a remote tier runs elsewhere
+    // whatever the bits asked.
+    assert_eq!(h["model_facts"]["small/q4"]["runs_on"], "remote", "{h}");
 
     let m = ok_json(addr, "GET", "/v1/models", None);
     assert_eq!(m["object"], "list");
@@ -594,7 +597,7 @@ fn end_to_end_over_http(
 #[test]
 fn a_tiny_model_end_to_end_over_http() {
     let tmp = tempfile::tempdir().unwrap();
-    let model = support::gguf::write_tiny(tmp.path());
+    let model = support::gguf::write_tiny(tmp.path()).unwrap();
     let cache = tmp.path().join("cache");
     // A token a byte: the suffix's ~120 bytes and the prefix's 26 are as many tokens.
     let (h, text) = end_to_end_over_http(&model.display().to_string(), 60..200, |c| {
@@ -606,6 +609,18 @@ fn a_tiny_model_end_to_end_over_http() {
         (1..laya::prompt::Budget::SMALL_MODEL_PARAMETERS).contains(&parameters),
         "{h}"
     );
+    // What `laya lsp` weighs is the pool's answer: the loaded model's size, at each width.
+    let facts = &h["model_facts"];
+    assert_eq!(facts["small/q8"]["parameters"].as_u64(), Some(parameters), "{h}");
+    assert_eq!(
+        (
+            facts["small/q4"]["bits"].as_u64(),
+            facts["small/q8"]["bits"].as_u64()
+        ),
+        (Some(4), Some(8)),
+        "{h}"
+    );
+    assert!(facts.get("large/q8").is_none(), "no large tier: {h}");
 }
 
 /// [`end_to_end_over_http`] on the real 0.5B (`LAYA_TEST_REAL_MODELS=1`): it completes the
@@ -834,12 +849,12 @@ fn the_small_model_answers_for_the_large_one_while_it_loads() {
     };
     let (_mlx, backend) = support::mlx();
     let tmp = tempfile::tempdir().unwrap();
-    let vocab = support::gguf::write_vocab(tmp.path());
+    let vocab = support::gguf::write_vocab(tmp.path()).unwrap();
     let cfg = synthetic::tiny();
     let folder = |name: &str, seed| {
         let dir = tmp.path().join(name);
         let weights =
-            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Float32, seed).unwrap();
+            synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Float32, seed).unwrap();
         synthetic::write_folder(&dir, &cfg, &weights, None, &vocab).unwrap();
         dir
     };
@@ -982,10 +997,10 @@ fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
     let folder = tmp.path().join("tiny-bf16");
     {
         let (_mlx, _) = support::mlx();
-        let vocab = support::gguf::write_vocab(tmp.path());
+        let vocab = support::gguf::write_vocab(tmp.path()).unwrap();
         let cfg = synthetic::tiny();
         let weights =
-            synthetic::random_weights(&cfg, Precision::Native, 64, mlx_rs::Dtype::Bfloat16, 5).unwrap();
+            synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Bfloat16, 5).unwrap();
         synthetic::write_folder(&folder, &cfg, &weights, None, &vocab).unwrap();
     }
     let doctor = || {

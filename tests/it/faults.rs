@@ -18,10 +18,7 @@ use std::{
 use crate::support::{self, daemon::*, gguf, laya};
 use laya::{
     daemon::paths::{read_http_addr, read_pid},
-    engine::{
-        load::{LoadOptions, Precision},
-        Cancel, CompletionRequest, LocalModel,
-    },
+    engine::{Cancel, CompletionRequest, LoadOptions, LocalModel, Precision},
 };
 use serde_json::{json, Value};
 

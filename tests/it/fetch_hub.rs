@@ -13,10 +13,10 @@ use std::{collections::HashMap, path::Path};
 use laya::{
     catalog::{CatalogModel, Format, Presence, Variant},
     engine::{
-        load::{self, LoadOptions, Precision},
+        load::{self, LoadOptions},
         models::{Arch, Model, ModelConfig, Shape},
         synthetic::{self, safetensors_file, TINY_SHAPE},
-        Tier,
+        Precision, Tier,
     },
     fetch::{fetch_into, hub::Hub, present_variant, FetchError, Fetched, Source},
     prompt::Family,
@@ -394,7 +394,7 @@ fn one_fetch_at_a_time_writes_to_a_model_directory() {
 
 // One tiny model with every kind of variant, as the catalog's models above the 1.5B have them:
 // mlx-community folders quantized at 4, 6 and 8 bits, a GGUF and the bf16 repository. Its
-// shape is the tiny GGUF's (`support::gguf`: width 64, which MLX's groups of 64 quantize).
+// shape is the tiny GGUF's (`synthetic::gguf`: width 64, which MLX's groups of 64 quantize).
 
 const TINY_Q_SHAPE: Shape = Shape {
     arch: Arch::Qwen2,

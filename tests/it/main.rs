@@ -8,23 +8,18 @@
 //! ## How it works
 //!
 //! Integration tests, one test binary: `tests/it/main.rs` declares a module per file below
-//! (`cargo test --test it lsp_server::` runs one). A plain `cargo test` needs no downloaded model
-//! and no llama.cpp venv: what does not depend on the real weights (loading a GGUF, serving end
-//! to end, the daemon, the CLI, the soak) runs on tiny models the tests write (`support/gguf.rs`),
-//! and the tests of the real models' own outputs and of llama.cpp (`engine_reference.rs`,
-//! `remote_llama_cpp.rs`, the real-model runs in `daemon.rs`, `cli.rs`, `engine_load.rs` and
-//! `engine_safetensors.rs`, and the tokenizer's and GGUF reader's unit tests against the real file)
-//! run with `LAYA_TEST_REAL_MODELS=1` (`crates/laya-engine/src/testing.rs`), which `scripts/test.sh`, and so CI,
-//! sets. `lsp_server.rs` drives the LSP server in-process through
+//! (`cargo test --test it lsp_server::` runs one). The engine's own tests (the MLX ops, loading
+//! broken files and safetensors folders, agreement with llama.cpp) live in the engine crate,
+//! `crates/laya-engine/src/tests/` (`cargo test -p laya-engine`). A plain `cargo test` needs no
+//! downloaded model and no llama.cpp venv: what does not depend on the real weights (serving end
+//! to end, the daemon, the CLI, the soak) runs on tiny models the tests write (the engine's
+//! `synthetic::gguf`, as `support::gguf`), and the tests of the real models' own outputs and of
+//! llama.cpp (`remote_llama_cpp.rs`, the real-model runs in `daemon.rs` and `cli.rs`) run with
+//! `LAYA_TEST_REAL_MODELS=1` (`crates/laya-engine/src/testing.rs`), which `scripts/test.sh`, and
+//! so CI, sets. `lsp_server.rs` drives the LSP server in-process through
 //! `tower::Service` with `$0` fixtures and a deterministic fake engine (lifecycle, encodings,
-//! cancellation, requests during a model's load and the progress beside them, malformed messages, settings, repo-level prompts). `engine_safetensors.rs`
-//! loads HF and mlx-community folders written in the test (and a folder of random weights
-//! written a shard at a time). `engine_reference.rs` runs the real 0.5B GGUF (native and q8) against
-//! llama.cpp's tokens and logits in `tests/data/reference-0.5b.json`; `engine_load.rs` feeds
-//! missing, truncated and corrupt files to the loader. `mlx_ops.rs` checks every MLX operation the engine uses (matmul,
-//! quantize/quantized_matmul at 4/6/8 bits, rms_norm, rope, scaled dot-product attention with
-//! causal masks and GQA) against plain f32 Rust references; `LAYA_DEVICE=gpu` runs the same
-//! checks on a GPU with per-backend tolerances. `daemon.rs` runs `laya serve` and `laya lsp` as
+//! cancellation, requests during a model's load and the progress beside them, malformed messages, settings, repo-level prompts).
+//! `daemon.rs` runs `laya serve` and `laya lsp` as
 //! processes against a stub OpenAI server written in the test (HTTP shapes and errors, the private
 //! and stale socket, one daemon shared by two language servers and restarted after a kill, fair
 //! queueing and cancellation), plus a run over HTTP end to end on the tiny GGUF (and on the real
@@ -66,8 +61,6 @@
 //! bits, a GGUF, the bf16 repository) shows a tier fetching the folder of its width and nothing else,
 //! the variant present that serves a width chosen, and what arrives loading and running. `cli.rs`: the command line's messages (`doctor` with the machine and its tiers,
 //! `models list`, `models fetch` without a hub and from `HF_ENDPOINT`).
-//! `mlx_ops.rs` also probes the strided inputs the model feeds MLX (transposed views into slice
-//! updates and RoPE, sliced keys into attention), where MLX 0.32's CUDA backend went wrong.
 //! `golden_prompts.rs` holds the exact
 //! prompt per language for a `$0` fixture (expect-test). `support/` holds what they share: the
 //! MLX lock, the CPU classes (a test that keeps the cores busy never runs beside one whose
@@ -75,7 +68,7 @@
 //! OpenAI-compatible stub and the daemon helpers (`daemon.rs`), the LSP clients (`lsp.rs`: the
 //! in-process service and the byte-level wire client; `laya lsp` processes are driven with
 //! `LspProcess`), panics counted per test (`panics.rs`), the tiny GGUF and a vocabulary-only GGUF for models of
-//! random weights (`gguf.rs`), the switch's helpers (`real.rs`) and the loopback model hub
+//! random weights (`gguf`, the engine's `synthetic::gguf`), the switch's helpers (`real.rs`) and the loopback model hub
 //! (`hub.rs`). Test data
 //! is in `tests/data/`.
 
@@ -83,16 +76,12 @@ mod support;
 
 mod cli;
 mod daemon;
-mod engine_load;
-mod engine_reference;
-mod engine_safetensors;
 mod faults;
 mod fetch_hub;
 mod fuzz_lsp;
 mod golden_prompts;
 mod lsp_server;
 mod lsp_transport;
-mod mlx_ops;
 mod remote_llama_cpp;
 mod security;
 mod service;

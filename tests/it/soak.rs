@@ -8,10 +8,8 @@ use std::time::Duration;
 use laya::{
     bench::soak::{self, Config, Model},
     engine::{
-        cache::STEP,
-        generate::PREFILL_CHUNK,
         runtime::{use_device, DevicePref},
-        synthetic, Precision,
+        synthetic, Precision, KV_CACHE_STEP as STEP, PREFILL_CHUNK,
     },
 };
 
@@ -24,7 +22,7 @@ fn a_soak_of_lsp_and_http_clients_loses_nothing_and_memory_stays_within_the_pref
     let _busy = support::busy_cpu();
     let tmp = tempfile::tempdir().unwrap();
     // Its tokenizer: the byte-level vocabulary of `support::gguf`, as long as Qwen's.
-    let gguf = support::gguf::write_vocab(tmp.path());
+    let gguf = support::gguf::write_vocab(tmp.path()).unwrap();
     let model = {
         // Written with MLX in this process, on the CPU.
         let _mlx = support::mlx();

@@ -25,28 +25,28 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Positions held (the next token's position).
-    pub fn offset(&self) -> usize {
+    pub(crate) fn offset(&self) -> usize {
         self.offset
     }
 
     /// Positions the buffers can hold before they grow.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.keys.as_ref().map_or(0, |k| k.dim(2) as usize)
     }
 
     /// Batch size of the buffers, `None` while empty.
-    pub fn batch_size(&self) -> Option<i32> {
+    pub(crate) fn batch_size(&self) -> Option<i32> {
         self.keys.as_ref().map(|k| k.dim(0))
     }
 
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) at `offset` and returns all
     /// keys and values so far, `[B, kv_heads, offset + L, head_dim]`.
-    pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+    pub(crate) fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
         if keys.ndim() != 4 || keys.shape() != values.shape() {
             return Err(Exception::custom(format!(
                 "kv cache: keys {:?} and values {:?} must be the same [B, heads, L, head_dim]",
@@ -80,29 +80,31 @@ impl KvCache {
     }
 
     /// Drops the last `n` positions (at most `offset`); returns how many were dropped.
-    pub fn trim(&mut self, n: usize) -> usize {
+    #[cfg(test)]
+    pub(crate) fn trim(&mut self, n: usize) -> usize {
         let n = n.min(self.offset);
         self.offset -= n;
         n
     }
 
     /// Keeps at most the first `len` positions.
-    pub fn truncate_to(&mut self, len: usize) {
+    pub(crate) fn truncate_to(&mut self, len: usize) {
         self.offset = self.offset.min(len);
     }
 
     /// Bytes held by the buffers (whole capacity, like mlx-lm).
-    pub fn nbytes(&self) -> usize {
+    pub(crate) fn nbytes(&self) -> usize {
         self.arrays().map(Array::nbytes).sum()
     }
 
     /// The buffers, to evaluate after a prefill chunk.
-    pub fn arrays(&self) -> impl Iterator<Item = &Array> {
+    pub(crate) fn arrays(&self) -> impl Iterator<Item = &Array> {
         self.keys.iter().chain(self.values.iter())
     }
 
     /// The valid keys and values, `[B, kv_heads, offset, head_dim]`; `None` while empty.
-    pub fn state(&self) -> Option<(Array, Array)> {
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> Option<(Array, Array)> {
         if self.offset == 0 {
             return None;
         }
@@ -111,7 +113,7 @@ impl KvCache {
 
     /// A cache of batch `n` whose every row is this (batch-1) cache: candidates share one
     /// prefill of the prompt. The rows are real copies (not a broadcast view).
-    pub fn repeat(&self, n: i32) -> Result<KvCache> {
+    pub(crate) fn repeat(&self, n: i32) -> Result<KvCache> {
         let rep = |a: &Option<Array>| -> Result<Option<Array>> {
             let Some(a) = a else { return Ok(None) };
             if a.dim(0) != 1 {

@@ -98,7 +98,7 @@ pub struct CancelOnDrop(Option<Cancel>);
 
 impl CancelOnDrop {
     /// The work finished: dropping the guard no longer cancels.
-    pub fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.0 = None;
     }
 }

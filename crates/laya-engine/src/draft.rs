@@ -6,18 +6,18 @@
 //! never a different answer.
 
 /// Longest n-gram matched at the end of the history.
-pub const NGRAM_MAX: usize = 3;
+pub(crate) const NGRAM_MAX: usize = 3;
 /// Shortest n-gram matched: a single token repeats too often to predict what follows it.
-pub const NGRAM_MIN: usize = 2;
+pub(crate) const NGRAM_MIN: usize = 2;
 /// Most tokens drafted for one forward. With the fed token a checking forward is then 7 rows,
 /// which MLX's CUDA backend still runs through its matrix-vector kernel for quantized weights
 /// (`M * B < 8` in `mlx/backend/cuda/quantized/quantized.cpp`; 8 rows and more go to a tiled
 /// matrix kernel, or the naive one for f32 activations).
-pub const DRAFT_MAX: usize = 6;
+pub(crate) const DRAFT_MAX: usize = 6;
 
 /// When decoding drafts tokens for the model to verify.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Speculation {
+pub(crate) enum Speculation {
     /// One token per forward.
     Off,
     /// Drafts from n-gram lookup in the prompt and the output, at most `max_draft` a forward.
@@ -26,9 +26,9 @@ pub enum Speculation {
 
 impl Speculation {
     /// The default n-gram drafts.
-    pub const NGRAM: Speculation = Speculation::Ngram { max_draft: DRAFT_MAX };
+    pub(crate) const NGRAM: Speculation = Speculation::Ngram { max_draft: DRAFT_MAX };
 
-    pub fn is_on(self) -> bool {
+    pub(crate) fn is_on(self) -> bool {
         !matches!(self, Speculation::Off)
     }
 }
@@ -51,7 +51,7 @@ pub enum SpeculationChoice {
 
 impl SpeculationChoice {
     /// What decoding does: `auto` is off on every device measured.
-    pub fn resolve(self) -> Speculation {
+    pub(crate) fn resolve(self) -> Speculation {
         match self {
             SpeculationChoice::On => Speculation::NGRAM,
             SpeculationChoice::Auto | SpeculationChoice::Off => Speculation::Off,
@@ -60,14 +60,14 @@ impl SpeculationChoice {
 }
 
 impl std::str::FromStr for SpeculationChoice {
-    type Err = crate::ParseError;
+    type Err = crate::seam::ParseError;
 
-    fn from_str(s: &str) -> Result<Self, crate::ParseError> {
+    fn from_str(s: &str) -> Result<Self, crate::seam::ParseError> {
         match s {
             "auto" => Ok(SpeculationChoice::Auto),
             "on" => Ok(SpeculationChoice::On),
             "off" => Ok(SpeculationChoice::Off),
-            other => Err(crate::ParseError(format!(
+            other => Err(crate::seam::ParseError(format!(
                 "speculation must be auto, on or off, not {other:?}"
             ))),
         }
@@ -87,7 +87,7 @@ impl std::fmt::Display for SpeculationChoice {
 /// The tokens after the latest earlier occurrence of the history's last n tokens (n from
 /// [`NGRAM_MAX`] down to [`NGRAM_MIN`], longest match first), at most `max` of them; empty
 /// when nothing matches.
-pub fn ngram_draft(history: &[u32], max: usize) -> &[u32] {
+pub(crate) fn ngram_draft(history: &[u32], max: usize) -> &[u32] {
     if max == 0 {
         return &[];
     }
@@ -114,7 +114,8 @@ pub fn ngram_draft(history: &[u32], max: usize) -> &[u32] {
 /// forward feeds the last token and a draft, and yields the draft's longest prefix that agrees
 /// with `output` plus one more token. The first output token comes from the prompt's forward
 /// and is not counted. A replay of recorded answers measures drafts without a model.
-pub fn forwards_to_decode(prompt: &[u32], output: &[u32], max_draft: usize) -> usize {
+#[cfg(test)]
+pub(crate) fn forwards_to_decode(prompt: &[u32], output: &[u32], max_draft: usize) -> usize {
     let mut history = prompt.to_vec();
     let Some((&first, rest)) = output.split_first() else {
         return 0;

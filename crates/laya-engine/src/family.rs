@@ -9,14 +9,14 @@ pub struct FimFormat {
     pub prefix: &'static str,
     pub suffix: &'static str,
     pub middle: &'static str,
-    pub pad: &'static str,
+    pub(crate) pad: &'static str,
     /// Opens the repository-level form: `{repo_name}name\n{file_sep}path\ntext\n…`.
     pub repo_name: &'static str,
     pub file_sep: &'static str,
     /// Tokens that end a completion: the end-of-text and end-of-turn tokens, and those that
     /// would start another file or hole (llama.cpp's end-of-generation set for the vocabulary).
     /// The engine adds the end tokens the model file declares.
-    pub stop: &'static [&'static str],
+    pub(crate) stop: &'static [&'static str],
 }
 
 impl FimFormat {

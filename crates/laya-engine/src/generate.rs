@@ -42,11 +42,12 @@ use mlx_rs::ops::indexing::argmax_axis;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::{Array, Dtype};
 
-use super::cache::KvCache;
-use super::draft::{ngram_draft, Speculation};
-use super::models::{Model, ModelError};
-use super::sample::{host_slice, Sampler, SamplingParams};
-use super::Cancel;
+use crate::cache::KvCache;
+use crate::cancel::Cancel;
+use crate::draft::{ngram_draft, Speculation};
+use crate::models::{Model, ModelError};
+use crate::sample::{host_slice, Sampler};
+use crate::seam::{EngineError, FinishReason, SamplingParams};
 
 /// Longest piece of prompt run in one forward, bounding activation memory; the chunk on a
 /// GPU, where it takes a few milliseconds to a few tens of them for the models in use.
@@ -54,11 +55,11 @@ pub const PREFILL_CHUNK: usize = 512;
 
 /// About how long one prompt chunk takes on the CPU: the most a cancelled request keeps the
 /// model after its flag is set, while it prefills (unless one token takes longer).
-pub const CPU_CHUNK_TIME: Duration = Duration::from_millis(250);
+pub(crate) const CPU_CHUNK_TIME: Duration = Duration::from_millis(250);
 
 /// How a prompt is cut into chunks (one forward each, the cancel flag read before each).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Chunking {
+pub(crate) enum Chunking {
     /// Chunks of this many tokens (the last one shorter).
     Fixed(usize),
     /// Chunks sized to take about this long: the first is one token, each next one is as
@@ -94,25 +95,25 @@ impl Chunking {
 
 /// How generation is cut into the pieces between which `cancel` is read.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Pacing {
-    pub chunking: Chunking,
+pub(crate) struct Pacing {
+    pub(crate) chunking: Chunking,
     /// With a greedy sampler, queue decode step `i + 1` before reading token `i` back.
-    pub overlap: bool,
+    pub(crate) overlap: bool,
     /// A prompt chunk expected to take longer than this (by the model's last chunk) runs in
     /// groups of layers that each take about this long, `cancel` read between them
     /// ([`Model::forward_grouped`]); `None`: a chunk is one piece.
-    pub layer_groups: Option<Duration>,
+    pub(crate) layer_groups: Option<Duration>,
 }
 
 /// How long a group of layers of a prompt chunk takes at most on a GPU (where chunks keep
 /// their 512 tokens): the most a cancelled prefill keeps the model, whatever its size.
-pub const GPU_PIECE_TIME: Duration = Duration::from_millis(20);
+pub(crate) const GPU_PIECE_TIME: Duration = Duration::from_millis(20);
 
 impl Pacing {
     /// A GPU: 512-token chunks, run in groups of layers of about [`GPU_PIECE_TIME`] where a
     /// chunk takes longer (a large model), and the overlapped decode. The CPU: chunks of
     /// about [`CPU_CHUNK_TIME`], one decode step at a time.
-    pub fn for_device() -> Pacing {
+    pub(crate) fn for_device() -> Pacing {
         if super::models::on_gpu() {
             Pacing {
                 chunking: Chunking::Fixed(PREFILL_CHUNK),
@@ -148,11 +149,11 @@ impl Pacing {
 /// model worker, which reports them in the daemon's status): shared atomics, bumped by
 /// [`generate`] on the thread that installed the meter.
 #[derive(Debug, Default)]
-pub struct Meter {
-    pub prefill_chunks: AtomicU64,
-    pub prefill_tokens: AtomicU64,
+pub(crate) struct Meter {
+    pub(crate) prefill_chunks: AtomicU64,
+    pub(crate) prefill_tokens: AtomicU64,
     /// Forwards of one token per candidate after the prompt (decode steps).
-    pub decode_steps: AtomicU64,
+    pub(crate) decode_steps: AtomicU64,
 }
 
 thread_local! {
@@ -161,12 +162,12 @@ thread_local! {
 
 impl Meter {
     /// Count the generations run on this thread from now on.
-    pub fn install(self: &Arc<Self>) {
+    pub(crate) fn install(self: &Arc<Self>) {
         METER.with(|m| *m.borrow_mut() = Some(self.clone()));
     }
 
     /// Stop counting on this thread.
-    pub fn uninstall() {
+    pub(crate) fn uninstall() {
         METER.with(|m| *m.borrow_mut() = None);
     }
 }
@@ -180,28 +181,28 @@ fn metered(f: impl FnOnce(&Meter)) {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct GenerateRequest {
+pub(crate) struct GenerateRequest {
     /// Most tokens per candidate; 0 only prefills (warms the caches).
-    pub max_tokens: usize,
+    pub(crate) max_tokens: usize,
     /// Number of candidates (at least 1).
-    pub n: usize,
-    pub sampling: SamplingParams,
+    pub(crate) n: usize,
+    pub(crate) sampling: SamplingParams,
     /// Tokens that end a candidate; they are not part of its output.
-    pub stop_token_ids: Vec<u32>,
+    pub(crate) stop_token_ids: Vec<u32>,
     /// Candidate `i` starts from the `i`-th most likely first token instead of a sampled one,
     /// and [`GenerateOutput::logprobs`] is filled in.
-    pub branch_first: bool,
+    pub(crate) branch_first: bool,
     /// Draft tokens for the model to check several at a time; used for one greedy candidate
     /// without `branch_first`, ignored otherwise. The output is the same either way.
-    pub speculation: Speculation,
+    pub(crate) speculation: Speculation,
     /// The ids before `prompt_ids` (those the caches hold): drafts are looked up in them, in
     /// `prompt_ids` and in the output. May be empty.
-    pub history: Vec<u32>,
+    pub(crate) history: Vec<u32>,
 }
 
 impl GenerateRequest {
     /// One greedy candidate of at most `max_tokens`, no stop tokens, no drafts.
-    pub fn greedy(max_tokens: usize) -> GenerateRequest {
+    pub(crate) fn greedy(max_tokens: usize) -> GenerateRequest {
         GenerateRequest {
             max_tokens,
             n: 1,
@@ -216,52 +217,40 @@ impl GenerateRequest {
 
 /// What the token callback wants next for its candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Control {
+pub(crate) enum Control {
     Continue,
     /// Finish this candidate, keeping the token just passed.
     Stop,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The callback returned [`Control::Stop`].
-    Stop,
-    /// `max_tokens` reached.
-    Length,
-    /// `cancel` was set.
-    Cancelled,
-    /// A stop token was generated.
-    StopToken,
-}
-
 #[derive(Clone, Debug, PartialEq)]
-pub struct GenerateOutput {
-    pub candidates: Vec<Vec<u32>>,
-    pub finish_reasons: Vec<FinishReason>,
+pub(crate) struct GenerateOutput {
+    pub(crate) candidates: Vec<Vec<u32>>,
+    pub(crate) finish_reasons: Vec<FinishReason>,
     /// With `branch_first`: per candidate, the summed natural-log probability of its tokens
     /// (each under the model's distribution at its step); else zeros.
-    pub logprobs: Vec<f32>,
+    pub(crate) logprobs: Vec<f32>,
     /// Prompt positions run through the model (once, whatever `n`); fewer than the prompt
     /// when cancelled while prefilling.
-    pub prefill_tokens: usize,
+    pub(crate) prefill_tokens: usize,
     /// From the call to the prompt's logits being computed.
-    pub prefill_time: Duration,
+    pub(crate) prefill_time: Duration,
     /// From the first token on the host to the end.
-    pub decode_time: Duration,
+    pub(crate) decode_time: Duration,
     /// From the call to the first token on the host.
-    pub first_token_time: Duration,
+    pub(crate) first_token_time: Duration,
     /// Forwards run after the prompt's (whose logits give the first token): one per token
     /// without drafts, fewer when drafts are accepted.
-    pub decode_forwards: usize,
+    pub(crate) decode_forwards: usize,
     /// Of `decode_time`: building and queueing the decode forwards on the host (MLX's graph
     /// and the GPU's launches) …
-    pub decode_build_time: Duration,
+    pub(crate) decode_build_time: Duration,
     /// … and waiting for their tokens to reach the host; the rest is the token callbacks.
-    pub decode_wait_time: Duration,
+    pub(crate) decode_wait_time: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum GenerateError {
+pub(crate) enum GenerateError {
     #[error("no prompt ids to prefill (leave at least the last prompt id uncached)")]
     EmptyPrompt,
     #[error("n must be at least 1")]
@@ -278,11 +267,21 @@ pub enum GenerateError {
     Mlx(#[from] Exception),
 }
 
+impl From<GenerateError> for EngineError {
+    /// A request the generator refuses is the caller's to fix; a model or MLX failure is not.
+    fn from(e: GenerateError) -> Self {
+        match e {
+            GenerateError::Model(_) | GenerateError::Mlx(_) => EngineError::Unavailable(e.to_string()),
+            _ => EngineError::BadRequest(e.to_string()),
+        }
+    }
+}
+
 /// Runs `prompt_ids` after what `caches` hold and generates `req.n` candidates, calling
 /// `on_token(candidate, token)` for each token as soon as it is known. `cancel` is checked
 /// between prefill chunks and between decode steps, paced for the device
 /// ([`Pacing::for_device`]). See the module docs for the cache contract.
-pub fn generate(
+pub(crate) fn generate(
     model: &Model,
     caches: &mut [KvCache],
     prompt_ids: &[u32],
@@ -302,7 +301,7 @@ pub fn generate(
 }
 
 /// [`generate`] with the pieces cut as `pacing` says.
-pub fn generate_paced(
+pub(crate) fn generate_paced(
     model: &Model,
     caches: &mut [KvCache],
     prompt_ids: &[u32],
@@ -576,7 +575,7 @@ fn cancel_unfinished(reasons: &mut [FinishReason], finished: &[bool]) {
 /// Runs `ids` (batch 1) through the model in chunks paced for the device, appending to
 /// `caches`; returns the last position's logits (`[1, vocab]`, evaluated), or `None` when
 /// `cancel` was set between chunks (the caches then hold the chunks already run).
-pub fn prefill(
+pub(crate) fn prefill(
     model: &Model,
     caches: &mut [KvCache],
     ids: &[u32],
@@ -586,18 +585,19 @@ pub fn prefill(
 }
 
 /// What a prefill did.
-pub struct Prefilled {
+pub(crate) struct Prefilled {
     /// The last position's logits (`[1, vocab]`, evaluated); `None` when cancelled.
-    pub logits: Option<Array>,
+    pub(crate) logits: Option<Array>,
     /// Tokens run (all of them unless cancelled).
-    pub tokens: usize,
+    pub(crate) tokens: usize,
     /// Chunks run.
-    pub chunks: usize,
+    #[cfg_attr(not(test), allow(dead_code))] // read by the tests
+    pub(crate) chunks: usize,
 }
 
 /// [`prefill`] in chunks cut as `pacing` says; `cancel` is read before each chunk (and
 /// between the groups of layers of a chunk run in groups).
-pub fn prefill_paced(
+pub(crate) fn prefill_paced(
     model: &Model,
     caches: &mut [KvCache],
     ids: &[u32],

@@ -24,14 +24,14 @@ pub fn model_dir() -> PathBuf {
 }
 
 /// Converted (re-quantized) weights, keyed by source and settings.
-pub fn converted_dir() -> PathBuf {
+pub(crate) fn converted_dir() -> PathBuf {
     cache_root().join("converted")
 }
 
 /// MLX's compiled GPU kernels, `<cache>/kernels/mlx-<version>` (given to MLX as
 /// `MLX_PTX_CACHE_DIR`: its own default is under the temporary directory, which a reboot may
 /// empty, and then the first model load compiles every kernel again).
-pub fn kernel_dir() -> PathBuf {
+pub(crate) fn kernel_dir() -> PathBuf {
     cache_root()
         .join("kernels")
         .join(format!("mlx-{}", mlx_sys::MLX_BUILD_VERSION))
@@ -40,7 +40,7 @@ pub fn kernel_dir() -> PathBuf {
 /// The Python of the llama.cpp peer (llama-cpp-python and gguf-py), for the tests and
 /// benchmarks that compare with llama.cpp: `LAYA_PEER_PYTHON`, else the venv
 /// `scripts/peer-setup.sh` makes under the cache; an error naming the fix when it is missing.
-pub fn peer_python() -> Result<PathBuf, NoPeerPython> {
+pub(crate) fn peer_python() -> Result<PathBuf, NoPeerPython> {
     let py = std::env::var_os("LAYA_PEER_PYTHON")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -59,4 +59,4 @@ pub fn peer_python() -> Result<PathBuf, NoPeerPython> {
      LAYA_PEER_PYTHON), or scripts/test.sh, which runs it",
     .0.display()
 )]
-pub struct NoPeerPython(pub PathBuf);
+pub(crate) struct NoPeerPython(pub PathBuf);

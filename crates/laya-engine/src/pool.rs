@@ -10,15 +10,19 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::{
+use crate::{
+    cancel::Cancel,
+    family::Family,
+    load::LoadOptions,
     prefix::PrefixLimits,
     remote::{RemoteConfig, RemoteEngine},
     runtime::DevicePref,
-    worker::{Loader, ModelWorker, WorkStats},
-    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, LoadOptions, ModelFacts, ModelKey,
-    ModelState, PieceSender, Precision, RunsOn, Tier,
+    seam::{
+        CompletionOutput, CompletionRequest, Engine, EngineError, ModelFacts, ModelKey, ModelState,
+        PieceSender, Precision, RunsOn, Tier, WorkStats,
+    },
+    worker::{Loader, ModelWorker},
 };
-use crate::family::Family;
 
 /// Where a tier's model comes from.
 #[derive(Clone, Debug)]
@@ -47,7 +51,7 @@ pub struct PoolConfig {
 }
 
 /// Hears (model, state) on every change of any model of the pool.
-pub type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
+pub(crate) type PoolReport = Arc<dyn Fn(ModelKey, &ModelState) + Send + Sync>;
 
 pub struct ModelPool {
     config: PoolConfig,
@@ -55,7 +59,7 @@ pub struct ModelPool {
     report: PoolReport,
     /// Parameter counts and prompt families read from model files' headers, by path (read
     /// once, before loading).
-    file_facts: Mutex<HashMap<PathBuf, super::load::FileFacts>>,
+    file_facts: Mutex<HashMap<PathBuf, crate::load::FileFacts>>,
     /// Where local models run: the device preference, `auto` resolved once (a flag query of
     /// the linked MLX, no device work).
     local_runs_on: RunsOn,
@@ -103,7 +107,7 @@ impl ModelPool {
             local_runs_on: match config.device {
                 DevicePref::Cpu => RunsOn::Cpu,
                 DevicePref::Gpu => RunsOn::Gpu,
-                DevicePref::Auto if super::runtime::MlxInfo::probe().gpu_kind.is_some() => RunsOn::Gpu,
+                DevicePref::Auto if crate::runtime::MlxInfo::probe().gpu_kind.is_some() => RunsOn::Gpu,
                 DevicePref::Auto => RunsOn::Cpu,
             },
             config,
@@ -146,14 +150,14 @@ impl ModelPool {
 
     /// What the model file at `path` tells before it loads, read once (asked at every
     /// request: a lookup, no copy of the path once it is known).
-    fn file_facts(&self, path: &std::path::Path) -> super::load::FileFacts {
+    fn file_facts(&self, path: &std::path::Path) -> crate::load::FileFacts {
         let mut known = self.file_facts.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(facts) = known.get(path) {
             return *facts;
         }
         *known
             .entry(path.to_owned())
-            .or_insert_with(|| super::load::facts_in(path))
+            .or_insert_with(|| crate::load::facts_in(path))
     }
 
     /// The engine of `key`, started (loading) if it was not yet. A local model that failed to
@@ -216,50 +220,10 @@ impl ModelPool {
         Ok(engine)
     }
 
-    /// Parameter count of the model behind `key`, once loaded (starts nothing).
-    pub fn parameters_of(&self, key: ModelKey) -> Option<u64> {
-        let key = self.canonical(key);
+    /// The engine started for `key` (as the pool keys it), if any; starts nothing.
+    fn started(&self, key: ModelKey) -> Option<Arc<dyn Engine>> {
         let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        engines.get(&key)?.engine.facts(key)?.parameters
-    }
-
-    /// What the worker of the local model behind `key` has run (starts nothing).
-    pub fn work_of(&self, key: ModelKey) -> Option<WorkStats> {
-        let key = self.canonical(key);
-        let engines = self.engines.lock().unwrap_or_else(|p| p.into_inner());
-        engines.get(&key)?.engine.work()
-    }
-
-    /// What is known of the model behind `key` before a request goes to it (starts nothing):
-    /// for a local tier its parameter count (the loaded model's, else its file header's), the
-    /// bit width and the device it runs on; for a remote tier what its server said. `None`
-    /// for a tier not configured.
-    pub fn facts_of(&self, key: ModelKey) -> Option<ModelFacts> {
-        let key = self.canonical(key);
-        let bits = key.precision.bits().map_or(16, |b| b as u32);
-        match self.config.tiers.get(&key.tier)? {
-            TierSource::Remote(_) => Some(ModelFacts {
-                parameters: self.parameters_of(key),
-                active_parameters: None,
-                bits,
-                runs_on: RunsOn::Remote,
-                family: Family::default(),
-            }),
-            TierSource::Local { path, .. } => {
-                let loaded = self.parameters_of(key);
-                let file = self.file_facts(path);
-                Some(ModelFacts {
-                    parameters: loaded.or(file.parameters),
-                    active_parameters: file.active_parameters,
-                    bits: match key.precision {
-                        Precision::Native => file.stored_bits.unwrap_or(bits),
-                        _ => bits,
-                    },
-                    runs_on: self.local_runs_on,
-                    family: file.family.unwrap_or_default(),
-                })
-            }
-        }
+        engines.get(&key).map(|s| s.engine.clone())
     }
 
     /// Every model started so far, with its state.
@@ -268,15 +232,6 @@ impl ModelPool {
         let mut v: Vec<_> = engines.iter().map(|(k, s)| (*k, s.engine.state())).collect();
         v.sort_by_key(|(k, _)| (k.tier as u8, k.precision.label()));
         v
-    }
-
-    /// Models ready to answer now.
-    pub fn ready(&self) -> Vec<ModelKey> {
-        self.states()
-            .into_iter()
-            .filter(|(_, s)| matches!(s, ModelState::Ready { .. }))
-            .map(|(k, _)| k)
-            .collect()
     }
 
     /// The model a request for `want` asks for: `want` as the pool keys it (bits a tier cannot
@@ -344,8 +299,42 @@ impl Engine for ModelPool {
         }
     }
 
+    /// What is known of the model behind `model` before a request goes to it (starts
+    /// nothing): for a local tier its parameter count (the loaded model's, else its file
+    /// header's), the bit width and the device it runs on; for a remote tier what its server
+    /// said. `None` for a tier not configured.
     fn facts(&self, model: ModelKey) -> Option<ModelFacts> {
-        self.facts_of(model)
+        let key = self.canonical(model);
+        let bits = key.precision.bits().map_or(16, |b| b as u32);
+        let loaded = || self.started(key)?.facts(key)?.parameters;
+        match self.config.tiers.get(&key.tier)? {
+            TierSource::Remote(_) => Some(ModelFacts {
+                parameters: loaded(),
+                active_parameters: None,
+                bits,
+                runs_on: RunsOn::Remote,
+                family: Family::default(),
+            }),
+            TierSource::Local { path, .. } => {
+                let file = self.file_facts(path);
+                Some(ModelFacts {
+                    parameters: loaded().or(file.parameters),
+                    active_parameters: file.active_parameters,
+                    bits: match key.precision {
+                        Precision::Native => file.stored_bits.unwrap_or(bits),
+                        _ => bits,
+                    },
+                    runs_on: self.local_runs_on,
+                    family: file.family.unwrap_or_default(),
+                })
+            }
+        }
+    }
+
+    /// What the worker of the local model behind `model` has run (starts nothing).
+    fn work(&self, model: ModelKey) -> Option<WorkStats> {
+        let key = self.canonical(model);
+        self.started(key)?.work(key)
     }
 }
 
@@ -399,6 +388,14 @@ mod tests {
             .unwrap();
         assert_eq!(k.tier, Tier::Large);
         assert_eq!(pool.states().len(), 1);
+        // What the pool says of the remote tier is one answer whatever the bits asked; it
+        // runs nothing here, and a tier not configured has no answer.
+        let key = |tier, precision| ModelKey { tier, precision };
+        let facts = pool.facts(key(Tier::Large, Precision::Q8)).unwrap();
+        assert_eq!(pool.facts(key(Tier::Large, Precision::Q4)), Some(facts));
+        assert_eq!(facts.runs_on, RunsOn::Remote);
+        assert_eq!(pool.work(key(Tier::Large, Precision::Q8)), None);
+        assert_eq!(pool.facts(key(Tier::Small, Precision::Q4)), None);
     }
 
     #[test]

@@ -7,11 +7,11 @@
 //! extended sequence back when it is done. Bounded by entry count and by bytes, least
 //! recently used first out.
 
-use super::{
+use crate::{
     cache::KvCache,
+    cancel::Cancel,
     generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
     models::Model,
-    Cancel,
 };
 
 /// Limits of a store.
@@ -40,12 +40,12 @@ struct Entry {
 }
 
 /// A hit: how many leading ids the caches already hold.
-pub struct Reuse {
-    pub reused: usize,
-    pub caches: Vec<KvCache>,
+pub(crate) struct Reuse {
+    pub(crate) reused: usize,
+    pub(crate) caches: Vec<KvCache>,
 }
 
-pub struct PrefixStore {
+pub(crate) struct PrefixStore {
     entries: Vec<Entry>,
     limits: PrefixLimits,
     clock: u64,
@@ -56,7 +56,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl PrefixStore {
-    pub fn new(limits: PrefixLimits) -> Self {
+    pub(crate) fn new(limits: PrefixLimits) -> Self {
         PrefixStore {
             entries: vec![],
             limits,
@@ -64,23 +64,25 @@ impl PrefixStore {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Bytes of KV buffers held.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.entries.iter().map(|e| e.bytes).sum()
     }
 
     /// Take out the entry sharing the longest prefix with `ids`, trimmed to that prefix and
     /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits).
     /// `None` when nothing shares even one id.
-    pub fn take(&mut self, ids: &[u32]) -> Option<Reuse> {
+    pub(crate) fn take(&mut self, ids: &[u32]) -> Option<Reuse> {
         let limit = ids.len().saturating_sub(1);
         let (best, len) = self
             .entries
@@ -102,7 +104,7 @@ impl PrefixStore {
     /// Keep `caches`, which hold `ids` (or a prefix of them: `ids` is cut to what they hold).
     /// Entries that are a prefix of the new one go (it covers them); then the least recently
     /// used go until the limits hold.
-    pub fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>) {
+    pub(crate) fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>) {
         if self.limits.max_entries == 0 {
             return;
         }
@@ -138,7 +140,7 @@ impl PrefixStore {
 /// the result back (prompt and, for one candidate, the generated tokens, so that a request
 /// continuing this one reuses them too). Returns the output and how many ids
 /// were reused.
-pub fn generate_with_store(
+pub(crate) fn generate_with_store(
     model: &Model,
     store: Option<&std::sync::Mutex<PrefixStore>>,
     ids: &[u32],
@@ -248,13 +250,13 @@ mod tests {
         let req = GenerateRequest {
             max_tokens: 5,
             n: 1,
-            sampling: crate::SamplingParams::default(),
+            sampling: crate::seam::SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
             speculation: crate::draft::Speculation::Off,
             history: vec![],
         };
-        let no = crate::Cancel::new();
+        let no = crate::cancel::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);
         // Ids stay below the tiny model's vocabulary (97).
         let mut ids: Vec<u32> = (0..40).map(|_| rng.gen_range(1..97)).collect();

@@ -20,9 +20,13 @@ use std::{
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{
-    family::Family, send_whole, Cancel, Choice, CompletionOutput, CompletionRequest, Engine, EngineError,
-    FinishReason, ModelFacts, ModelKey, ModelState, ParseError, PieceSender, RunsOn, Timing,
+use crate::{
+    cancel::Cancel,
+    family::Family,
+    seam::{
+        send_whole, Choice, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason,
+        ModelFacts, ModelKey, ModelState, ParseError, PieceSender, RunsOn, Timing,
+    },
 };
 
 /// Where the remote server is and how to talk to it.
@@ -218,7 +222,7 @@ impl RemoteEngine {
     }
 
     /// One blocking request; setting `cancel` closes its connection (see the module text).
-    pub fn complete_blocking(
+    pub(crate) fn complete_blocking(
         &self,
         req: &CompletionRequest,
         cancel: &Cancel,
@@ -342,7 +346,7 @@ impl Engine for RemoteEngine {
 }
 
 /// How long a read of a remote answer waits before the cancel flag is read again.
-pub const CANCEL_POLL: Duration = Duration::from_millis(10);
+pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(10);
 
 /// An `http://host[:port][/base]` URL, split for [`post_plain`]; `None` for anything else
 /// (`https://`, user info), which goes through ureq.
@@ -547,8 +551,8 @@ mod tests {
     use std::net::TcpListener;
 
     const KEY: ModelKey = ModelKey {
-        tier: crate::Tier::Large,
-        precision: crate::Precision::Native,
+        tier: crate::seam::Tier::Large,
+        precision: crate::seam::Precision::Native,
     };
 
     /// A one-shot HTTP server that answers each request with the next canned body and returns

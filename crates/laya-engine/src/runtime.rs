@@ -18,7 +18,7 @@ pub enum DevicePref {
 
 impl DevicePref {
     /// The name `--device` takes.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             DevicePref::Auto => "auto",
             DevicePref::Cpu => "cpu",
@@ -34,7 +34,7 @@ impl std::fmt::Display for DevicePref {
 }
 
 impl std::str::FromStr for DevicePref {
-    type Err = crate::ParseError;
+    type Err = crate::seam::ParseError;
 
     /// `auto`, `cpu` or `gpu`.
     fn from_str(s: &str) -> Result<DevicePref, Self::Err> {
@@ -42,7 +42,9 @@ impl std::str::FromStr for DevicePref {
             "auto" => Ok(DevicePref::Auto),
             "cpu" => Ok(DevicePref::Cpu),
             "gpu" => Ok(DevicePref::Gpu),
-            _ => Err(crate::ParseError(format!("expected auto, cpu or gpu, got `{s}`"))),
+            _ => Err(crate::seam::ParseError(format!(
+                "expected auto, cpu or gpu, got `{s}`"
+            ))),
         }
     }
 }
@@ -58,7 +60,6 @@ pub struct MlxInfo {
     pub build_backend: &'static str,
     /// Folder of the linked libmlx.so (empty on macOS, where MLX is linked statically).
     pub libdir: &'static str,
-    pub gpu_available: bool,
     pub gpu_kind: Option<&'static str>,
 }
 
@@ -93,7 +94,6 @@ impl MlxInfo {
             build_version: mlx_sys::MLX_BUILD_VERSION,
             build_backend: mlx_sys::MLX_BUILD_BACKEND,
             libdir: mlx_sys::MLX_BUILD_LIBDIR,
-            gpu_available: cuda || metal,
             gpu_kind: if cuda {
                 Some("cuda")
             } else if metal {
@@ -102,6 +102,12 @@ impl MlxInfo {
                 None
             },
         }
+    }
+
+    /// The description of the device `pref` chooses with this MLX (`cpu`, `gpu (cuda)`): what
+    /// [`use_device`] would select, selecting nothing.
+    pub fn device_for(&self, pref: DevicePref) -> Result<String, RuntimeError> {
+        choose_device(pref, self).map(|(_, desc)| desc)
     }
 
     /// The loaded libmlx must be the version mlx-c was compiled against (no stable C++ ABI).
@@ -143,7 +149,7 @@ pub enum RuntimeError {
 }
 
 /// The device chosen for a preference, with a human description (`cpu`, `gpu (cuda)`).
-pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String), RuntimeError> {
+pub(crate) fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String), RuntimeError> {
     match (pref, info.gpu_kind) {
         (DevicePref::Cpu, _) | (DevicePref::Auto, None) => {
             Ok((Device::new(DeviceType::Cpu, 0), "cpu".into()))
@@ -167,7 +173,7 @@ pub fn choose_device(pref: DevicePref, info: &MlxInfo) -> Result<(Device, String
 pub const DEFAULT_CACHE_LIMIT: usize = 1 << 30;
 
 /// The cache limit: `LAYA_MLX_CACHE_LIMIT` (bytes; `0` keeps no freed buffers) or the default.
-pub fn cache_limit() -> Result<usize, RuntimeError> {
+pub(crate) fn cache_limit() -> Result<usize, RuntimeError> {
     parse_cache_limit(std::env::var("LAYA_MLX_CACHE_LIMIT").ok().as_deref())
 }
 
@@ -189,7 +195,7 @@ fn parse_cache_limit(value: Option<&str>) -> Result<usize, RuntimeError> {
 /// f16/bf16 activations (f32 takes its naive kernel): the 0.5B's prompt ran at 55-79k tokens/s
 /// in bf16 against 24-28k in f32 on an H100, its decode step 2.19 against 2.02 ms
 /// (docs/benchmarks.md, "MLX's CUDA backend"). Unmeasured on Metal, which keeps f32.
-pub fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, RuntimeError> {
+pub(crate) fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, RuntimeError> {
     match parse_activation_dtype(std::env::var("LAYA_ACTIVATIONS").ok().as_deref())? {
         Some(d) => Ok(Some(d)),
         None => Ok(on_cuda().then_some(mlx_rs::Dtype::Bfloat16)),
@@ -197,7 +203,7 @@ pub fn activation_dtype() -> Result<Option<mlx_rs::Dtype>, RuntimeError> {
 }
 
 /// Whether MLX's default device (where the model runs) is a GPU.
-pub fn on_gpu() -> bool {
+pub(crate) fn on_gpu() -> bool {
     matches!(Device::default().get_type(), Ok(DeviceType::Gpu))
 }
 
@@ -245,7 +251,7 @@ fn parse_activation_dtype(value: Option<&str>) -> Result<Option<mlx_rs::Dtype>, 
 /// at first use, [`crate::paths::kernel_dir`] rather than MLX's default under the temporary
 /// directory, so a reboot does not send the next model load back to compiling them (102.7 s on
 /// a fresh H100); `laya models warm` fills it.
-pub const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[
+pub(crate) const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[
     ("MLX_ENABLE_CACHE_THRASHING_CHECK", "0"),
     ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
 ];
@@ -254,7 +260,7 @@ pub const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[
 pub const KERNEL_DIR: &str = "MLX_PTX_CACHE_DIR";
 
 /// The [`MLX_ENV_DEFAULTS`] and [`KERNEL_DIR`] that `get` (the environment) leaves unset.
-pub fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+pub(crate) fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
     let kernels = crate::paths::kernel_dir().to_string_lossy().into_owned();
     MLX_ENV_DEFAULTS
         .iter()
@@ -269,6 +275,45 @@ pub fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str
 pub fn apply_mlx_env_defaults() {
     for (name, value) in mlx_env_to_set(|n| std::env::var_os(n).map(|v| v.to_string_lossy().into_owned())) {
         std::env::set_var(name, value);
+    }
+}
+
+/// What MLX states of GPU 0's memory, in bytes; `None` where it states nothing (no GPU).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuMemory {
+    /// The memory the GPU has: Metal's `memory_size` (the RAM, unified), CUDA's
+    /// `total_memory`.
+    pub total: Option<u64>,
+    /// The most the GPU should hold, where the device states it (Metal's
+    /// `max_recommended_working_set_size`).
+    pub working_set: Option<u64>,
+}
+
+/// MLX's device information for GPU 0 ([`GpuMemory`]).
+pub fn gpu_memory() -> GpuMemory {
+    // Route MLX's errors to mlx-rs's handler (MLX's own default exits the process).
+    let _ = Device::gpu().get_type();
+    let size = |info: mlx_sys::mlx_device_info, key: &CStr| {
+        let mut v: usize = 0;
+        // SAFETY: `info` is live; the callee writes one size_t when the key holds one.
+        let found = unsafe { mlx_sys::mlx_device_info_get_size(&mut v, info, key.as_ptr()) } == 0;
+        (found && v > 0).then_some(v as u64)
+    };
+    // SAFETY: the device and the info object are created here and freed below.
+    unsafe {
+        let dev = mlx_sys::mlx_device_new_type(mlx_sys::mlx_device_type__MLX_GPU, 0);
+        let mut info = mlx_sys::mlx_device_info_new();
+        let out = if mlx_sys::mlx_device_info_get(&mut info, dev) == 0 {
+            GpuMemory {
+                total: size(info, c"memory_size").or_else(|| size(info, c"total_memory")),
+                working_set: size(info, c"max_recommended_working_set_size"),
+            }
+        } else {
+            GpuMemory::default()
+        };
+        mlx_sys::mlx_device_info_free(info);
+        mlx_sys::mlx_device_free(dev);
+        out
     }
 }
 
@@ -295,7 +340,7 @@ pub fn gpu_in_use() -> bool {
 /// The primitives of the graph that computes `outputs` (built, not evaluated), by name, as
 /// MLX's `export_to_dot` lists them: what one evaluation runs, op by op, on any device.
 /// Views (reshapes, slices, transposes, broadcasts) are among them but launch no kernel.
-pub fn graph_primitives(
+pub(crate) fn graph_primitives(
     outputs: &[&mlx_rs::Array],
 ) -> std::io::Result<std::collections::BTreeMap<String, usize>> {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -334,7 +379,7 @@ pub fn graph_primitives(
 }
 
 /// MLX primitives that make a view of their input (no kernel, no copy).
-pub const VIEWS: &[&str] = &[
+pub(crate) const VIEWS: &[&str] = &[
     "AsStrided",
     "Broadcast",
     "ExpandDims",
@@ -346,7 +391,7 @@ pub const VIEWS: &[&str] = &[
 ];
 
 /// The primitives of `counts` that launch work: all but [`VIEWS`].
-pub fn kernels(counts: &std::collections::BTreeMap<String, usize>) -> usize {
+pub(crate) fn kernels(counts: &std::collections::BTreeMap<String, usize>) -> usize {
     counts
         .iter()
         .filter(|(name, _)| !VIEWS.contains(&name.as_str()))
@@ -370,6 +415,19 @@ fn primitives_of_dot(dot: &str) -> std::collections::BTreeMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_preferences_read_back_what_they_write() {
+        for d in [DevicePref::Auto, DevicePref::Cpu, DevicePref::Gpu] {
+            assert_eq!(d.to_string().parse::<DevicePref>(), Ok(d));
+        }
+        assert_eq!(DevicePref::default(), DevicePref::Auto);
+        assert!("tpu"
+            .parse::<DevicePref>()
+            .unwrap_err()
+            .0
+            .contains("auto, cpu or gpu"));
+    }
 
     /// The graph's primitives are counted by MLX's name for them, before any evaluation, one
     /// per application (a split's two outputs once, a compiled function's two calls twice);

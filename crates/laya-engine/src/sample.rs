@@ -12,37 +12,10 @@ use mlx_rs::{Array, ArrayElement, Dtype};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct SamplingParams {
-    /// 0 (or below): greedy.
-    pub temperature: f32,
-    /// Nucleus: keep the most likely tokens until their mass reaches `top_p`; 1 keeps all.
-    pub top_p: f32,
-    /// Keep the `top_k` most likely tokens; 0 keeps all.
-    pub top_k: usize,
-    /// `None`: seeded from the OS.
-    pub seed: Option<u64>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 0,
-            seed: None,
-        }
-    }
-}
-
-impl SamplingParams {
-    pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0 || self.top_k == 1
-    }
-}
+use crate::seam::SamplingParams;
 
 /// Sampling parameters with the RNG state they imply.
-pub struct Sampler {
+pub(crate) struct Sampler {
     params: SamplingParams,
     rng: StdRng,
     /// Candidates of the row being sampled, reused across calls.
@@ -54,7 +27,7 @@ pub struct Sampler {
 const NUCLEUS_PRESELECT: usize = 1024;
 
 impl Sampler {
-    pub fn new(params: SamplingParams) -> Self {
+    pub(crate) fn new(params: SamplingParams) -> Self {
         let rng = match params.seed {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_entropy(),
@@ -66,13 +39,13 @@ impl Sampler {
         }
     }
 
-    pub fn params(&self) -> &SamplingParams {
+    pub(crate) fn params(&self) -> &SamplingParams {
         &self.params
     }
 
     /// Next token per row of `logits` (`[B, vocab]`) as a `[B]` uint32 array: a lazy device
     /// argmax when greedy, else sampled on the host (and so already evaluated).
-    pub fn sample(&mut self, logits: &Array) -> Result<Array> {
+    pub(crate) fn sample(&mut self, logits: &Array) -> Result<Array> {
         if self.params.is_greedy() {
             return argmax_axis(logits, -1, false)?.as_dtype(Dtype::Uint32);
         }
@@ -86,7 +59,7 @@ impl Sampler {
     }
 
     /// One token from one row of logits, on the host.
-    pub fn sample_row(&mut self, logits: &[f32]) -> u32 {
+    pub(crate) fn sample_row(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         if p.is_greedy() || logits.len() < 2 {
             return argmax_row(logits);
@@ -149,13 +122,13 @@ impl Sampler {
 }
 
 /// The evaluated data of a row-contiguous array, as an MLX error when it is not one.
-pub fn host_slice<T: ArrayElement>(a: &Array) -> Result<&[T]> {
+pub(crate) fn host_slice<T: ArrayElement>(a: &Array) -> Result<&[T]> {
     a.try_as_slice::<T>()
         .map_err(|e| Exception::custom(format!("reading {:?} {:?}: {e}", a.dtype(), a.shape())))
 }
 
 /// Index of the largest logit, the lowest index among equals (llama.cpp's greedy choice).
-pub fn argmax_row(logits: &[f32]) -> u32 {
+pub(crate) fn argmax_row(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {

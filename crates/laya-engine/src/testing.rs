@@ -14,11 +14,11 @@
 use std::{io::Write, path::PathBuf};
 
 /// The environment variable of the switch: `1` on; unset, empty or `0` off.
-pub const REAL_MODELS: &str = "LAYA_TEST_REAL_MODELS";
+pub(crate) const REAL_MODELS: &str = "LAYA_TEST_REAL_MODELS";
 
 /// Whether the tests of the real models and the llama.cpp peer run (see the module doc). Any
 /// value but `1`, `0` or empty is a mistake and fails the test that asks.
-pub fn real_models() -> bool {
+pub(crate) fn real_models() -> bool {
     match std::env::var(REAL_MODELS).as_deref() {
         Ok("1") => true,
         Ok("" | "0") | Err(std::env::VarError::NotPresent) => false,
@@ -61,7 +61,8 @@ pub fn needs(path: PathBuf, present: bool, fix: &str) -> Option<PathBuf> {
 /// ([`crate::paths::model_dir`]), present when it is a file; `fix` is the command that
 /// fetches it (`laya models fetch NAME`).
 #[track_caller]
-pub fn real_model(file_name: &str, fix: &str) -> Option<PathBuf> {
+#[cfg(test)]
+pub(crate) fn real_model(file_name: &str, fix: &str) -> Option<PathBuf> {
     let path = crate::paths::model_dir().join(file_name);
     let present = path.is_file();
     needs(path, present, fix)

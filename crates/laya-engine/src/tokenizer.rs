@@ -26,14 +26,14 @@ use super::load::gguf::{GgufFile, LoadError};
 use crate::family::Family;
 
 /// Qwen2's pre-tokenizer split regex (as in its tokenizer.json and llama.cpp's `qwen2` pre type).
-pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(crate) const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF `tokenizer.ggml.token_type` values (llama.cpp `llama_token_type`).
 mod token_type {
-    pub const UNKNOWN: i32 = 2;
-    pub const CONTROL: i32 = 3;
-    pub const USER_DEFINED: i32 = 4;
-    pub const UNUSED: i32 = 5;
+    pub(crate) const UNKNOWN: i32 = 2;
+    pub(crate) const CONTROL: i32 = 3;
+    pub(crate) const USER_DEFINED: i32 = 4;
+    pub(crate) const UNUSED: i32 = 5;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,21 +70,27 @@ pub enum TokenizerError {
     MissingSpecialToken(&'static str),
 }
 
+impl From<TokenizerError> for crate::seam::EngineError {
+    fn from(e: TokenizerError) -> Self {
+        crate::seam::EngineError::BadRequest(e.to_string())
+    }
+}
+
 /// Ids of the control tokens of a model's family ([`Family::fim`]) that laya builds prompts
 /// from and stops on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpecialTokens {
-    pub family: Family,
-    pub fim_prefix: u32,
-    pub fim_suffix: u32,
-    pub fim_middle: u32,
-    pub fim_pad: u32,
-    pub repo_name: u32,
-    pub file_sep: u32,
+pub(crate) struct SpecialTokens {
+    pub(crate) family: Family,
+    pub(crate) fim_prefix: u32,
+    pub(crate) fim_suffix: u32,
+    pub(crate) fim_middle: u32,
+    pub(crate) fim_pad: u32,
+    pub(crate) repo_name: u32,
+    pub(crate) file_sep: u32,
     /// End-of-generation ids, ascending: the family's stop tokens (for the Qwen coders
     /// llama.cpp's set: `<|endoftext|>`, `<|im_end|>`, `<|fim_pad|>`, `<|repo_name|>`,
     /// `<|file_sep|>`) and the end tokens the model file declares.
-    pub eog: Vec<u32>,
+    pub(crate) eog: Vec<u32>,
 }
 
 /// A byte-level BPE tokenizer; cheap to share (`&self` everywhere, `Send + Sync`).
@@ -110,7 +116,7 @@ impl std::fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// Load a Hugging Face `tokenizer.json` (its decoder must be ByteLevel).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer, TokenizerError> {
+    pub(crate) fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer, TokenizerError> {
         let path = path.as_ref();
         let inner = tokenizers::Tokenizer::from_file(path).map_err(|source| TokenizerError::Load {
             path: path.to_path_buf(),
@@ -133,7 +139,7 @@ impl Tokenizer {
 
     /// Build the tokenizer from a GGUF file's `tokenizer.ggml.*` metadata (`gpt2` model,
     /// `qwen2` pre-tokenizer).
-    pub fn from_gguf(gguf: &GgufFile) -> Result<Tokenizer, TokenizerError> {
+    pub(crate) fn from_gguf(gguf: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         let path = gguf.path();
         let model = gguf.get_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
@@ -250,7 +256,7 @@ impl Tokenizer {
 
     /// This tokenizer with `ids` as the end-of-generation tokens its model declares (ids
     /// outside the vocabulary are dropped).
-    pub fn with_declared_eog(mut self, ids: Vec<u32>) -> Tokenizer {
+    pub(crate) fn with_declared_eog(mut self, ids: Vec<u32>) -> Tokenizer {
         let n = self.vocab_size();
         self.declared_eog = ids.into_iter().filter(|&id| (id as usize) < n).collect();
         self
@@ -284,7 +290,8 @@ impl Tokenizer {
 
     /// Text of `ids`, control tokens rendered as their text; invalid UTF-8 becomes U+FFFD and
     /// ids outside the vocabulary are skipped.
-    pub fn decode(&self, ids: &[u32]) -> String {
+    #[cfg(test)]
+    pub(crate) fn decode(&self, ids: &[u32]) -> String {
         let mut bytes = Vec::new();
         for &id in ids {
             bytes.extend_from_slice(self.token_bytes(id));
@@ -293,7 +300,7 @@ impl Tokenizer {
     }
 
     /// The bytes token `id` decodes to (empty for unused or unknown ids).
-    pub fn token_bytes(&self, id: u32) -> &[u8] {
+    pub(crate) fn token_bytes(&self, id: u32) -> &[u8] {
         let id = id as usize;
         if id >= self.vocab_size() {
             return &[];
@@ -303,12 +310,12 @@ impl Tokenizer {
     }
 
     /// The id of the token whose vocabulary string is exactly `token`.
-    pub fn token_id(&self, token: &str) -> Option<u32> {
+    pub(crate) fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
 
     /// Write the tokenizer as a Hugging Face `tokenizer.json`.
-    pub fn save_json(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
+    pub(crate) fn save_json(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
         let path = path.as_ref();
         self.inner
             .save(path, false)
@@ -319,13 +326,13 @@ impl Tokenizer {
     }
 
     /// Number of token ids (including added tokens).
-    pub fn vocab_size(&self) -> usize {
+    pub(crate) fn vocab_size(&self) -> usize {
         self.piece_ends.len()
     }
 
     /// The control tokens of `family`'s format, found by their text; every one must be in
     /// the vocabulary.
-    pub fn special_tokens(&self, family: Family) -> Result<SpecialTokens, TokenizerError> {
+    pub(crate) fn special_tokens(&self, family: Family) -> Result<SpecialTokens, TokenizerError> {
         let format = family.fim();
         let id = |text: &'static str| {
             self.token_id(text)
@@ -348,7 +355,7 @@ impl Tokenizer {
     }
 
     /// A decoder for a stream of generated ids.
-    pub fn stream_decoder(&self) -> StreamDecoder<'_> {
+    pub(crate) fn stream_decoder(&self) -> StreamDecoder<'_> {
         StreamDecoder {
             tokenizer: self,
             pending: Vec::new(),
@@ -361,7 +368,7 @@ impl Tokenizer {
 /// The concatenation of all [`push`](Self::push) results and [`finish`](Self::finish) equals
 /// [`Tokenizer::decode`] of all the ids.
 #[derive(Debug)]
-pub struct StreamDecoder<'a> {
+pub(crate) struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
     /// Bytes of an incomplete UTF-8 character at the end of the stream so far (at most 3).
     pending: Vec<u8>,
@@ -369,7 +376,7 @@ pub struct StreamDecoder<'a> {
 
 impl StreamDecoder<'_> {
     /// Text completed by token `id`; empty while a character is still incomplete.
-    pub fn push(&mut self, id: u32) -> String {
+    pub(crate) fn push(&mut self, id: u32) -> String {
         self.pending.extend_from_slice(self.tokenizer.token_bytes(id));
         let mut out = String::new();
         let mut rest = &self.pending[..];
@@ -404,7 +411,8 @@ impl StreamDecoder<'_> {
     }
 
     /// Flush what is held back (an unfinished character becomes U+FFFD).
-    pub fn finish(self) -> String {
+    #[cfg(test)]
+    pub(crate) fn finish(self) -> String {
         String::from_utf8_lossy(&self.pending).into_owned()
     }
 }

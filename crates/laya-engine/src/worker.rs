@@ -15,12 +15,16 @@ use std::{
 
 use tokio::sync::oneshot;
 
-use super::{
+use crate::{
+    cancel::Cancel,
     generate::Meter,
-    load::EngineLoadError,
+    load::{EngineLoadError, LoadOptions},
+    local::LocalModel,
     runtime::{use_device, DevicePref},
-    Cancel, CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, LoadOptions, LocalModel,
-    ModelFacts, ModelKey, ModelState, PieceSender,
+    seam::{
+        CompletionOutput, CompletionRequest, Engine, EngineError, FinishReason, ModelFacts, ModelKey,
+        ModelState, PieceSender, WorkStats,
+    },
 };
 
 type LoadFn = dyn Fn(&Path, &LoadOptions) -> Result<LocalModel, EngineLoadError> + Send + Sync;
@@ -36,7 +40,7 @@ impl Loader {
         Loader(Arc::new(load))
     }
 
-    pub fn load(&self, path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
+    pub(crate) fn load(&self, path: &Path, opts: &LoadOptions) -> Result<LocalModel, EngineLoadError> {
         (self.0)(path, opts)
     }
 }
@@ -51,21 +55,6 @@ impl std::fmt::Debug for Loader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Loader")
     }
-}
-
-/// What a model worker has run over its life (the daemon's status shows it): whether a
-/// request runs now, how many ended and how many of those were stopped by their cancel flag,
-/// and the forwards started (prompt chunks with their tokens, decode steps).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct WorkStats {
-    pub busy: bool,
-    pub requests: u64,
-    /// Requests stopped by their cancel flag: before they started (skipped), while
-    /// prefilling or while decoding.
-    pub cancelled: u64,
-    pub prefill_chunks: u64,
-    pub prefill_tokens: u64,
-    pub decode_steps: u64,
 }
 
 /// A worker's [`WorkStats`], kept as atomics.
@@ -127,7 +116,7 @@ impl ModelWorker {
     }
 
     /// [`ModelWorker::spawn`] with the model made by `loader`.
-    pub fn spawn_with(
+    pub(crate) fn spawn_with(
         path: PathBuf,
         opts: LoadOptions,
         device: DevicePref,
@@ -286,7 +275,7 @@ impl Engine for ModelWorker {
         self.facts.get().copied()
     }
 
-    fn work(&self) -> Option<WorkStats> {
+    fn work(&self, _model: ModelKey) -> Option<WorkStats> {
         Some(self.work.stats())
     }
 }

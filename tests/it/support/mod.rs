@@ -4,11 +4,13 @@
 
 pub mod daemon;
 pub mod engine;
-pub mod gguf;
 pub mod hub;
 pub mod lsp;
 pub mod panics;
 pub mod real;
+
+/// The tiny GGUF the engine's tests share with these.
+pub use laya::engine::synthetic::gguf;
 
 use std::{
     process::Command,

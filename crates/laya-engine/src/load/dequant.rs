@@ -43,7 +43,7 @@ const PARALLEL_MIN_ELEMENTS: usize = 1 << 20;
 const MAX_THREADS: usize = 8;
 
 /// Whether [`dequantize`] handles `ty`.
-pub fn supports(ty: GgmlType) -> bool {
+pub(crate) fn supports(ty: GgmlType) -> bool {
     kernel(ty).is_some()
 }
 
@@ -51,13 +51,18 @@ pub fn supports(ty: GgmlType) -> bool {
 ///
 /// `data` must hold exactly the bytes of `n_elements / block_size` blocks and `out` exactly
 /// `n_elements` values. Large inputs are split by block ranges over the available cores.
-pub fn dequantize(ty: GgmlType, data: &[u8], n_elements: usize, out: &mut [f32]) -> Result<(), DequantError> {
+pub(crate) fn dequantize(
+    ty: GgmlType,
+    data: &[u8],
+    n_elements: usize,
+    out: &mut [f32],
+) -> Result<(), DequantError> {
     let threads = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     dequantize_with_threads(ty, data, n_elements, out, threads)
 }
 
 /// [`dequantize`] with an explicit upper bound on the number of threads (1 = calling thread only).
-pub fn dequantize_with_threads(
+pub(crate) fn dequantize_with_threads(
     ty: GgmlType,
     data: &[u8],
     n_elements: usize,

@@ -44,7 +44,7 @@ pub enum GgmlType {
 }
 
 impl GgmlType {
-    pub const ALL: [GgmlType; 34] = {
+    pub(crate) const ALL: [GgmlType; 34] = {
         use GgmlType::*;
         [
             F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS,
@@ -96,25 +96,25 @@ impl GgmlType {
     }
 
     /// The type with ggml id `id`, if it is one ggml defines (31-33 and 36-38 were removed).
-    pub fn from_id(id: u32) -> Option<GgmlType> {
+    pub(crate) fn from_id(id: u32) -> Option<GgmlType> {
         Self::ALL.into_iter().find(|t| t.id() == id)
     }
 
-    pub const fn id(self) -> u32 {
+    pub(crate) const fn id(self) -> u32 {
         self.traits().0
     }
 
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         self.traits().1
     }
 
     /// Elements per block.
-    pub const fn block_size(self) -> usize {
+    pub(crate) const fn block_size(self) -> usize {
         self.traits().2
     }
 
     /// Bytes per block.
-    pub const fn type_size(self) -> usize {
+    pub(crate) const fn type_size(self) -> usize {
         self.traits().3
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::dequant::{self, DequantError};
-pub use super::ggml_type::GgmlType;
+pub(crate) use super::ggml_type::GgmlType;
 
 const MAGIC: [u8; 4] = *b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
@@ -92,6 +92,7 @@ pub enum LoadError {
         "{}: tensor {tensor:?} has shape {found:?} (ne0 first), expected {expected:?}",
         file.display()
     )]
+    #[cfg(test)]
     ShapeMismatch {
         file: PathBuf,
         tensor: String,
@@ -109,7 +110,7 @@ pub enum LoadError {
 
 /// A metadata value. Arrays keep their element type (see [`MetaArray`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum MetaValue {
+pub(crate) enum MetaValue {
     U8(u8),
     I8(i8),
     U16(u16),
@@ -127,7 +128,7 @@ pub enum MetaValue {
 
 /// A homogeneous metadata array; arrays of arrays hold one [`MetaArray`] per element.
 #[derive(Debug, Clone, PartialEq)]
-pub enum MetaArray {
+pub(crate) enum MetaArray {
     U8(Vec<u8>),
     I8(Vec<i8>),
     U16(Vec<u16>),
@@ -145,7 +146,7 @@ pub enum MetaArray {
 
 impl MetaValue {
     /// The value of any integer type, if it is one.
-    pub fn as_i128(&self) -> Option<i128> {
+    pub(crate) fn as_i128(&self) -> Option<i128> {
         Some(match *self {
             MetaValue::U8(v) => v.into(),
             MetaValue::I8(v) => v.into(),
@@ -157,14 +158,6 @@ impl MetaValue {
             MetaValue::I64(v) => v.into(),
             _ => return None,
         })
-    }
-
-    /// GGUF's name for the value's type, e.g. `u32` or `array[string; 151936]`.
-    pub fn type_name(&self) -> String {
-        match self {
-            MetaValue::Array(a) => a.type_name(),
-            other => scalar_type_name(other).to_owned(),
-        }
     }
 
     fn describe(&self) -> String {
@@ -203,7 +196,7 @@ fn scalar_type_name(v: &MetaValue) -> &'static str {
 }
 
 impl MetaArray {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             MetaArray::U8(v) => v.len(),
             MetaArray::I8(v) => v.len(),
@@ -219,10 +212,6 @@ impl MetaArray {
             MetaArray::String(v) => v.len(),
             MetaArray::Array(v) => v.len(),
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn elem_type_name(&self) -> &'static str {
@@ -243,7 +232,7 @@ impl MetaArray {
         }
     }
 
-    pub fn type_name(&self) -> String {
+    pub(crate) fn type_name(&self) -> String {
         format!("array[{}; {}]", self.elem_type_name(), self.len())
     }
 
@@ -271,7 +260,7 @@ impl MetaArray {
 
 /// One tensor's header entry, validated against the file it came from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TensorInfo {
+pub(crate) struct TensorInfo {
     name: String,
     dims: Vec<u64>,
     ty: GgmlType,
@@ -281,29 +270,27 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Dimensions in ggml order: `ne0` (contiguous, fastest) first.
-    pub fn dims(&self) -> &[u64] {
+    pub(crate) fn dims(&self) -> &[u64] {
         &self.dims
     }
 
-    pub fn ty(&self) -> GgmlType {
+    #[cfg(test)]
+    pub(crate) fn ty(&self) -> GgmlType {
         self.ty
     }
 
-    /// Byte offset of the data relative to the start of the data section.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    pub fn n_elements(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn n_elements(&self) -> u64 {
         self.n_elements
     }
 
-    pub fn n_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn n_bytes(&self) -> u64 {
         self.n_bytes
     }
 }
@@ -323,7 +310,7 @@ impl Bytes {
 }
 
 /// An open GGUF file: parsed header plus the mapped bytes.
-pub struct GgufFile {
+pub(crate) struct GgufFile {
     path: PathBuf,
     bytes: Bytes,
     version: u32,
@@ -349,7 +336,7 @@ impl fmt::Debug for GgufFile {
 
 impl GgufFile {
     /// Memory-map and parse the GGUF file at `path`.
-    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, LoadError> {
+    pub(crate) fn open(path: impl AsRef<Path>) -> Result<GgufFile, LoadError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| LoadError::Io {
             file: path.clone(),
@@ -364,7 +351,8 @@ impl GgufFile {
     }
 
     /// Parse a GGUF image held in memory; `path` only labels errors.
-    pub fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<GgufFile, LoadError> {
+    #[cfg(test)]
+    pub(crate) fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<GgufFile, LoadError> {
         Self::parse(path.into(), Bytes::Owned(bytes))
     }
 
@@ -470,30 +458,34 @@ impl GgufFile {
         Ok(file)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn version(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn version(&self) -> u32 {
         self.version
     }
 
     /// Alignment of the data section and of every tensor offset.
-    pub fn alignment(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn alignment(&self) -> u64 {
         self.alignment
     }
 
     /// Absolute file offset where tensor data starts.
-    pub fn data_offset(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn data_offset(&self) -> u64 {
         self.data_offset
     }
 
     /// All metadata pairs in file order.
-    pub fn metadata(&self) -> &[(String, MetaValue)] {
+    #[cfg(test)]
+    pub(crate) fn metadata(&self) -> &[(String, MetaValue)] {
         &self.metadata
     }
 
-    pub fn get(&self, key: &str) -> Option<&MetaValue> {
+    pub(crate) fn get(&self, key: &str) -> Option<&MetaValue> {
         self.metadata_index.get(key).map(|&i| &self.metadata[i].1)
     }
 
@@ -514,7 +506,7 @@ impl GgufFile {
     }
 
     /// Any integer type whose value fits in u32 (GGUF writers differ on widths).
-    pub fn get_u32(&self, key: &str) -> Result<u32, LoadError> {
+    pub(crate) fn get_u32(&self, key: &str) -> Result<u32, LoadError> {
         let v = self.require(key)?;
         v.as_i128()
             .and_then(|x| u32::try_from(x).ok())
@@ -522,7 +514,8 @@ impl GgufFile {
     }
 
     /// Any integer type whose value fits in u64.
-    pub fn get_u64(&self, key: &str) -> Result<u64, LoadError> {
+    #[cfg(test)]
+    pub(crate) fn get_u64(&self, key: &str) -> Result<u64, LoadError> {
         let v = self.require(key)?;
         v.as_i128()
             .and_then(|x| u64::try_from(x).ok())
@@ -530,7 +523,7 @@ impl GgufFile {
     }
 
     /// An f32, or an f64 rounded to f32.
-    pub fn get_f32(&self, key: &str) -> Result<f32, LoadError> {
+    pub(crate) fn get_f32(&self, key: &str) -> Result<f32, LoadError> {
         match self.require(key)? {
             MetaValue::F32(x) => Ok(*x),
             MetaValue::F64(x) => Ok(*x as f32),
@@ -538,21 +531,22 @@ impl GgufFile {
         }
     }
 
-    pub fn get_str(&self, key: &str) -> Result<&str, LoadError> {
+    pub(crate) fn get_str(&self, key: &str) -> Result<&str, LoadError> {
         match self.require(key)? {
             MetaValue::String(s) => Ok(s),
             v => Err(self.wrong_type(key, "string", v)),
         }
     }
 
-    pub fn get_bool(&self, key: &str) -> Result<bool, LoadError> {
+    #[cfg(test)]
+    pub(crate) fn get_bool(&self, key: &str) -> Result<bool, LoadError> {
         match self.require(key)? {
             MetaValue::Bool(b) => Ok(*b),
             v => Err(self.wrong_type(key, "bool", v)),
         }
     }
 
-    pub fn get_str_array(&self, key: &str) -> Result<&[String], LoadError> {
+    pub(crate) fn get_str_array(&self, key: &str) -> Result<&[String], LoadError> {
         match self.require(key)? {
             MetaValue::Array(MetaArray::String(v)) => Ok(v),
             v => Err(self.wrong_type(key, "array of strings", v)),
@@ -560,7 +554,7 @@ impl GgufFile {
     }
 
     /// An array of any integer type whose elements all fit in i32.
-    pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>, LoadError> {
+    pub(crate) fn get_i32_array(&self, key: &str) -> Result<Vec<i32>, LoadError> {
         let v = self.require(key)?;
         match v {
             MetaValue::Array(a) => a.to_i32(),
@@ -570,11 +564,11 @@ impl GgufFile {
     }
 
     /// Tensor infos in file order.
-    pub fn tensors(&self) -> &[TensorInfo] {
+    pub(crate) fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
     }
 
-    pub fn tensor(&self, name: &str) -> Result<&TensorInfo, LoadError> {
+    pub(crate) fn tensor(&self, name: &str) -> Result<&TensorInfo, LoadError> {
         self.tensor_index
             .get(name)
             .map(|&i| &self.tensors[i])
@@ -585,7 +579,8 @@ impl GgufFile {
     }
 
     /// The tensor `name`, checked to have dimensions `expected` (ne0 first).
-    pub fn expect_shape(&self, name: &str, expected: &[u64]) -> Result<&TensorInfo, LoadError> {
+    #[cfg(test)]
+    pub(crate) fn expect_shape(&self, name: &str, expected: &[u64]) -> Result<&TensorInfo, LoadError> {
         let info = self.tensor(name)?;
         if info.dims != expected {
             return Err(LoadError::ShapeMismatch {
@@ -599,7 +594,7 @@ impl GgufFile {
     }
 
     /// The raw bytes of a tensor's data.
-    pub fn tensor_bytes(&self, info: &TensorInfo) -> Result<&[u8], LoadError> {
+    pub(crate) fn tensor_bytes(&self, info: &TensorInfo) -> Result<&[u8], LoadError> {
         let buf = self.bytes.as_slice();
         let start = self.data_offset.checked_add(info.offset);
         let end = start.and_then(|s| s.checked_add(info.n_bytes));
@@ -616,7 +611,7 @@ impl GgufFile {
     }
 
     /// The whole tensor `name` as f32, in storage order (row-major, ne0 fastest).
-    pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, LoadError> {
+    pub(crate) fn dequantize(&self, name: &str) -> Result<Vec<f32>, LoadError> {
         let info = self.tensor(name)?;
         let dequant_err = |source| LoadError::Dequant {
             file: self.path.clone(),

@@ -15,9 +15,9 @@
 //! Re-quantizing a Q4_K_M file to q8 cannot add precision the file does not have: q8 only
 //! keeps (almost) all that the file has.
 
-pub mod dequant;
-pub mod ggml_type;
-pub mod gguf;
+mod dequant;
+mod ggml_type;
+pub(crate) mod gguf;
 mod safetensors_dir;
 
 use std::{
@@ -32,66 +32,12 @@ use self::gguf::{GgufFile, LoadError};
 use crate::family::Family;
 use crate::{
     models::{Arch, Model, ModelConfig, ModelError, MoeConfig},
+    seam::{EngineError, Precision},
     tokenizer::{Tokenizer, TokenizerError},
 };
 
 /// Version of the converted-weights cache layout; bump when the conversion changes.
 const CONVERT_FORMAT: u32 = 1;
-
-/// Weight precision after loading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// The source's own values, dequantized to f32 (GGUF) or kept as stored (safetensors).
-    Native,
-    Q4,
-    Q6,
-    Q8,
-}
-
-impl Precision {
-    pub fn bits(self) -> Option<i32> {
-        match self {
-            Precision::Native => None,
-            Precision::Q4 => Some(4),
-            Precision::Q6 => Some(6),
-            Precision::Q8 => Some(8),
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Precision::Native => "native",
-            Precision::Q4 => "q4",
-            Precision::Q6 => "q6",
-            Precision::Q8 => "q8",
-        }
-    }
-}
-
-impl std::fmt::Display for Precision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-impl std::str::FromStr for Precision {
-    type Err = crate::ParseError;
-
-    /// `native`, `q4`, `q6` or `q8`; the bit widths also as bare numbers (`4`, `6`, `8`), as
-    /// HTTP clients send them.
-    fn from_str(s: &str) -> Result<Precision, Self::Err> {
-        match s {
-            "native" => Ok(Precision::Native),
-            "q4" | "4" => Ok(Precision::Q4),
-            "q6" | "6" => Ok(Precision::Q6),
-            "q8" | "8" => Ok(Precision::Q8),
-            _ => Err(crate::ParseError(format!(
-                "expected native, q4, q6 or q8, got `{s}`"
-            ))),
-        }
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -145,17 +91,22 @@ pub enum EngineLoadError {
     NotFound(PathBuf),
 }
 
+impl From<EngineLoadError> for EngineError {
+    fn from(e: EngineLoadError) -> Self {
+        EngineError::Unavailable(e.to_string())
+    }
+}
+
 /// A model ready to run, with what it took to get there.
 pub struct Loaded {
     pub model: Model,
-    pub tokenizer: Tokenizer,
-    pub source: PathBuf,
+    pub(crate) tokenizer: Tokenizer,
     pub precision: Precision,
     pub load_time: Duration,
     /// The converted-weights cache was read instead of converting.
     pub from_cache: bool,
     /// Whose prompt format the model reads ([`family`]).
-    pub family: Family,
+    pub(crate) family: Family,
 }
 
 /// Load a GGUF file or a safetensors folder.
@@ -173,7 +124,6 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Loaded, EngineLoadError> 
         family: family(model.config().arch),
         model,
         tokenizer,
-        source: path.to_owned(),
         precision: opts.precision,
         load_time: start.elapsed(),
         from_cache,
@@ -195,7 +145,7 @@ pub fn tokenizer(path: &Path) -> Result<Tokenizer, EngineLoadError> {
 
 /// The prompt family of a model of architecture `arch`: Qwen2.5-Coder's for Qwen2, the Qwen3
 /// generation's (Qwen3-Coder's) for Qwen3 and Qwen3-MoE.
-pub fn family(arch: Arch) -> Family {
+pub(crate) fn family(arch: Arch) -> Family {
     match arch {
         Arch::Qwen2 => Family::Qwen25Coder,
         Arch::Qwen3 | Arch::Qwen3Moe => Family::Qwen3Coder,
@@ -205,25 +155,25 @@ pub fn family(arch: Arch) -> Family {
 /// What a model file tells before it loads, read once (a GGUF header is opened once for all
 /// three).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct FileFacts {
+pub(crate) struct FileFacts {
     /// The parameter count: from a GGUF file's header (its configuration's shapes), or for a
     /// safetensors folder from its weight files' size (two bytes a parameter, or the bits
     /// `config.json`'s `quantization` names plus its scales).
-    pub parameters: Option<u64>,
+    pub(crate) parameters: Option<u64>,
     /// The parameters a token runs through, for a mixture of experts
     /// ([`ModelConfig::active_parameters`]); `None` for a dense model (all of its parameters).
-    pub active_parameters: Option<u64>,
+    pub(crate) active_parameters: Option<u64>,
     /// The prompt family: from a GGUF file's `general.architecture` or a folder's
     /// `config.json` `model_type`; `None` for another architecture.
-    pub family: Option<Family>,
+    pub(crate) family: Option<Family>,
     /// The bits of a folder quantized as stored (mlx-community, `quantization` in
     /// `config.json`): asked for those or more it loads as stored, for fewer it is converted.
-    pub stored_bits: Option<u32>,
+    pub(crate) stored_bits: Option<u32>,
 }
 
 /// [`FileFacts`] of the model at `path`; each `None` where the path cannot be read as a GGUF
 /// file or a model folder.
-pub fn facts_in(path: &Path) -> FileFacts {
+pub(crate) fn facts_in(path: &Path) -> FileFacts {
     let active = |cfg: &ModelConfig| cfg.moe.is_some().then(|| cfg.active_parameters());
     if path.is_dir() {
         let config: Option<serde_json::Value> = std::fs::read(path.join("config.json"))
@@ -274,7 +224,7 @@ fn family_of_name(arch: &str) -> Option<Family> {
 }
 
 /// Model hyper-parameters from GGUF metadata (`<arch>.*` keys).
-pub fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
+pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
     let arch_name = g.get_str("general.architecture")?.to_owned();
     let arch = match arch_name.as_str() {
         "qwen2" => Arch::Qwen2,
@@ -340,7 +290,7 @@ pub fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> {
 }
 
 /// GGUF tensor name → HF name (`None` for tensors the model does not use).
-pub fn hf_name(gguf_name: &str) -> Option<String> {
+pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
     let (base, suffix) = gguf_name.rsplit_once('.')?;
     let mapped = match base {
         "token_embd" => "model.embed_tokens".to_owned(),
@@ -441,7 +391,7 @@ fn progress(len: usize, what: &str, show: bool) -> indicatif::ProgressBar {
 
 /// A converted-weights cache entry: where it lives and the key it must carry.
 pub(crate) struct CacheEntry {
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The source's identity and the conversion's settings; stored in the file's metadata
     /// ([`CACHE_KEY`]) and compared when it is read.
     key: String,
@@ -688,7 +638,7 @@ mod tests {
     use crate::models::test_util::{
         cast, max_abs_diff, random_weights, relative_error, tiny_config, to_device, tokens, HostWeights,
     };
-    use crate::{Cancel, CompletionRequest, LocalModel};
+    use crate::{cancel::Cancel, local::LocalModel, seam::CompletionRequest};
 
     /// Writes a tiny `qwen3moe` GGUF with gguf-py (2 layers, 8 experts, top-2, F32, a vocabulary
     /// of printable ASCII, the newline, one merge and Qwen's control tokens), then runs it with

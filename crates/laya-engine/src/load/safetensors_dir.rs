@@ -78,7 +78,7 @@ fn default_sparse_step() -> i32 {
     1
 }
 
-pub fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), EngineLoadError> {
+pub(crate) fn load(dir: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool), EngineLoadError> {
     let (cfg, hf) = read_config(dir)?;
     let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?.with_declared_eog(declared_eog(dir));
 
@@ -238,7 +238,7 @@ fn requantize(
 }
 
 /// The folder's `config.json` as the engine's configuration.
-pub fn config_of(dir: &Path) -> Result<ModelConfig, EngineLoadError> {
+pub(crate) fn config_of(dir: &Path) -> Result<ModelConfig, EngineLoadError> {
     read_config(dir).map(|(cfg, _)| cfg)
 }
 

@@ -15,9 +15,9 @@
 //! time q/k/v become one matrix and gate/up another (one matmul each instead of three and
 //! two), because decode on a GPU is bound by the number of kernels per token.
 
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen3_moe;
+mod qwen2;
+mod qwen3;
+mod qwen3_moe;
 mod shape;
 
 pub use shape::Shape;
@@ -71,20 +71,20 @@ pub struct ModelConfig {
 pub struct MoeConfig {
     pub num_experts: i32,
     /// Experts each token runs through: the router's `k` most likely.
-    pub num_experts_per_tok: i32,
+    pub(crate) num_experts_per_tok: i32,
     /// Hidden width of one expert's SwiGLU.
     pub moe_intermediate_size: i32,
     /// Rescale the `k` chosen probabilities to sum to 1.
-    pub norm_topk_prob: bool,
+    pub(crate) norm_topk_prob: bool,
     /// Layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0` …
-    pub decoder_sparse_step: i32,
+    pub(crate) decoder_sparse_step: i32,
     /// … and `i` is not listed here; the others keep a dense MLP of `intermediate_size`.
-    pub mlp_only_layers: Vec<i32>,
+    pub(crate) mlp_only_layers: Vec<i32>,
 }
 
 impl MoeConfig {
     /// Whether layer `layer` (from 0) runs the experts, as mlx-lm and transformers decide.
-    pub fn is_sparse(&self, layer: i32) -> bool {
+    pub(crate) fn is_sparse(&self, layer: i32) -> bool {
         !self.mlp_only_layers.contains(&layer)
             && self.num_experts > 0
             && (layer + 1) % self.decoder_sparse_step == 0
@@ -122,7 +122,7 @@ impl ModelConfig {
     /// the experts a token is routed to instead of all of them (the rest as
     /// [`ModelConfig::parameters`] counts it, embedding included, as Qwen counts "activated"
     /// parameters).
-    pub fn active_parameters(&self) -> u64 {
+    pub(crate) fn active_parameters(&self) -> u64 {
         let Some(m) = &self.moe else {
             return self.parameters();
         };
@@ -199,9 +199,9 @@ fn all_positive(fields: &[(&str, i32)]) -> Result<(), ModelError> {
 /// Format of one MLX affine-quantized matrix: `group_size` consecutive inputs share a scale
 /// and a bias; each weight takes `bits` bits of a packed uint32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuantSpec {
-    pub group_size: i32,
-    pub bits: i32,
+pub(crate) struct QuantSpec {
+    pub(crate) group_size: i32,
+    pub(crate) bits: i32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -299,7 +299,7 @@ impl Model {
     }
 
     /// Notes that a prompt chunk of `tokens` tokens took `took`.
-    pub fn note_prefill(&self, tokens: usize, took: Duration) {
+    pub(crate) fn note_prefill(&self, tokens: usize, took: Duration) {
         let per = took.as_secs_f64() / tokens.max(1) as f64;
         self.prefill_secs_per_token
             .store(per.to_bits(), Ordering::Relaxed);
@@ -307,17 +307,17 @@ impl Model {
 
     /// How long a prompt chunk of `tokens` tokens should take, from the last one run; `None`
     /// before any.
-    pub fn prefill_estimate(&self, tokens: usize) -> Option<Duration> {
+    pub(crate) fn prefill_estimate(&self, tokens: usize) -> Option<Duration> {
         let per = f64::from_bits(self.prefill_secs_per_token.load(Ordering::Relaxed));
         (per > 0.0).then(|| Duration::from_secs_f64(per * tokens as f64))
     }
 
     /// Decoder layers.
-    pub fn layer_count(&self) -> usize {
+    pub(crate) fn layer_count(&self) -> usize {
         self.layers.len()
     }
 
-    pub fn config(&self) -> &ModelConfig {
+    pub(crate) fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
@@ -327,7 +327,7 @@ impl Model {
     }
 
     /// Bytes held by the weights.
-    pub fn nbytes(&self) -> usize {
+    pub(crate) fn nbytes(&self) -> usize {
         let mut arrays = self.embed_tokens.arrays();
         arrays.extend(self.layers.iter().flat_map(DecoderLayer::arrays));
         arrays.push(&self.norm.weight);
@@ -338,7 +338,7 @@ impl Model {
     /// Weight bytes one decode step reads: everything but the embedding table, of which only
     /// one row is gathered, unless the table is also the (tied) LM head, and but the experts a
     /// token is not routed to.
-    pub fn weight_bytes_per_token(&self) -> usize {
+    pub(crate) fn weight_bytes_per_token(&self) -> usize {
         let embed: usize = self.embed_tokens.arrays().iter().map(|a| a.nbytes()).sum();
         let row = embed / self.cfg.vocab_size.max(1) as usize;
         let unread: usize = self
@@ -384,7 +384,7 @@ impl Model {
     /// model can be given up within one run's time. `None` when `keep_going` said no; the
     /// caches then hold what they held before the call. The layers are evaluated; the logits,
     /// as [`Model::forward`]'s, are not.
-    pub fn forward_grouped(
+    pub(crate) fn forward_grouped(
         &self,
         tokens: &Array,
         caches: &mut [KvCache],
@@ -422,7 +422,7 @@ impl Model {
     }
 
     /// Like [`Model::forward`] but returns the logits of every position, `[B, L, vocab]` f32.
-    pub fn forward_all(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+    pub(crate) fn forward_all(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
         let h = self.hidden_states(tokens, caches)?;
         let logits = self.head(&self.norm.forward(&h)?)?;
         Ok(logits.as_dtype(Dtype::Float32)?)
@@ -1082,7 +1082,7 @@ pub(crate) mod test_util {
     /// A CPU tolerance for comparing two computations of the same logits, on the device the
     /// tests run on: GPUs run f32 matrix products in TF32 (10-bit mantissa), so two orders of
     /// summation differ by about 1e-3 of the logits' size there.
-    pub fn tol(cpu: f32) -> f32 {
+    pub(crate) fn tol(cpu: f32) -> f32 {
         if on_gpu() {
             cpu.max(1e-2)
         } else {
@@ -1091,9 +1091,9 @@ pub(crate) mod test_util {
     }
 
     /// Host copy of a weight: data and shape.
-    pub type HostWeights = HashMap<String, (Vec<f32>, Vec<i32>)>;
+    pub(crate) type HostWeights = HashMap<String, (Vec<f32>, Vec<i32>)>;
 
-    pub fn tiny_config(arch: Arch) -> ModelConfig {
+    pub(crate) fn tiny_config(arch: Arch) -> ModelConfig {
         ModelConfig {
             arch,
             hidden_size: 64,
@@ -1120,7 +1120,7 @@ pub(crate) mod test_util {
     }
 
     /// Random weights with HF names, on the host.
-    pub fn random_weights(cfg: &ModelConfig, seed: u64) -> HostWeights {
+    pub(crate) fn random_weights(cfg: &ModelConfig, seed: u64) -> HostWeights {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut w = HostWeights::new();
         let mut put = |name: String, shape: Vec<i32>, scale: f32, center: f32| {
@@ -1184,13 +1184,13 @@ pub(crate) mod test_util {
         w
     }
 
-    pub fn to_device(w: &HostWeights) -> HashMap<String, Array> {
+    pub(crate) fn to_device(w: &HostWeights) -> HashMap<String, Array> {
         w.iter()
             .map(|(k, (data, shape))| (k.clone(), Array::from_slice(data, shape)))
             .collect()
     }
 
-    pub fn tiny_model(arch: Arch, seed: u64) -> Model {
+    pub(crate) fn tiny_model(arch: Arch, seed: u64) -> Model {
         let cfg = tiny_config(arch);
         let w = random_weights(&cfg, seed);
         Model::from_weights(cfg, to_device(&w), 64).unwrap()
@@ -1198,7 +1198,7 @@ pub(crate) mod test_util {
 
     /// Quantizes every 2-D weight with MLX; returns the quantized map and the dense map of
     /// its dequantized values (same function, no rounding difference).
-    pub fn quantized_pair(
+    pub(crate) fn quantized_pair(
         w: &HostWeights,
         group_size: i32,
         bits: i32,
@@ -1223,14 +1223,14 @@ pub(crate) mod test_util {
         (q, d)
     }
 
-    pub fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+    pub(crate) fn max_abs_diff(a: &Array, b: &Array) -> f32 {
         assert_eq!(a.shape(), b.shape());
         let d = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
         d.item_exact::<f32>()
     }
 
     /// Logits of `ids` fed in the given chunk sizes, `[1, L, V]`.
-    pub fn chunked(model: &Model, ids: &[u32], chunks: &[usize]) -> Array {
+    pub(crate) fn chunked(model: &Model, ids: &[u32], chunks: &[usize]) -> Array {
         let mut caches = model.new_caches();
         let mut outs = vec![];
         let mut start = 0;
@@ -1249,7 +1249,7 @@ pub(crate) mod test_util {
 
     /// Mean |a - b| over the logits as a share of `b`'s spread (standard deviation), and the
     /// share of positions whose most likely token agrees.
-    pub fn relative_error(a: &Array, b: &Array) -> (f32, f32) {
+    pub(crate) fn relative_error(a: &Array, b: &Array) -> (f32, f32) {
         let mean_abs = a
             .subtract(b)
             .unwrap()
@@ -1265,25 +1265,25 @@ pub(crate) mod test_util {
     }
 
     /// Every weight of `w` in `dtype`.
-    pub fn cast(w: &HashMap<String, Array>, dtype: Dtype) -> HashMap<String, Array> {
+    pub(crate) fn cast(w: &HashMap<String, Array>, dtype: Dtype) -> HashMap<String, Array> {
         w.iter()
             .map(|(k, a)| (k.clone(), a.as_dtype(dtype).unwrap()))
             .collect()
     }
 
-    pub fn tokens(ids: &[u32]) -> Array {
+    pub(crate) fn tokens(ids: &[u32]) -> Array {
         Array::from_slice(ids, &[1, ids.len() as i32])
     }
 
     /// Independent f32 forward pass of one sequence (f64 accumulation): logits per position.
-    pub fn reference_forward(cfg: &ModelConfig, w: &HostWeights, ids: &[u32]) -> Vec<Vec<f32>> {
+    pub(crate) fn reference_forward(cfg: &ModelConfig, w: &HostWeights, ids: &[u32]) -> Vec<Vec<f32>> {
         reference_forward_routed(cfg, w, ids).0
     }
 
     /// [`reference_forward`], also returning the experts each position ran in each layer,
     /// most likely first (empty for a dense layer): `[layer][position]`. Expert weights are
     /// read per expert (`mlp.experts.{e}.*`, Hugging Face's names).
-    pub fn reference_forward_routed(
+    pub(crate) fn reference_forward_routed(
         cfg: &ModelConfig,
         w: &HostWeights,
         ids: &[u32],

@@ -522,9 +522,9 @@ mod tests {
     fn loader_quantized(w: &HostWeights, gs: i32, bits: i32) -> (HashMap<String, Array>, HostWeights) {
         let opts = crate::load::LoadOptions {
             precision: match bits {
-                4 => crate::load::Precision::Q4,
-                6 => crate::load::Precision::Q6,
-                _ => crate::load::Precision::Q8,
+                4 => crate::seam::Precision::Q4,
+                6 => crate::seam::Precision::Q6,
+                _ => crate::seam::Precision::Q8,
             },
             group_size: gs,
             ..Default::default()

@@ -1,22 +1,24 @@
 //! Hugging Face safetensors folders (dense bf16) and mlx-community folders (MLX-quantized,
 //! `quantization` in config.json) load into the same model as the weights they hold.
 
-use crate::support::{self, gguf};
 use std::{collections::HashMap, path::Path};
 
-use laya::engine::{
-    load::{self, LoadOptions, Precision},
-    models::{Model, ModelConfig},
-    synthetic,
-};
 use mlx_rs::{transforms::eval, Array, Dtype};
+
+use super::{assert_close, mlx, real_05b};
+use crate::{
+    load::{self, LoadOptions},
+    models::{Model, ModelConfig},
+    seam::Precision,
+    synthetic::{self, gguf},
+};
 
 fn tiny_config() -> ModelConfig {
     synthetic::tiny()
 }
 
 /// Writes config.json, tokenizer.json (exported from the byte-level vocabulary of
-/// `support::gguf`, as long as Qwen's) and the weights split over two safetensors files, as
+/// `synthetic::gguf`, as long as Qwen's) and the weights split over two safetensors files, as
 /// HF checkpoints are.
 fn write_folder(
     dir: &Path,
@@ -25,7 +27,7 @@ fn write_folder(
     quantization: Option<(i32, i32)>,
 ) {
     let vocab = tempfile::tempdir().unwrap();
-    let gguf = gguf::write_vocab(vocab.path());
+    let gguf = gguf::write_vocab(vocab.path()).unwrap();
     synthetic::write_folder(dir, cfg, weights, quantization, &gguf).unwrap();
 }
 
@@ -53,7 +55,7 @@ fn opts(precision: Precision) -> LoadOptions {
 
 #[test]
 fn hf_bf16_folder_loads_the_weights_it_holds() {
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let cfg = tiny_config();
     let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 3).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -61,7 +63,7 @@ fn hf_bf16_folder_loads_the_weights_it_holds() {
     let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
 
     let native = load::load(dir.path(), &opts(Precision::Native)).unwrap();
-    support::assert_close("hf folder, native", &logits(&native.model), &want, 1e-5);
+    assert_close("hf folder, native", &logits(&native.model), &want, 1e-5);
     // tokenizer.json is read: the byte-level vocabulary makes each byte a token of its id.
     let line = "def fibonacci(n):\n";
     assert_eq!(
@@ -71,17 +73,17 @@ fn hf_bf16_folder_loads_the_weights_it_holds() {
 
     // Quantized at load: close to the dense model, within q8's error.
     let q8 = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
-    support::assert_close("hf folder, q8", &logits(&q8.model), &want, 5e-2);
+    assert_close("hf folder, q8", &logits(&q8.model), &want, 5e-2);
 }
 
 /// tokenizer.json exported from the real 0.5B's vocabulary reads back as llama.cpp
 /// tokenizes: fim_python's first line (`):\n` is one token).
 #[test]
 fn a_folder_with_the_real_vocabulary_tokenizes_as_llama_cpp() {
-    let Some(real) = support::real::model("qwen2.5-coder-0.5b") else {
+    let Some(real) = real_05b() else {
         return;
     };
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let cfg = tiny_config();
     let weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 3).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -95,27 +97,27 @@ fn a_folder_with_the_real_vocabulary_tokenizes_as_llama_cpp() {
 
 #[test]
 fn mlx_community_quantized_folder_loads_as_stored() {
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let cfg = tiny_config();
     let weights = synthetic::random_weights(&cfg, Precision::Q4, 64, Dtype::Bfloat16, 4).unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_folder(dir.path(), &cfg, &weights, Some((64, 4)));
     let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
     // Asked for more bits than it stores, the folder loads as stored (fewer: see
-    // `laya_engine::load`'s tests of the converted cache).
+    // `load`'s tests of the converted cache).
     let loaded = load::load(dir.path(), &opts(Precision::Q8)).unwrap();
-    support::assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
+    assert_close("mlx-community folder", &logits(&loaded.model), &want, 1e-5);
 }
 
 /// A tier on a folder quantized as stored is one model at its own bits or more: q8 and q4 of
 /// a 4-bit folder are not two identical copies, and its facts give the stored bits.
 #[test]
 fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
-    use laya::engine::{
+    use crate::{
         pool::{ModelPool, PoolConfig, TierSource},
-        ModelKey, ModelState, Tier,
+        seam::{Engine, ModelKey, ModelState, Tier},
     };
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let cfg = tiny_config();
     let weights = synthetic::random_weights(&cfg, Precision::Q4, 64, Dtype::Bfloat16, 4).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -135,7 +137,7 @@ fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
             )]),
             default: key(Precision::Q8),
             preload: vec![],
-            device: laya::engine::runtime::DevicePref::Cpu,
+            device: crate::runtime::DevicePref::Cpu,
             prefix: Default::default(),
             speculation: Default::default(),
             use_cache: false,
@@ -147,7 +149,7 @@ fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
     let (a, _) = pool.resolve(key(Precision::Q8)).unwrap();
     let (b, _) = pool.resolve(key(Precision::Q4)).unwrap();
     assert_eq!((a, b), (key(Precision::Native), key(Precision::Native)));
-    let facts = laya::engine::Engine::facts(&pool, key(Precision::Q8)).unwrap();
+    let facts = pool.facts(key(Precision::Q8)).unwrap();
     assert_eq!(facts.bits, 4);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while matches!(pool.states()[..], [(_, ModelState::Loading)]) && std::time::Instant::now() < deadline {
@@ -162,7 +164,7 @@ fn a_quantized_folder_is_one_model_in_the_pool_at_its_stored_bits() {
 
 #[test]
 fn folder_with_a_missing_tensor_names_it() {
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let cfg = tiny_config();
     let mut weights = synthetic::random_weights(&cfg, Precision::Native, 64, Dtype::Bfloat16, 5).unwrap();
     weights.remove("model.layers.1.mlp.down_proj.weight");
@@ -179,10 +181,10 @@ fn folder_with_a_missing_tensor_names_it() {
 /// makes of the same seed, over as many files as the shard size asks.
 #[test]
 fn a_random_folder_written_in_shards_holds_the_seeds_weights() {
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let cfg = tiny_config();
     let vocab = tempfile::tempdir().unwrap();
-    let gguf = gguf::write_vocab(vocab.path());
+    let gguf = gguf::write_vocab(vocab.path()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let bytes = synthetic::write_random_folder(dir.path(), &cfg, Dtype::Bfloat16, 9, &gguf, 8 << 20).unwrap();
     let shards = std::fs::read_dir(dir.path())
@@ -201,5 +203,5 @@ fn a_random_folder_written_in_shards_holds_the_seeds_weights() {
     assert_eq!(bytes, weights.values().map(|a| a.nbytes() as u64).sum::<u64>());
     let want = logits(&Model::from_weights(cfg.clone(), weights, 64).unwrap());
     let loaded = load::load(dir.path(), &opts(Precision::Native)).unwrap();
-    support::assert_close("random folder", &logits(&loaded.model), &want, 0.0);
+    assert_close("random folder", &logits(&loaded.model), &want, 0.0);
 }

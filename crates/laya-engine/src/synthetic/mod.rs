@@ -2,19 +2,27 @@
 //! speed measurements where the real weights cannot travel (a GPU machine reached through a
 //! 64 MiB pipe), and folders of them for load-time measurements (written a shard at a time:
 //! `write_random_folder`). Numbers from them are labeled synthetic: speed depends on shapes and
-//! bit widths, not on the values.
+//! bit widths, not on the values. Also the tests' model files: tiny configurations, HF folders
+//! of given weights, a safetensors file, and (`gguf`) the tiny GGUF the engine's tests and
+//! laya's share.
+
+pub mod gguf;
 
 use std::collections::HashMap;
 
-use mlx_rs::{ops, random, transforms::eval, Array, Dtype};
+use mlx_rs::{ops, random, transforms::eval, Array};
 
-use super::{
-    load::{bits_for, quantizable, Precision},
+/// The float types synthetic weights are made in (MLX's).
+pub use mlx_rs::Dtype;
+
+use crate::{
+    load::{bits_for, quantizable},
     models::{Arch, Model, ModelConfig, ModelError},
+    seam::Precision,
 };
 
 /// A model of random weights; see [`random_weights`].
-pub fn random_model(
+pub(crate) fn random_model(
     cfg: &ModelConfig,
     precision: Precision,
     group_size: i32,

@@ -1,14 +1,18 @@
-//! A tiny Qwen2 GGUF written by the test (and a GGUF of its vocabulary alone, for the models
-//! of random weights the tests build): a byte-level vocabulary (the 256 byte tokens, no
-//! merges, Qwen's special tokens), 2 layers of width 64, F32 tensors. It loads, converts and
-//! answers in milliseconds, so the loader's faults (truncation, corrupt tables, a full disk
-//! under the converted-weights cache) can be tested on a real file without real weights.
+//! A tiny Qwen2 GGUF (and a GGUF of its vocabulary alone, for the models of random weights the
+//! tests build): a byte-level vocabulary (the 256 byte tokens, no merges, Qwen's special
+//! tokens), 2 layers of width 64, F32 tensors. It loads, converts and answers in milliseconds,
+//! so the loader's faults (truncation, corrupt tables, a full disk under the converted-weights
+//! cache) and serving end to end can be tested on a real file without real weights; the engine's
+//! tests and laya's share it.
 //!
 //! The weights are chosen, not random: every embedding row is small and positive except the
 //! one of `a`, so greedy decoding writes `a` forever (no end-of-text token): a generation runs
 //! until `max_tokens` unless it is cancelled.
 
-use std::ops::Range;
+use std::{
+    ops::Range,
+    path::{Path, PathBuf},
+};
 
 const F32: u32 = 0;
 const HIDDEN: u64 = 64;
@@ -22,7 +26,7 @@ const ALIGN: usize = 32;
 /// The token every generation repeats.
 pub const TOKEN_TEXT: &str = "a";
 
-pub const SPECIALS: &[&str] = &[
+pub(crate) const SPECIALS: &[&str] = &[
     "<|endoftext|>",
     "<|im_start|>",
     "<|im_end|>",
@@ -34,13 +38,30 @@ pub const SPECIALS: &[&str] = &[
     "<|file_sep|>",
 ];
 
+/// Deterministic uniform(-1, 1) numbers (an LCG), the weights' source.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next_f32(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32()).collect()
+    }
+}
+
 /// The file's bytes and where its parts lie.
 pub struct TinyGguf {
     pub bytes: Vec<u8>,
     /// The tensor infos (name, dims, type, offset of each tensor).
     pub table: Range<usize>,
     /// Each tensor's info within `table`, by GGUF name.
-    pub infos: Vec<(String, Range<usize>)>,
+    pub(crate) infos: Vec<(String, Range<usize>)>,
     /// Start of the tensor data.
     pub data_offset: usize,
 }
@@ -126,14 +147,14 @@ impl Writer {
 
 /// The tensors (GGUF name, dims with ne0 first, values).
 fn tensors(vocab: u64) -> Vec<(String, Vec<u64>, Vec<f32>)> {
-    let mut lcg = super::Lcg(7);
+    let mut lcg = Lcg(7);
     let mut small = |n: u64| -> Vec<f32> { lcg.vec(n as usize).iter().map(|x| x * 1e-3).collect() };
     let a = byte_chars()
         .iter()
         .position(|&c| c.to_string() == TOKEN_TEXT)
         .unwrap();
     let mut embd = Vec::with_capacity((vocab * HIDDEN) as usize);
-    let mut u = super::Lcg(11);
+    let mut u = Lcg(11);
     for t in 0..vocab as usize {
         for _ in 0..HIDDEN {
             let x = (u.next_f32() + 1.0) / 2.0; // [0, 1)
@@ -183,8 +204,8 @@ fn vocabulary(size: usize) -> (Vec<String>, Vec<i32>) {
 }
 
 /// A GGUF of the byte-level vocabulary and no tensors, `size` tokens long: the tokenizer of
-/// the models the tests build from random weights (`laya::engine::synthetic::tiny()`, whose
-/// vocabulary is Qwen's 151,936 ids), in place of the real model's.
+/// the models the tests build from random weights ([`tiny`](super::tiny), whose vocabulary is
+/// Qwen's 151,936 ids), in place of the real model's.
 pub fn vocab_gguf(size: usize) -> Vec<u8> {
     let (tokens, types) = vocabulary(size);
     let mut w = Writer(b"GGUF".to_vec());
@@ -200,20 +221,18 @@ pub fn vocab_gguf(size: usize) -> Vec<u8> {
     w.0
 }
 
-/// [`vocab_gguf`] of `laya::engine::synthetic::tiny()`'s vocabulary, written as `vocab.gguf`
-/// in `dir`.
-pub fn write_vocab(dir: &std::path::Path) -> std::path::PathBuf {
+/// [`vocab_gguf`] of [`tiny`](super::tiny)'s vocabulary, written as `vocab.gguf` in `dir`.
+pub fn write_vocab(dir: &Path) -> std::io::Result<PathBuf> {
     let path = dir.join("vocab.gguf");
-    let size = laya::engine::synthetic::tiny().vocab_size as usize;
-    std::fs::write(&path, vocab_gguf(size)).unwrap();
-    path
+    std::fs::write(&path, vocab_gguf(super::tiny().vocab_size as usize))?;
+    Ok(path)
 }
 
 /// The tiny model, written as `tiny.gguf` in `dir`.
-pub fn write_tiny(dir: &std::path::Path) -> std::path::PathBuf {
+pub fn write_tiny(dir: &Path) -> std::io::Result<PathBuf> {
     let path = dir.join("tiny.gguf");
-    std::fs::write(&path, tiny_gguf().bytes).unwrap();
-    path
+    std::fs::write(&path, tiny_gguf().bytes)?;
+    Ok(path)
 }
 
 /// The tiny model as GGUF bytes.

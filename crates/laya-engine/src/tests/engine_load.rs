@@ -1,13 +1,14 @@
 //! Model files that are missing, truncated, corrupt or of the wrong kind give an error that
 //! names the file (and the tensor, where one is at fault); nothing panics.
 
-use crate::support::{self, gguf};
 use std::{io::Write, path::PathBuf};
 
-use laya::engine::{
-    load::EngineLoadError,
-    load::{LoadOptions, Precision},
-    LocalModel,
+use super::{mlx, real_05b};
+use crate::{
+    load::{EngineLoadError, LoadOptions},
+    local::LocalModel,
+    seam::Precision,
+    synthetic::gguf,
 };
 
 /// A model file to break: its bytes, a cut inside its tensor data, cuts inside its header
@@ -20,7 +21,7 @@ struct Breakable {
     header: usize,
 }
 
-/// The tiny GGUF of `support::gguf` (F32 tensors), and with `LAYA_TEST_REAL_MODELS=1` the
+/// The tiny GGUF of `synthetic::gguf` (F32 tensors), and with `LAYA_TEST_REAL_MODELS=1` the
 /// real 0.5B too (quantized tensors; its header and tensor table fit in its first 6 MB).
 fn breakables() -> Vec<Breakable> {
     let tiny = gguf::tiny_gguf();
@@ -31,8 +32,8 @@ fn breakables() -> Vec<Breakable> {
         header: tiny.data_offset + 64,
         bytes: tiny.bytes,
     }];
-    if laya::testing::real_models() {
-        let path = support::real::model("qwen2.5-coder-0.5b").expect("the switch is on");
+    if crate::testing::real_models() {
+        let path = real_05b().expect("the switch is on");
         v.push(Breakable {
             what: "qwen2.5-coder-0.5b",
             bytes: std::fs::read(path).unwrap(),
@@ -45,7 +46,7 @@ fn breakables() -> Vec<Breakable> {
 }
 
 fn load_err(path: &std::path::Path) -> String {
-    let (_g, _b) = support::mlx();
+    let (_g, _b) = mlx();
     let opts = LoadOptions {
         precision: Precision::Q8,
         group_size: 64,

@@ -4,7 +4,6 @@
 //! computed in f32 and agrees to ~1e-6. On CUDA (Hopper), f32 matmuls and attention run on
 //! TF32 tensor cores (10-bit mantissa), so those ops get a GPU tolerance of 2e-3.
 
-use crate::support::{assert_close, mlx, Backend, Lcg};
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
     ops::{
@@ -13,6 +12,8 @@ use mlx_rs::{
     },
     Array,
 };
+
+use super::{assert_close, mlx, Backend, Lcg};
 
 fn arr(v: &[f32], shape: &[usize]) -> Array {
     let shape: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
@@ -398,7 +399,7 @@ fn rope_of_a_transposed_view_at_an_offset() {
 /// layers gives the logits of one forward.
 #[test]
 fn decode_steps_over_the_cache_give_the_logits_of_whole_forwards() {
-    use laya::engine::{load::Precision, models::Arch, synthetic};
+    use crate::{models::Arch, seam::Precision, synthetic};
     let (_g, backend) = mlx();
     let tol = mm_tol(backend) * 10.0;
     for arch in [Arch::Qwen2, Arch::Qwen3] {

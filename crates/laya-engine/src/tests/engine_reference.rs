@@ -13,23 +13,30 @@
 //! top-2 margin in the reference is smaller than that tolerance: past such a step either
 //! token is a faithful answer, and the sequences may legitimately part.
 
-use crate::support;
-use laya::engine::{
-    generate::{generate, GenerateRequest},
-    load::{LoadOptions, Precision},
-    sample::{host_slice, SamplingParams},
-    Cancel, LocalModel,
-};
 use mlx_rs::{transforms::eval, Array};
 
+use super::{mlx, real_05b};
+use crate::{
+    cancel::Cancel,
+    draft::Speculation,
+    generate::{generate, Control, GenerateRequest},
+    load::LoadOptions,
+    local::LocalModel,
+    sample::host_slice,
+    seam::{Precision, SamplingParams},
+};
+
 fn reference() -> serde_json::Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/reference-0.5b.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/reference-0.5b.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).expect("read reference")).expect("parse reference")
 }
 
 /// The real 0.5B: `None` (the test is skipped) unless `LAYA_TEST_REAL_MODELS=1`.
 fn model_path() -> Option<std::path::PathBuf> {
-    support::real::model("qwen2.5-coder-0.5b")
+    real_05b()
 }
 
 struct PromptResult {
@@ -42,7 +49,7 @@ struct PromptResult {
 }
 
 fn run(path: &std::path::Path, precision: Precision, logit_tol: f32) -> Vec<PromptResult> {
-    let (_guard, _backend) = support::mlx();
+    let (_guard, _backend) = mlx();
     let model = LocalModel::load(
         path,
         &LoadOptions {
@@ -105,7 +112,7 @@ fn run(path: &std::path::Path, precision: Precision, logit_tol: f32) -> Vec<Prom
             sampling: SamplingParams::default(),
             stop_token_ids: vec![],
             branch_first: false,
-            speculation: laya::engine::draft::Speculation::Off,
+            speculation: Speculation::Off,
             history: vec![],
         };
         let out = generate(
@@ -114,7 +121,7 @@ fn run(path: &std::path::Path, precision: Precision, logit_tol: f32) -> Vec<Prom
             &ids[ids.len() - 1..],
             &req,
             &Cancel::new(),
-            |_, _| laya::engine::generate::Control::Continue,
+            |_, _| Control::Continue,
         )
         .unwrap();
         let want: Vec<u64> = p["generated_token_ids"]
@@ -184,7 +191,6 @@ fn assert_agrees(results: &[PromptResult], logit_tol: f32) {
 #[test]
 fn native_precision_matches_llama_cpp() {
     let Some(path) = model_path() else { return };
-    let _busy = support::busy_cpu();
     let tol = 0.5;
     assert_agrees(&run(&path, Precision::Native, tol), tol);
 }
@@ -192,7 +198,6 @@ fn native_precision_matches_llama_cpp() {
 #[test]
 fn q8_matches_llama_cpp() {
     let Some(path) = model_path() else { return };
-    let _busy = support::busy_cpu();
     // q8 re-quantizes each weight once more (error ≤ one step of 1/255 of a group's range),
     // which moves logits by a few hundredths on top of the native difference.
     let tol = 0.6;

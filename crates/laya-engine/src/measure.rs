@@ -1,0 +1,649 @@
+//! The engine's measurements, for `laya bench engine`: load time, prefill throughput, decode
+//! latency (after a short and a long prompt), how close decode comes to the memory-bandwidth
+//! floor (every weight byte read once per token), the ops of one decode step, what checking a
+//! full draft costs, and how long a cancelled request keeps the model after its flag is set
+//! (cancel → free), while it prefills and while it decodes.
+//!
+//! Boundary: it times a `Model` from the inside (prefill, decode, forwards, the cancel flag)
+//! and returns rows of numbers with their printed form; which models to measure (the catalog's
+//! names, files), where rows are written and the llama.cpp peer are the caller's. Every row is
+//! measured on the device the caller selected, after an untimed warm-up of each shape.
+//!
+//! Start with [`measure`].
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use mlx_rs::{transforms::eval, Array, Dtype};
+
+use crate::{
+    cache::KvCache,
+    cancel::Cancel,
+    draft::DRAFT_MAX,
+    generate::{generate, prefill, Control, GenerateError, GenerateRequest, Meter, Pacing, PREFILL_CHUNK},
+    load::{self, EngineLoadError, LoadOptions},
+    models::{Model, ModelError, Shape},
+    runtime::{graph_primitives, kernels},
+    seam::Precision,
+    synthetic,
+};
+
+/// Why a measurement failed: a load, MLX, a generation, or a check of its own; its causes
+/// follow as [`source`](std::error::Error::source).
+#[derive(Debug)]
+pub struct MeasureError(Box<dyn std::error::Error + Send + Sync>);
+
+impl MeasureError {
+    fn msg(message: impl Into<String>) -> MeasureError {
+        MeasureError(message.into().into())
+    }
+}
+
+impl std::fmt::Display for MeasureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for MeasureError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+macro_rules! from_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MeasureError {
+            fn from(e: $t) -> MeasureError {
+                MeasureError(Box::new(e))
+            }
+        }
+    )*};
+}
+from_errors!(
+    EngineLoadError,
+    GenerateError,
+    ModelError,
+    mlx_rs::error::Exception,
+    std::io::Error
+);
+
+fn ensure(ok: bool, message: impl FnOnce() -> String) -> Result<(), MeasureError> {
+    match ok {
+        true => Ok(()),
+        false => Err(MeasureError::msg(message())),
+    }
+}
+
+/// What to measure one model on.
+pub struct Target {
+    /// Label in the table.
+    pub label: String,
+    pub source: Source,
+}
+
+pub enum Source {
+    /// A GGUF file or model folder.
+    File(std::path::PathBuf),
+    /// Random weights of a real model's shape (the catalog's models).
+    Synthetic(Shape),
+}
+
+pub struct Settings {
+    pub precisions: Vec<Precision>,
+    pub group_size: i32,
+    pub prefill_lengths: Vec<usize>,
+    pub decode_tokens: usize,
+    /// Memory bandwidth in GB/s for the floor; `None` measures the host's copy bandwidth.
+    pub bandwidth_gbs: Option<f64>,
+    /// The device selected ([`use_device`](crate::runtime::use_device)'s description):
+    /// synthetic weights are bf16 on a GPU, f32 on the CPU.
+    pub device: String,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Row {
+    pub model: String,
+    pub(crate) synthetic: bool,
+    pub(crate) device: String,
+    pub precision: String,
+    pub(crate) load_s: f64,
+    /// (prompt length, tokens per second), the second run at that length.
+    pub prefill_tok_s: Vec<(usize, f64)>,
+    /// The same for the first run at each length (it pays for kernels first compiled for that
+    /// shape); empty where not measured.
+    #[serde(default)]
+    pub(crate) prefill_first_tok_s: Vec<(usize, f64)>,
+    /// The primitives of one decode step's graph by name (see [`decode_step_ops`]); empty
+    /// where not counted.
+    #[serde(default)]
+    pub(crate) decode_step_ops: std::collections::BTreeMap<String, usize>,
+    pub decode_ms_per_token: f64,
+    /// Decode ms a token after a long prompt (its length first): what a completion at the end
+    /// of a file's window pays, attention over that many keys included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) decode_long: Option<(usize, f64)>,
+    /// Of `decode_long`'s ms a token: building and queueing the forward on the host, and
+    /// waiting for its token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) decode_long_split: Option<(f64, f64)>,
+    pub(crate) weight_bytes_per_token: u64,
+    pub(crate) bandwidth_gbs: f64,
+    pub(crate) floor_ms_per_token: f64,
+    /// floor / measured: 1.0 would read every weight byte at full bandwidth.
+    pub(crate) share_of_floor: f64,
+    /// Cancel → free while prefilling and while decoding (absent for llama.cpp's rows).
+    #[serde(default)]
+    pub(crate) cancel: Option<CancelFree>,
+    /// A decode forward that checks a full draft: positions fed (the last token and
+    /// [`DRAFT_MAX`] drafted ones) and its time in ms (absent for llama.cpp's rows). Drafts pay
+    /// where this is close to one decode step.
+    #[serde(default)]
+    pub(crate) draft_check: Option<(usize, f64)>,
+}
+
+/// How long a cancelled generation keeps the model: from its flag being set to the model
+/// being free (generation returned and the device idle), sampled at points spread over one
+/// piece (a prompt chunk, a decode step), so the maximum nears a whole piece and the mean
+/// half of one.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CancelFree {
+    pub(crate) prefill_ms: Vec<f64>,
+    /// Tokens in the chunk run when the flag was set, and how long the chunk before took.
+    pub(crate) prefill_chunk_tokens: u64,
+    pub(crate) prefill_chunk_ms: f64,
+    pub(crate) decode_ms: Vec<f64>,
+    pub(crate) decode_step_ms: f64,
+}
+
+/// Points of a piece at which the flag is set.
+const CANCEL_SAMPLES: usize = 4;
+/// The prompt length decode is timed after as well: about a file window's prompt.
+const LONG_CONTEXT: usize = 1536;
+
+/// Waits until `count(meter)` reaches `at`, timing the piece before it (from `at - 1`), then
+/// sets `cancel` after `share` of that piece. Returns when it set the flag and the piece's
+/// time (`None` when `done` came first).
+fn cancel_at(
+    meter: &Meter,
+    count: fn(&Meter) -> u64,
+    at: u64,
+    share: f64,
+    cancel: &Cancel,
+    done: &AtomicBool,
+) -> Option<(Instant, Duration, u64)> {
+    let wait_for = |n: u64| {
+        while count(meter) < n {
+            if done.load(Ordering::SeqCst) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Some(Instant::now())
+    };
+    let a = wait_for(at - 1)?;
+    let tokens_before = meter.prefill_tokens.load(Ordering::SeqCst);
+    let b = wait_for(at)?;
+    let piece = b - a;
+    std::thread::sleep(piece.mul_f64(share));
+    cancel.cancel();
+    let chunk = meter.prefill_tokens.load(Ordering::SeqCst) - tokens_before;
+    Some((Instant::now(), piece, chunk))
+}
+
+/// One sample: runs `work` on this thread (metered) while another thread sets the flag
+/// `share` into piece `at`; the time from the flag to `work` returning and the device idle,
+/// with the piece's time and the tokens counted in the piece (prompt chunks).
+fn cancel_sample(
+    at: u64,
+    share: f64,
+    count: fn(&Meter) -> u64,
+    work: impl FnOnce(&Cancel) -> Result<(), MeasureError>,
+) -> Result<(f64, f64, u64), MeasureError> {
+    let meter = Arc::new(Meter::default());
+    meter.install();
+    let cancel = Cancel::new();
+    let done = Arc::new(AtomicBool::new(false));
+    let setter = {
+        let (meter, cancel, done) = (meter.clone(), cancel.clone(), done.clone());
+        std::thread::spawn(move || cancel_at(&meter, count, at, share, &cancel, &done))
+    };
+    let result = work(&cancel);
+    // The device is idle once a step queued after everything else has run.
+    let z = Array::from_int(0).add(Array::from_int(1))?;
+    eval([&z])?;
+    let free = Instant::now();
+    done.store(true, Ordering::SeqCst);
+    Meter::uninstall();
+    result?;
+    let (set, piece, tokens) = setter
+        .join()
+        .map_err(|_| MeasureError::msg("the cancelling thread panicked"))?
+        .ok_or_else(|| MeasureError::msg("the generation ended before the flag was set"))?;
+    Ok((
+        free.saturating_duration_since(set).as_secs_f64() * 1e3,
+        piece.as_secs_f64() * 1e3,
+        tokens,
+    ))
+}
+
+/// Cancel → free while prefilling (a 4096-token prompt, the flag set during its 4th chunk)
+/// and while decoding (the flag set during the 4th step), each at [`CANCEL_SAMPLES`] points
+/// spread over the piece, with the device's pacing ([`Pacing::for_device`]).
+fn cancel_to_free(model: &Model) -> Result<CancelFree, MeasureError> {
+    let mut c = CancelFree::default();
+    let request = GenerateRequest::greedy;
+    let long = random_ids(8 * PREFILL_CHUNK, 11);
+    let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
+    let steps = |m: &Meter| m.decode_steps.load(Ordering::SeqCst);
+    for i in 0..CANCEL_SAMPLES {
+        let share = i as f64 / CANCEL_SAMPLES as f64;
+        let (ms, piece, tokens) = cancel_sample(4, share, chunks, |cancel| {
+            let mut caches = model.new_caches();
+            generate(model, &mut caches, &long, &request(1), cancel, |_, _| {
+                Control::Continue
+            })?;
+            Ok(())
+        })?;
+        c.prefill_ms.push(ms);
+        c.prefill_chunk_ms = piece;
+        c.prefill_chunk_tokens = tokens;
+    }
+    // Decode after a short prompt, prefilled once and reused but for its last id.
+    let prompt = random_ids(16, 12);
+    let mut cached = model.new_caches();
+    let no = Cancel::new();
+    prefill(model, &mut cached, &prompt[..prompt.len() - 1], &no)?;
+    let held = cached[0].offset();
+    for i in 0..CANCEL_SAMPLES {
+        let share = i as f64 / CANCEL_SAMPLES as f64;
+        let (ms, piece, _) = cancel_sample(4, share, steps, |cancel| {
+            let caches: &mut [KvCache] = &mut cached;
+            caches.iter_mut().for_each(|k| k.truncate_to(held));
+            let last = &prompt[prompt.len() - 1..];
+            generate(model, caches, last, &request(100_000), cancel, |_, _| {
+                Control::Continue
+            })?;
+            Ok(())
+        })?;
+        c.decode_ms.push(ms);
+        c.decode_step_ms = piece;
+    }
+    Ok(c)
+}
+
+fn max_mean(v: &[f64]) -> (f64, f64) {
+    let max = v.iter().copied().fold(0.0, f64::max);
+    (max, v.iter().sum::<f64>() / v.len().max(1) as f64)
+}
+
+/// `cancel → free: prefill max N ms (mean M; chunks of T tokens, C ms), decode max … (steps of …)`.
+fn format_cancel(c: &CancelFree) -> String {
+    let pacing = Pacing::for_device();
+    let (pmax, pmean) = max_mean(&c.prefill_ms);
+    let (dmax, dmean) = max_mean(&c.decode_ms);
+    format!(
+        "cancel → free: prefill {pmax:.0} ms at most, {pmean:.0} ms mean (a chunk of {} tokens, {:.0} ms; {:?}); \
+         decode {dmax:.0} ms at most, {dmean:.0} ms mean (a step of {:.0} ms; overlap {}); {} samples each",
+        c.prefill_chunk_tokens,
+        c.prefill_chunk_ms,
+        pacing.chunking,
+        c.decode_step_ms,
+        pacing.overlap,
+        c.prefill_ms.len()
+    )
+}
+
+/// Host memory bandwidth from copying 256 MiB (best of 5), GB/s counting read + write.
+pub fn host_copy_bandwidth_gbs() -> f64 {
+    let n = 256 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    2.0 * n as f64 / best / 1e9
+}
+
+/// What one small op costs on the default device, host work and launch included: a chain of
+/// `n` dependent adds on a `[1, width]` array of `dtype`, built and evaluated at once (one
+/// kernel per op), best of 4 (the first pays for kernel compiles). Microseconds per op. A
+/// decode step is a few hundred such ops besides its matrix products, so this bounds how fast
+/// a small model can decode.
+fn op_cost_us(width: i32, n: usize, dtype: Dtype) -> Result<f64, mlx_rs::error::Exception> {
+    let x = mlx_rs::ops::ones::<f32>(&[1, width])?.as_dtype(dtype)?;
+    eval([&x])?;
+    let mut best = f64::MAX;
+    for _ in 0..4 {
+        let t = Instant::now();
+        let mut y = x.clone();
+        for _ in 0..n {
+            y = y.add(&x)?;
+        }
+        eval([&y])?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best * 1e6 / n.max(1) as f64)
+}
+
+fn random_ids(n: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Plain-text ids only (below Qwen's special tokens).
+            ((x >> 33) % 150_000) as u32
+        })
+        .collect()
+}
+
+fn prefill_time(model: &Model, n: usize) -> Result<Duration, MeasureError> {
+    let ids: Vec<i32> = random_ids(n, n as u64).into_iter().map(|i| i as i32).collect();
+    let tokens = Array::from_slice(&ids, &[1, n as i32]);
+    let mut caches = model.new_caches();
+    let t = Instant::now();
+    let logits = model.forward(&tokens, &mut caches)?;
+    eval([&logits])?;
+    Ok(t.elapsed())
+}
+
+/// Mean time of a decode forward of `positions` tokens after a 128-token prompt (what checking
+/// a draft costs), over a few runs after one untimed.
+fn check_ms(model: &Model, positions: usize) -> Result<f64, MeasureError> {
+    let mut caches = model.new_caches();
+    let prompt = random_ids(128, 5);
+    let p = prefill(model, &mut caches, &prompt, &Cancel::new())?;
+    ensure(p.is_some(), || "the prompt did not run".into())?;
+    let step = Array::from_slice(&random_ids(positions, 6), &[1, positions as i32]);
+    let runs = 5;
+    let mut total = Duration::ZERO;
+    for run in 0..=runs {
+        let t = Instant::now();
+        let logits = model.forward_all(&step, &mut caches)?;
+        let chosen = mlx_rs::ops::indexing::argmax_axis(&logits, -1, false)?;
+        eval([&chosen])?;
+        if run > 0 {
+            total += t.elapsed();
+        }
+        caches.iter_mut().for_each(|c| c.truncate_to(prompt.len()));
+    }
+    Ok(total.as_secs_f64() * 1e3 / runs as f64)
+}
+
+/// The primitives of one decode step's graph (a token after a 128-token prompt: the model's
+/// forward and the argmax), counted before evaluation: the ops, and so nearly the kernels,
+/// a token costs on any device.
+fn decode_step_ops(model: &Model) -> Result<std::collections::BTreeMap<String, usize>, MeasureError> {
+    let vocab = model.config().vocab_size as u32;
+    let ids: Vec<u32> = random_ids(129, 5).into_iter().map(|i| i % vocab).collect();
+    let mut caches = model.new_caches();
+    let p = prefill(model, &mut caches, &ids[..128], &Cancel::new())?;
+    ensure(p.is_some(), || "the prompt did not run".into())?;
+    let step = Array::from_slice(&[ids[128] as i32], &[1, 1]);
+    let logits = model.forward(&step, &mut caches)?;
+    let next = mlx_rs::ops::indexing::argmax_axis(&logits, -1, false)?;
+    Ok(graph_primitives(&[&next])?)
+}
+
+/// Mean time of a decode step after a 128-token prompt.
+fn decode_ms(model: &Model, tokens: usize) -> Result<f64, MeasureError> {
+    Ok(decode_ms_after(model, 128, tokens)?.0)
+}
+
+/// Mean time of a decode step after a prompt of `prompt` random tokens.
+/// Decode ms a token after a `prompt`-token prompt, and of it the ms building the forwards
+/// and waiting for their tokens.
+fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> Result<(f64, f64, f64), MeasureError> {
+    let mut caches = model.new_caches();
+    let req = GenerateRequest::greedy(tokens);
+    let out = generate(
+        model,
+        &mut caches,
+        &random_ids(prompt, 7),
+        &req,
+        &Cancel::new(),
+        |_, _| Control::Continue,
+    )?;
+    let n = out.candidates[0].len();
+    ensure(n > 1, || format!("decode produced {n} tokens"))?;
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (n - 1) as f64;
+    Ok((
+        per(out.decode_time),
+        per(out.decode_build_time),
+        per(out.decode_wait_time),
+    ))
+}
+
+/// Each target at each precision, in order; `on_row` hears each row as it is measured.
+pub fn measure(
+    targets: &[Target],
+    s: &Settings,
+    mut on_row: impl FnMut(&Row),
+) -> Result<Vec<Row>, MeasureError> {
+    let bandwidth = s.bandwidth_gbs.unwrap_or_else(host_copy_bandwidth_gbs);
+    let dtype = synthetic_dtype(&s.device);
+    let mut rows = vec![];
+    for target in targets {
+        for &precision in &s.precisions {
+            let t = Instant::now();
+            let (model, synthetic) = match &target.source {
+                Source::File(path) => {
+                    let opts = LoadOptions {
+                        precision,
+                        group_size: s.group_size,
+                        use_cache: true,
+                        progress: false,
+                        ..Default::default()
+                    };
+                    (load::load(path, &opts)?.model, false)
+                }
+                Source::Synthetic(shape) => (
+                    synthetic::random_model(&shape.config(), precision, s.group_size, dtype, 1)?,
+                    true,
+                ),
+            };
+            let load_s = t.elapsed().as_secs_f64();
+            // Warm-up: the first run of each shape pays for kernel compilation (MLX CUDA compiles
+            // its quantized matmul kernels for more than 16 rows at first use) and allocation.
+            prefill_time(&model, 64)?;
+            decode_ms(&model, 4)?;
+            let (mut prefill, mut prefill_first) = (vec![], vec![]);
+            for &n in &s.prefill_lengths {
+                let first = prefill_time(&model, n)?;
+                let d = prefill_time(&model, n)?;
+                prefill_first.push((n, n as f64 / first.as_secs_f64()));
+                prefill.push((n, n as f64 / d.as_secs_f64()));
+            }
+            let decode = decode_ms(&model, s.decode_tokens)?;
+            let (long_ms, long_build, long_wait) = decode_ms_after(&model, LONG_CONTEXT, s.decode_tokens)?;
+            let decode_step_ops = decode_step_ops(&model)?;
+            let cancel = cancel_to_free(&model)?;
+            let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
+            let bytes = model.weight_bytes_per_token() as u64;
+            let floor = bytes as f64 / (bandwidth * 1e9) * 1e3;
+            let row = Row {
+                model: target.label.clone(),
+                synthetic,
+                device: s.device.clone(),
+                precision: precision.label().to_owned(),
+                load_s,
+                prefill_tok_s: prefill,
+                prefill_first_tok_s: prefill_first,
+                decode_step_ops,
+                decode_ms_per_token: decode,
+                decode_long: Some((LONG_CONTEXT, long_ms)),
+                decode_long_split: Some((long_build, long_wait)),
+                weight_bytes_per_token: bytes,
+                bandwidth_gbs: bandwidth,
+                floor_ms_per_token: floor,
+                share_of_floor: floor / decode,
+                cancel: Some(cancel),
+                draft_check,
+            };
+            on_row(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+pub fn header() -> String {
+    format!(
+        "{:<34} {:<9} {:<6} {:>7}  {:<28} {:>9} {:>9} {:>9} {:>7}",
+        "model", "device", "bits", "load s", "prefill tok/s", "decode", "MB/token", "floor ms", "floor%"
+    )
+}
+
+pub fn format_row(r: &Row) -> String {
+    let per_length = |runs: &[(usize, f64)]| {
+        let v: Vec<String> = runs.iter().map(|(n, v)| format!("{n}:{v:.0}")).collect();
+        v.join(" ")
+    };
+    let cancel = r
+        .cancel
+        .as_ref()
+        .map(|c| format!("\n  {}", format_cancel(c)))
+        .unwrap_or_default();
+    let first = if r.prefill_first_tok_s.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n  prefill tok/s of the first run at each length: {}",
+            per_length(&r.prefill_first_tok_s)
+        )
+    };
+    let ops = if r.decode_step_ops.is_empty() {
+        String::new()
+    } else {
+        let mut top: Vec<(&String, &usize)> = r.decode_step_ops.iter().collect();
+        top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let top: Vec<String> = top.iter().take(8).map(|(k, n)| format!("{k} {n}")).collect();
+        let total: usize = r.decode_step_ops.values().sum();
+        format!(
+            "\n  one decode step: {total} ops, {} of them views ({})",
+            total - kernels(&r.decode_step_ops),
+            top.join(", ")
+        )
+    };
+    let long = r
+        .decode_long
+        .map(|(n, ms)| {
+            let split = r
+                .decode_long_split
+                .map(|(b, w)| format!(" ({b:.2} building, {w:.2} waiting)"))
+                .unwrap_or_default();
+            format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token{split}")
+        })
+        .unwrap_or_default();
+    let check = r
+        .draft_check
+        .map(|(positions, ms)| {
+            format!(
+                "\n  a forward of {positions} positions (a full draft checked): {ms:.2} ms, {:.2}× a decode step",
+                ms / r.decode_ms_per_token
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{:<34} {:<9} {:<6} {:>7.2}  {:<28} {:>6.2} ms {:>9.1} {:>9.3} {:>6.1}%",
+        if r.synthetic {
+            format!("{} (synthetic)", r.model)
+        } else {
+            r.model.clone()
+        },
+        r.device,
+        r.precision,
+        r.load_s,
+        per_length(&r.prefill_tok_s),
+        r.decode_ms_per_token,
+        r.weight_bytes_per_token as f64 / 1e6,
+        r.floor_ms_per_token,
+        r.share_of_floor * 100.0
+    ) + &first
+        + &ops
+        + &long
+        + &cancel
+        + &check
+}
+
+/// The dense dtype of synthetic weights and of [`small_op`]'s chain on `device` (a
+/// [`use_device`](crate::runtime::use_device) description): bf16 on a GPU, f32 on the CPU.
+fn synthetic_dtype(device: &str) -> Dtype {
+    if device.starts_with("gpu") {
+        Dtype::Bfloat16
+    } else {
+        Dtype::Float32
+    }
+}
+
+/// The report's line on what one small op costs on `device` (the one selected): a chain of
+/// 1,000 dependent adds on a `[1, 2048]` array of the device's dtype, one eval
+/// (see [`op_cost_us`]).
+pub fn small_op(device: &str) -> Result<String, MeasureError> {
+    let (width, chain) = (2048, 1000);
+    let dtype = synthetic_dtype(device);
+    let op = op_cost_us(width, chain, dtype)?;
+    Ok(format!(
+        "one small op on {device}: {op:.2} us (a chain of {chain} dependent adds on [1, {width}] {dtype:?}, one eval)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A decode step of the 30B-A3B's layers (reduced for a CPU to 16 experts, a 1,024-token
+    /// vocabulary and a quarter of the widths: the ops are the same) runs two gathered products
+    /// a layer: the experts' gate and up rows in one, their down rows in the other. Prints what
+    /// a layer adds to the step (the count set beside mlx-lm's in docs/benchmarks.md; the CPU
+    /// writes MLX's fast kernels out as plain ops, so a GPU counts fewer).
+    #[test]
+    fn a_moe_decode_step_gathers_twice_a_layer() {
+        // The catalog's qwen3-coder-30b-a3b.
+        let base = Shape {
+            arch: crate::models::Arch::Qwen3Moe,
+            hidden_size: 2048,
+            intermediate_size: 6144,
+            layers: 48,
+            heads: 32,
+            kv_heads: 4,
+            head_dim: 128,
+            vocab_size: 151936,
+            tied: false,
+            experts: Some((128, 8, 768)),
+        }
+        .config();
+        let mut steps = vec![];
+        for layers in [1, 2] {
+            let mut cfg = base.clone();
+            cfg.num_hidden_layers = layers;
+            cfg.vocab_size = 1024;
+            cfg.hidden_size /= 4;
+            cfg.num_attention_heads /= 4;
+            cfg.moe.as_mut().unwrap().num_experts = 16;
+            cfg.moe.as_mut().unwrap().moe_intermediate_size /= 4;
+            let model = synthetic::random_model(&cfg, Precision::Q4, 64, Dtype::Float32, 1).unwrap();
+            let ops = decode_step_ops(&model).unwrap();
+            assert_eq!(ops.get("GatherQMM"), Some(&(2 * layers as usize)), "{ops:?}");
+            steps.push(ops);
+        }
+        let total = |m: &std::collections::BTreeMap<String, usize>| m.values().sum::<usize>();
+        eprintln!(
+            "a layer adds {} ops, {} of them not views; 2 layers: {:?}",
+            total(&steps[1]) - total(&steps[0]),
+            kernels(&steps[1]) - kernels(&steps[0]),
+            steps[1]
+        );
+    }
+}

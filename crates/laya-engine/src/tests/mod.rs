@@ -1,0 +1,94 @@
+//! The engine's tests that span its modules, run by `cargo test -p laya-engine`: the MLX ops
+//! against plain f32 references (`mlx_ops`: matmul, quantized products at 4/6/8 bits,
+//! rms_norm, RoPE, attention with causal masks and GQA, the strided inputs the model feeds MLX,
+//! decode steps over the KV cache), broken model files (`engine_load`: missing, truncated,
+//! corrupt, of the wrong kind), safetensors folders (`engine_safetensors`: HF bf16 and
+//! mlx-community quantized, sharded, in the pool), and agreement with llama.cpp on the real
+//! 0.5B (`engine_reference`, with `tests/data/reference-0.5b.json`).
+//!
+//! Invariants: every test that builds MLX graphs takes [`mlx`] first, which also selects the
+//! device `LAYA_DEVICE` names (default cpu), so `scripts/gpu/cuda-ops.sh` runs `mlx_ops::` on
+//! a GPU; a test of the real model asks [`real_05b`] and, without `LAYA_TEST_REAL_MODELS=1`,
+//! is skipped, saying so.
+
+mod engine_load;
+mod engine_reference;
+mod engine_safetensors;
+mod mlx_ops;
+
+use std::{
+    path::PathBuf,
+    sync::{Mutex, MutexGuard},
+};
+
+use crate::runtime::{use_device, DevicePref};
+
+/// These tests build MLX graphs from one thread at a time, as a model worker does.
+static MLX: Mutex<()> = Mutex::new(());
+
+/// Take the MLX lock and select the device named by `LAYA_DEVICE` (default cpu), so the
+/// same tests run on the CPU here and on a GPU through `scripts/gpu/cuda-ops.sh`.
+fn mlx() -> (MutexGuard<'static, ()>, Backend) {
+    let guard = MLX.lock().unwrap_or_else(|p| p.into_inner());
+    let pref = match std::env::var("LAYA_DEVICE").as_deref() {
+        Ok("gpu") => DevicePref::Gpu,
+        Ok("auto") => DevicePref::Auto,
+        _ => DevicePref::Cpu,
+    };
+    let desc = use_device(pref).expect("select MLX device");
+    let backend = if desc.starts_with("gpu") {
+        Backend::Gpu
+    } else {
+        Backend::Cpu
+    };
+    (guard, backend)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Cpu,
+    Gpu,
+}
+
+/// The real Qwen2.5-Coder 0.5B GGUF of the model directory: `None` (the test is skipped, and
+/// says so) unless `LAYA_TEST_REAL_MODELS=1`; with it, a missing file fails the test.
+#[track_caller]
+fn real_05b() -> Option<PathBuf> {
+    use crate::load::gguf::tests::{real_model_path, MODEL_05B};
+    real_model_path(MODEL_05B)
+}
+
+/// Deterministic uniform(-1, 1) numbers (an LCG; tests need no crate for this).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next_f32(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32()).collect()
+    }
+}
+
+fn max_abs(a: &[f32]) -> f32 {
+    a.iter().fold(0f32, |m, x| m.max(x.abs()))
+}
+
+/// max |got - want| / max |want|; lengths must agree.
+fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "length mismatch");
+    let d = got.iter().zip(want).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    d / max_abs(want).max(1e-12)
+}
+
+#[track_caller]
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    let e = rel_err(got, want);
+    eprintln!("{what}: rel err {e:.3e} (tol {tol:.0e})");
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
+}
