@@ -581,9 +581,10 @@ impl Pipeline {
     /// The model call for a completion asked for once, outside an editor's session (HTTP
     /// `/complete` and `/v1/completions` with a suffix, `laya complete`): the plan an editor's
     /// request gets — the syntax context, a line or a block, the routed model's budget and
-    /// prompt format, the stop — with `model` in place of the router's choice where given.
-    /// The document's anchor is neither continued nor replaced. Its answer goes to
-    /// [`finish_once`](Self::finish_once).
+    /// prompt format, the stop and the block's line end — with `model` in place of the
+    /// router's choice where given. The document's anchor is neither continued nor replaced.
+    /// Its answer goes to [`finish_once`](Self::finish_once) (`/v1/completions` takes only the
+    /// prompt and keeps the model's text as it came).
     pub fn plan_once(&self, r: &Request, model: Option<ModelKey>) -> Result<Plan, EngineError> {
         check_cursor(r)?;
         Ok(self.plan(r, Caller::Once(model)))
