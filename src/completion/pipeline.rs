@@ -327,12 +327,37 @@ fn ranked(choices: &[Choice]) -> Vec<(usize, &Choice)> {
     out
 }
 
-/// Path shown to the model: the URI's path relative to the workspace root when inside it.
+/// Path shown to the model: the document's path relative to the workspace root when inside
+/// it, else its file name. `file://` URIs are paths by [`file_path`] (percent-decoded);
+/// anything else (`untitled:Untitled-1`, a plain name) shows its last `/`-segment.
 fn display_path(uri: &str, root: Option<&str>) -> String {
-    let path = uri.strip_prefix("file://").unwrap_or(uri);
-    root.and_then(|r| path.strip_prefix(r.strip_prefix("file://").unwrap_or(r)))
-        .map(|p| p.trim_start_matches('/').to_owned())
-        .unwrap_or_else(|| path.rsplit('/').next().unwrap_or(path).to_owned())
+    let Some(path) = file_path(uri) else {
+        return uri.rsplit('/').next().unwrap_or(uri).to_owned();
+    };
+    root.and_then(file_path)
+        .and_then(|root| path.strip_prefix(root).ok().map(|p| p.to_owned()))
+        .filter(|p| !p.as_os_str().is_empty())
+        .or_else(|| path.file_name().map(std::path::PathBuf::from))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The repository's name shown to the model: the workspace root's folder name.
+fn repo_name(root: Option<&str>) -> String {
+    let Some(root) = root else {
+        return "workspace".into();
+    };
+    match file_path(root) {
+        Some(path) => path
+            .file_name()
+            .map_or_else(|| "workspace".into(), |n| n.to_string_lossy().into_owned()),
+        None => root
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or(root)
+            .to_owned(),
+    }
 }
 
 /// The request's cursor must be a character boundary of its document.
@@ -556,9 +581,10 @@ impl Pipeline {
     /// The model call for a completion asked for once, outside an editor's session (HTTP
     /// `/complete` and `/v1/completions` with a suffix, `laya complete`): the plan an editor's
     /// request gets — the syntax context, a line or a block, the routed model's budget and
-    /// prompt format, the stop — with `model` in place of the router's choice where given.
-    /// The document's anchor is neither continued nor replaced. Its answer goes to
-    /// [`finish_once`](Self::finish_once).
+    /// prompt format, the stop and the block's line end — with `model` in place of the
+    /// router's choice where given. The document's anchor is neither continued nor replaced.
+    /// Its answer goes to [`finish_once`](Self::finish_once) (`/v1/completions` takes only the
+    /// prompt and keeps the model's text as it came).
     pub fn plan_once(&self, r: &Request, model: Option<ModelKey>) -> Result<Plan, EngineError> {
         check_cursor(r)?;
         Ok(self.plan(r, Caller::Once(model)))
@@ -699,14 +725,11 @@ impl Pipeline {
         family: Family,
     ) -> (String, Option<Anchor>) {
         let text: &str = &r.doc.text;
-        let repo = r
-            .workspace_root
-            .and_then(|root| root.trim_end_matches('/').rsplit('/').next())
-            .unwrap_or("workspace");
+        let repo = repo_name(r.workspace_root);
         let path = display_path(&r.doc.uri, r.workspace_root);
         let prompt = prompt::build(
             &PromptInput {
-                repo_name: repo,
+                repo_name: &repo,
                 path: &path,
                 prefix: &text[..r.cursor],
                 suffix: &text[r.cursor..],
@@ -1242,6 +1265,29 @@ mod tests {
             small > budget / 100 && small <= budget * 2 / 100 + 20,
             "{small} of {budget}"
         );
+    }
+
+    /// The paths a prompt shows are those of [`file_path`]: percent-decoded (spaces,
+    /// non-ASCII characters), relative to the workspace root when inside it (by whole folder
+    /// names), else the file name; a URI of no file shows its last segment.
+    #[test]
+    fn paths_shown_to_the_model_are_decoded() {
+        let root = Some("file:///tmp/my%20dir");
+        assert_eq!(
+            display_path("file:///tmp/my%20dir/src/caf%C3%A9.rs", root),
+            "src/café.rs"
+        );
+        assert_eq!(display_path("file:///tmp/my%20dir/caf%C3%A9.rs", None), "café.rs");
+        assert_eq!(
+            display_path("file:///tmp/my%20dir2/a.rs", root),
+            "a.rs",
+            "a folder whose name starts alike is outside"
+        );
+        assert_eq!(display_path("untitled:Untitled-1", root), "untitled:Untitled-1");
+        assert_eq!(display_path("t/f.py", None), "f.py");
+        assert_eq!(repo_name(root), "my dir");
+        assert_eq!(repo_name(Some("file:///tmp/caf%C3%A9/")), "café");
+        assert_eq!(repo_name(None), "workspace");
     }
 
     fn choice(text: &str, tokens: usize, logprob: Option<f32>) -> Choice {

@@ -1,8 +1,23 @@
-//! The daemon's HTTP API (axum): `POST /complete` (laya's own: a plain `prompt` to continue,
-//! or a prefix and suffix, whose FIM prompt is the one an editor gets at that cursor: the
-//! completion pipeline's plan), the OpenAI-compatible `POST /v1/completions` (with SSE streaming) and
-//! `GET /v1/models`, and `GET /health`. Errors are JSON `{"error": {"message", "type"}}`
-//! with a 4xx status for anything the client can fix.
+//! The daemon's HTTP API (axum): `POST /complete`, the OpenAI-compatible `POST
+//! /v1/completions` (with SSE streaming) and `GET /v1/models`, and `GET /health`. Errors are
+//! JSON `{"error": {"message", "type"}}` with a 4xx status for anything the client can fix.
+//!
+//! `/complete` is laya's own. A plain `prompt` is continued as it is (the model's text as it
+//! came, the request's `stop`, `n` and `max_tokens`). A `prefix` and `suffix` get what an
+//! editor's invoked request at that cursor gets: the completion pipeline's plan
+//! ([`Pipeline::plan_once`]: the syntax context of the file whose language `path`'s extension
+//! names, a line or a block, the model's budget and prompt format, the stops, the candidates,
+//! the block's [`LineEnd`](crate::engine::LineEnd)) and its post-processing
+//! ([`Pipeline::finish_once`]): `choices` are the suggestions an editor would show, best first,
+//! each with the bytes after the cursor it replaces (`replace_len`). The request's own fields
+//! change that plan only where given: `max_tokens` (the line's and the block's limit, else the
+//! editor's within `--max-tokens`), `n` (the candidates), `max_prompt_tokens` (the prompt
+//! budget), `stop` (stop strings besides the plan's), the sampling and the model (else the
+//! default model, not the router's choice).
+//!
+//! `/v1/completions` with a `suffix` builds its prompt the same way, from `prompt` and
+//! `suffix`; otherwise it is OpenAI's: the client's `stop`, `n` and `max_tokens`, and the
+//! model's text as it came (streamed or not), with no post-processing.
 
 use std::{
     collections::VecDeque,
@@ -33,18 +48,14 @@ use super::{
     server::{Daemon, DaemonError, Served},
 };
 use crate::{
-    completion::pipeline::{CompletionSettings, Pipeline, Request as PipelineRequest, Trigger},
-    document::Document,
+    completion::pipeline::{CompletionSettings, Pipeline, Plan, Request as PipelineRequest, Trigger},
+    document::{Document, DocumentSnapshot},
     engine::Engine,
     engine::{
         Cancel, CancelOnDrop, CompletionRequest, FinishReason, ModelKey, Precision, SamplingParams, Tier,
     },
     prompt::Budget,
 };
-
-/// Prompt budget (tokens) for prompts built here from a prefix and suffix, unless the
-/// request gives `max_prompt_tokens`; always within the sequence limit.
-const DEFAULT_PROMPT_TOKENS: usize = 2048;
 
 /// An error answer: status and OpenAI-style body.
 #[derive(Debug)]
@@ -323,50 +334,139 @@ fn model_key(d: &Daemon, field: Option<ModelField>) -> Result<ModelKey, HttpErro
     }
 }
 
-/// The FIM prompt for a prefix and suffix on the model `key`: the plan an editor's request
-/// at that cursor gets ([`Pipeline::plan_once`]: the syntax context of the file, whose
-/// language `path`'s extension names, inside the model's budget and in its prompt format),
-/// within `max_prompt_tokens` (default [`DEFAULT_PROMPT_TOKENS`]) and the sequence limit.
+/// A document of a prefix and suffix with the cursor between them, and the settings an
+/// editor's request there is planned with: the editor's defaults, except where the HTTP
+/// request gives `max_tokens` (the line's and the block's limit; else the editor's, within
+/// the server's `--max-tokens`), `max_prompt_tokens` (the prompt budget, whose default is the
+/// editor's) or `n` (the candidates); the budget always leaves room for the answer within the
+/// sequence limit.
+struct AtCursor {
+    pipeline: Pipeline,
+    doc: DocumentSnapshot,
+    cursor: usize,
+    settings: CompletionSettings,
+}
+
+/// What an HTTP request says of its cursor and the plan there.
+struct CursorFields<'a> {
+    prefix: &'a str,
+    suffix: &'a str,
+    /// Shown to the model as the file's path; its extension names the language.
+    path: &'a str,
+    max_tokens: Option<usize>,
+    max_prompt_tokens: Option<usize>,
+    n: Option<usize>,
+}
+
+impl AtCursor {
+    fn new(d: &Daemon, f: CursorFields) -> Result<AtCursor, HttpError> {
+        let editor = CompletionSettings::default();
+        let limits = &d.config().limits;
+        let (line, block) = match f.max_tokens {
+            Some(t) => (t, t),
+            None => (
+                editor.max_tokens_line.min(limits.max_tokens),
+                editor.max_tokens_block.min(limits.max_tokens),
+            ),
+        };
+        let room = limits
+            .max_seq_len
+            .saturating_sub(line.max(block))
+            .saturating_sub(16); // the FIM markers
+        let settings = CompletionSettings {
+            budget: Budget {
+                max_tokens: f.max_prompt_tokens.unwrap_or(editor.budget.max_tokens).min(room),
+                ..editor.budget.clone()
+            },
+            max_tokens_line: line,
+            max_tokens_block: block,
+            candidates: f.n.unwrap_or(editor.candidates),
+            ..editor
+        };
+        let text = format!("{}{}", f.prefix, f.suffix);
+        let pool: Arc<dyn Engine> = d.pool().map_err(DaemonError::Engine)?;
+        Ok(AtCursor {
+            pipeline: Pipeline::new(pool),
+            doc: Document::for_path(&text, f.path).snapshot(f.path),
+            cursor: f.prefix.len(),
+            settings,
+        })
+    }
+
+    /// The pipeline's request: an invoked one (the user asked), with nothing else open.
+    fn request(&self) -> PipelineRequest<'_> {
+        PipelineRequest {
+            doc: &self.doc,
+            others: &[],
+            cursor: self.cursor,
+            trigger: Trigger::Invoked,
+            settings: &self.settings,
+            workspace_root: None,
+            workspace: None,
+        }
+    }
+
+    /// The plan an editor's request here gets ([`Pipeline::plan_once`]), on the model `key`.
+    fn plan(&self, key: ModelKey) -> Result<Plan, HttpError> {
+        Ok(self
+            .pipeline
+            .plan_once(&self.request(), Some(key))
+            .map_err(DaemonError::Engine)?)
+    }
+}
+
+/// `/complete`'s engine request for a prefix and suffix: the plan at that cursor on `key`
+/// ([`AtCursor`]), with the HTTP request's sampling and its `stop` strings besides the plan's;
+/// the cursor and the plan, which its answer is finished with, come along.
+fn planned_request(
+    d: &Daemon,
+    key: ModelKey,
+    sampling: SamplingParams,
+    stop: Vec<String>,
+    fields: CursorFields,
+) -> Result<(CompletionRequest, AtCursor, Plan), HttpError> {
+    if fields.n == Some(0) {
+        return Err(HttpError::bad(format!(
+            "n must be between 1 and {}, got 0",
+            d.config().limits.max_n
+        )));
+    }
+    let at = AtCursor::new(d, fields)?;
+    let plan = at.plan(key)?;
+    let mut req = CompletionRequest {
+        sampling,
+        ..plan.request.clone()
+    };
+    for s in stop {
+        if !req.stop.contains(&s) {
+            req.stop.push(s);
+        }
+    }
+    Ok((req, at, plan))
+}
+
+/// The FIM prompt of `/v1/completions` with a suffix: the one the plan at that cursor has
+/// ([`AtCursor`]), within `max_prompt_tokens` and the sequence limit.
 fn fim_prompt(
     d: &Daemon,
     key: ModelKey,
     prefix: &str,
     suffix: &str,
-    path: &str,
     max_tokens: usize,
     max_prompt_tokens: Option<usize>,
 ) -> Result<String, HttpError> {
-    let room = d
-        .config()
-        .limits
-        .max_seq_len
-        .saturating_sub(max_tokens)
-        .saturating_sub(16); // the FIM markers
-    let settings = CompletionSettings {
-        budget: Budget {
-            max_tokens: max_prompt_tokens.unwrap_or(DEFAULT_PROMPT_TOKENS).min(room),
-            ..Budget::default()
+    let at = AtCursor::new(
+        d,
+        CursorFields {
+            prefix,
+            suffix,
+            path: "",
+            max_tokens: Some(max_tokens),
+            max_prompt_tokens,
+            n: None,
         },
-        ..CompletionSettings::default()
-    };
-    let text = format!("{prefix}{suffix}");
-    let doc = Document::for_path(&text, path).snapshot(path);
-    let pool: Arc<dyn Engine> = d.pool().map_err(DaemonError::Engine)?;
-    let plan = Pipeline::new(pool)
-        .plan_once(
-            &PipelineRequest {
-                doc: &doc,
-                others: &[],
-                cursor: prefix.len(),
-                trigger: Trigger::Invoked,
-                settings: &settings,
-                workspace_root: None,
-                workspace: None,
-            },
-            Some(key),
-        )
-        .map_err(DaemonError::Engine)?;
-    Ok(plan.request.prompt)
+    )?;
+    Ok(at.plan(key)?.request.prompt)
 }
 
 fn sampling(
@@ -400,21 +500,36 @@ async fn complete(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, HttpError> {
     let b: CompleteBody = parse_body(&headers, body)?;
-    let max_tokens = b
-        .max_tokens
-        .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = model_key(&d, b.model)?;
-    let prompt = match (b.prompt, b.prefix) {
-        (Some(prompt), None) if b.suffix.is_none() => prompt,
-        (None, Some(prefix)) => fim_prompt(
-            &d,
-            key,
-            &prefix,
-            b.suffix.as_deref().unwrap_or(""),
-            &b.path,
-            max_tokens,
-            b.max_prompt_tokens,
-        )?,
+    let sampling = sampling(&d, b.temperature, b.top_p, None, b.seed);
+    let stop = b.stop.map(OneOrMany::into_vec).unwrap_or_default();
+    // A plain continuation's request, or the cursor and the editor's plan there.
+    let (req, planned) = match (b.prompt, b.prefix) {
+        (Some(prompt), None) if b.suffix.is_none() => {
+            let max_tokens = b
+                .max_tokens
+                .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
+            let req = CompletionRequest {
+                model: Some(key),
+                n: b.n.unwrap_or(1),
+                sampling,
+                stop,
+                ..CompletionRequest::new(prompt, max_tokens)
+            };
+            (req, None)
+        }
+        (None, Some(prefix)) => {
+            let fields = CursorFields {
+                prefix: &prefix,
+                suffix: b.suffix.as_deref().unwrap_or(""),
+                path: &b.path,
+                max_tokens: b.max_tokens,
+                max_prompt_tokens: b.max_prompt_tokens,
+                n: b.n,
+            };
+            let (req, at, plan) = planned_request(&d, key, sampling, stop, fields)?;
+            (req, Some((at, plan)))
+        }
         (Some(_), _) => {
             return Err(HttpError::bad(
                 "give either `prompt` (a plain continuation) or `prefix` and `suffix` \
@@ -428,26 +543,44 @@ async fn complete(
             ))
         }
     };
-    let req = CompletionRequest {
-        model: Some(key),
-        n: b.n.unwrap_or(1),
-        sampling: sampling(&d, b.temperature, b.top_p, None, b.seed),
-        stop: b.stop.map(OneOrMany::into_vec).unwrap_or_default(),
-        ..CompletionRequest::new(prompt, max_tokens)
-    };
     let served = d
         .complete(&client_of(&headers, peer), req, Cancel::new(), None)
         .await?;
     let (timing, load_time_ms) = timing_json(&served);
     let out = &served.output;
+    let choices: Vec<Value> = match planned {
+        None => out
+            .choices
+            .iter()
+            .map(|c| {
+                json!({
+                    "text": c.text,
+                    "finish_reason": finish_reason_name(c.finish_reason),
+                    "tokens": c.tokens,
+                })
+            })
+            .collect(),
+        // Ranked and post-processed as an editor's answer is: the suggestions it would show.
+        Some((at, plan)) => {
+            let c = at.pipeline.finish_once(&at.request(), plan, out.clone());
+            c.edits
+                .iter()
+                .zip(&c.origins)
+                .map(|(e, o)| {
+                    json!({
+                        "text": e.text,
+                        "replace_len": e.replace_len,
+                        "finish_reason": out.choices.get(o.choice).map(|c| finish_reason_name(c.finish_reason)),
+                        "tokens": o.tokens,
+                    })
+                })
+                .collect()
+        }
+    };
     let key = out.served_by.unwrap_or(d.config().pool.default);
     Ok(Json(json!({
-        "text": out.choices.first().map(|c| c.text.as_str()).unwrap_or(""),
-        "choices": out.choices.iter().map(|c| json!({
-            "text": c.text,
-            "finish_reason": finish_reason_name(c.finish_reason),
-            "tokens": c.tokens,
-        })).collect::<Vec<_>>(),
+        "text": choices.first().and_then(|c| c["text"].as_str()).unwrap_or(""),
+        "choices": choices,
         "model": key.to_string(),
         "model_name": d.model_name(key.tier),
         "stand_in_for": served.stand_in_for.map(|k| k.to_string()),
@@ -494,7 +627,7 @@ async fn v1_completions(
         .unwrap_or(d.config().defaults.max_tokens.min(d.config().limits.max_tokens));
     let key = d.model_for_name(b.model.as_deref())?;
     let prompt = match &b.suffix {
-        Some(suffix) => fim_prompt(&d, key, &text, suffix, "", max_tokens, b.max_prompt_tokens)?,
+        Some(suffix) => fim_prompt(&d, key, &text, suffix, max_tokens, b.max_prompt_tokens)?,
         None => text,
     };
     let req = CompletionRequest {
@@ -656,4 +789,110 @@ fn stream(
         }
     });
     Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        daemon::DaemonConfig,
+        engine::{
+            pool::{PoolConfig, TierSource},
+            remote::RemoteConfig,
+            runtime::DevicePref,
+            LineEnd,
+        },
+    };
+
+    /// A daemon whose one tier is a server that is never asked.
+    fn daemon(dir: &std::path::Path) -> Daemon {
+        let key = ModelKey {
+            tier: Tier::Small,
+            precision: Precision::Native,
+        };
+        let remote = TierSource::Remote(RemoteConfig::new("http://127.0.0.1:9/v1"));
+        Daemon::new(
+            DaemonConfig {
+                pool: PoolConfig {
+                    tiers: [(Tier::Small, remote)].into(),
+                    default: key,
+                    preload: vec![],
+                    device: DevicePref::Cpu,
+                    prefix: Default::default(),
+                    speculation: Default::default(),
+                    use_cache: false,
+                    loader: Default::default(),
+                },
+                names: Default::default(),
+                runtime_dir: dir.to_owned(),
+                http: None,
+                token: None,
+                limits: Default::default(),
+                defaults: Default::default(),
+                warmup: false,
+                remote_slots: 1,
+            },
+            None,
+        )
+    }
+
+    /// What `/complete` asks the engine for a prefix and suffix is the editor's request at that
+    /// cursor: a block's limit, stop and line end (where post-processing would cut it) at the
+    /// end of a line, a line's mid-line; the request's own `stop`, `n` and `max_tokens` change
+    /// it where given.
+    #[test]
+    fn a_prefix_and_suffix_ask_the_engine_what_an_editor_asks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = daemon(tmp.path());
+        let key = d.config().pool.default;
+        let ask = |prefix: &str, suffix: &str, stop: &[&str], n, max_tokens| {
+            let fields = CursorFields {
+                prefix,
+                suffix,
+                path: "add.py",
+                max_tokens,
+                max_prompt_tokens: None,
+                n,
+            };
+            let stop = stop.iter().map(|s| s.to_string()).collect();
+            planned_request(&d, key, SamplingParams::default(), stop, fields)
+                .map(|(req, ..)| req)
+                .map_err(|e| e.message)
+        };
+        let block = ask(
+            "def add(a, b):\n    return ",
+            "\n\nprint(add(1, 2))\n",
+            &[],
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (block.max_tokens, &block.stop[..], block.n, block.branch_first),
+            (128, &["\n\n\n".to_owned()][..], 1, false)
+        );
+        assert_eq!(
+            block.lines,
+            LineEnd {
+                dedent_below: Some(4),
+                repeats: "print(add(1, 2))".into(),
+                max_lines: Some(8),
+            }
+        );
+        assert!(
+            block.prompt.starts_with("<|fim_prefix|>def add(a, b):"),
+            "{}",
+            block.prompt
+        );
+
+        let line = ask("x = f(", ")\n", &["\n", ";"], Some(3), Some(16)).unwrap();
+        assert_eq!(
+            (line.max_tokens, &line.stop[..], line.n, line.branch_first),
+            (16, &["\n".to_owned(), ";".to_owned()][..], 3, true)
+        );
+        assert!(line.lines.is_none());
+
+        let none = ask("x = ", "", &[], Some(0), None).unwrap_err();
+        assert!(none.contains("n must be between 1 and 8"), "{none}");
+    }
 }

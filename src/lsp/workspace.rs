@@ -9,18 +9,31 @@
 //! document's prompt. URIs are compared as
 //! paths: percent-decoded, `.` and `..` resolved, segment by segment, so
 //! `file:///work/demo/../secret.py` is outside `file:///work/demo`, and `file:///work/demo2`
-//! is not inside `file:///work/demo`.
+//! is not inside `file:///work/demo`. A local `file://` URI's path is
+//! [`crate::workspace::file_path`]'s, the one the workspace index and the prompt use.
+
+use std::ffi::OsString;
+
+use crate::workspace::file_path;
 
 /// A URI as scheme + authority and its path segments (decoded, `.`/`..` resolved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UriPath {
     origin: String,
-    segments: Vec<String>,
+    segments: Vec<OsString>,
 }
 
 impl UriPath {
     /// `None` for what is not `scheme://authority/path` (`untitled:Untitled-1`).
     pub fn parse(uri: &str) -> Option<UriPath> {
+        // A local file: its path.
+        if let Some(path) = file_path(uri) {
+            return Some(UriPath {
+                origin: "file://".into(),
+                segments: path.iter().skip(1).map(OsString::from).collect(),
+            });
+        }
+        // Another scheme (or a file on another host): its path, decoded, as segments.
         let (scheme, rest) = uri.split_once("://")?;
         if scheme.is_empty()
             || !scheme
@@ -34,7 +47,7 @@ impl UriPath {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let mut segments: Vec<String> = vec![];
+        let mut segments: Vec<OsString> = vec![];
         // Decoded first, so `%2e%2e` and an encoded `/` count as what they spell.
         for seg in percent_encoding::percent_decode_str(path)
             .decode_utf8_lossy()
@@ -45,17 +58,16 @@ impl UriPath {
                 ".." => {
                     segments.pop();
                 }
-                s => segments.push(s.to_owned()),
+                s => segments.push(s.into()),
             }
         }
-        Some(UriPath {
-            origin: format!(
-                "{}://{}",
-                scheme.to_ascii_lowercase(),
-                authority.to_ascii_lowercase()
-            ),
-            segments,
-        })
+        let origin = format!(
+            "{}://{}",
+            scheme.to_ascii_lowercase(),
+            authority.to_ascii_lowercase()
+        );
+        // A local file URI that `file_path` refuses names no path.
+        (origin != "file://").then_some(UriPath { origin, segments })
     }
 
     /// A plain path (`rootPath`) as a `file://` URI path.
@@ -120,7 +132,8 @@ impl Workspace {
         self.folders.is_empty()
     }
 
-    /// The declared folders that are local paths (`file://` URIs), for the workspace index.
+    /// The declared folders that are local paths (`file://` URIs, made paths by
+    /// [`file_path`]), for the workspace index.
     pub fn file_roots(&self) -> Vec<std::path::PathBuf> {
         self.folders
             .iter()
@@ -198,6 +211,20 @@ mod tests {
         w.remove("file:///a");
         assert!(w.is_empty());
         assert!(!w.may_lend("file:///b/x", "file:///a/y"));
+    }
+
+    /// A folder's URI is the path `workspace::file_path` makes of it: the index reads that
+    /// folder, and documents are compared by the same decoded paths.
+    #[test]
+    fn folders_are_the_decoded_paths_of_their_uris() {
+        let w = Workspace::from_initialize(&["file:///tmp/my%20dir/caf%C3%A9/"], None, None);
+        assert_eq!(w.file_roots(), [std::path::PathBuf::from("/tmp/my dir/café")]);
+        let cur = "file:///tmp/my%20dir/caf%C3%A9/a.rs";
+        assert!(w.may_lend(cur, "file:///tmp/my%20dir/caf%c3%a9/src/b.rs"));
+        assert!(!w.may_lend(cur, "file:///tmp/my%20dir/cafe/b.rs"));
+        let other_host = Workspace::from_initialize(&["file://host/w"], None, None);
+        assert!(other_host.file_roots().is_empty());
+        assert!(other_host.may_lend("file://host/w/a.rs", "file://host/w/b.rs"));
     }
 
     #[test]

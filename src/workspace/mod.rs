@@ -31,7 +31,7 @@ pub mod resolve;
 pub mod retrieve;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -102,23 +102,28 @@ impl Data {
     }
 }
 
-/// The path of a `file://` URI (percent-decoded, `.`/`..` resolved); `None` for other
-/// schemes and for URIs naming a host.
+/// The local path a `file://` URI names: the one conversion of a document's or folder's URI
+/// into a path (the workspace index, the LSP's workspace folders, the path a prompt shows).
+/// The `url` crate parses the URI and percent-decodes its path (`%20` is a space, `%C3%A9`
+/// an `é`; bytes that are no UTF-8 stay bytes); then `.` and `..` are resolved lexically, an
+/// encoded `/` or `..` counting as what it spells, so the path holds no `..` (whoever checks
+/// that it lies inside a folder sees where it really points).
+/// `None` for other schemes, for a host other than `localhost`, and for what is not
+/// `file://…` (`file:a.py` included).
 pub fn file_path(uri: &str) -> Option<PathBuf> {
-    let rest = uri.strip_prefix("file://")?;
-    let path = rest.split(['?', '#']).next().unwrap_or("");
-    if !path.starts_with('/') {
+    if !uri.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("file://")) {
         return None;
     }
-    let decoded = percent_encoding::percent_decode_str(path).decode_utf8().ok()?;
+    let url = url::Url::parse(uri).ok()?;
+    let decoded = url.to_file_path().ok()?;
     let mut out = PathBuf::from("/");
-    for seg in decoded.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
+    for part in decoded.components() {
+        match part {
+            Component::Normal(name) => out.push(name),
+            Component::ParentDir => {
                 out.pop();
             }
-            s => out.push(s),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
     Some(out)
@@ -406,6 +411,35 @@ mod tests {
         );
         assert_eq!(file_path("file://host/a.py"), None);
         assert_eq!(file_path("untitled:Untitled-1"), None);
+        assert_eq!(file_path("/a/b.py"), None, "a path is no URI");
+        assert_eq!(file_path("file:a.py"), None);
+    }
+
+    /// Spaces and non-ASCII characters are percent-encoded in a URI and decoded in its path;
+    /// an encoded `/` or `..` counts as what it spells and is resolved.
+    #[test]
+    fn file_uris_are_percent_decoded() {
+        assert_eq!(
+            file_path("file:///tmp/my%20dir/caf%C3%A9.rs"),
+            Some(PathBuf::from("/tmp/my dir/café.rs"))
+        );
+        assert_eq!(
+            file_path("file:///tmp/caf%c3%a9/%E6%97%A5%E6%9C%AC.py?x=1#frag"),
+            Some(PathBuf::from("/tmp/café/日本.py")),
+            "lower-case escapes; no query or fragment"
+        );
+        assert_eq!(
+            file_path("file://localhost/tmp/a%23b.py"),
+            Some(PathBuf::from("/tmp/a#b.py"))
+        );
+        assert_eq!(
+            file_path("file:///work/demo/src/..%2F..%2F..%2Fetc/passwd"),
+            Some(PathBuf::from("/etc/passwd"))
+        );
+        assert_eq!(
+            file_path("file:///work/%2E%2E/%2e%2e/../x.py"),
+            Some(PathBuf::from("/x.py"))
+        );
     }
 
     #[test]

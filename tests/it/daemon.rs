@@ -4,9 +4,10 @@
 //! here, so these tests are fast and deterministic; the end-to-end test runs a tiny GGUF
 //! written here, and the last ones the real 0.5B and 1.5B (with `LAYA_TEST_REAL_MODELS=1`).
 //! Two tests come after those: two starts of `laya serve` on a tiny folder converted at load
-//! (the second reads the converted cache, as `/health` and `laya doctor` say), and the daemon
+//! (the second reads the converted cache, as `/health` and `laya doctor` say), the daemon
 //! in-process with two tiny models whose loads the test holds (which model answers while the
-//! large one loads).
+//! large one loads), and the daemon in-process on a stub beside the LSP server in-process on
+//! the same pool (`/complete` answers what an editor is shown at the same cursor).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -565,7 +566,14 @@ fn end_to_end_over_http(
     let prompt_tokens = c["timing"]["prompt_tokens"].as_u64().unwrap();
     assert!(cut_prompt.contains(&prompt_tokens), "{c}");
 
-    // Streamed through the model worker: the pieces make up the same greedy text.
+    // Streamed through the model worker: the pieces make up the same greedy text as the
+    // answer not streamed (the model's text as it came, where `/complete` post-processes).
+    let v1 = r#"{"prompt":"def add(a, b):\n    return ","suffix":"\n","max_tokens":4}"#;
+    let whole = ok_json(addr, "POST", "/v1/completions", Some(v1))["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(whole.starts_with(&text), "{whole:?} shown as {text:?}");
     let resp = ureq::post(&format!("http://{addr}/v1/completions"))
         .set("Content-Type", "application/json")
         .send_string(r#"{"prompt":"def add(a, b):\n    return ","suffix":"\n","max_tokens":4,"stream":true}"#)
@@ -587,7 +595,7 @@ fn end_to_end_over_http(
             streamed.push_str(t);
         }
     }
-    assert_eq!(streamed, text);
+    assert_eq!(streamed, whole);
     assert!(chunks >= 2, "{chunks} pieces: {streamed:?}");
     drop(d);
     (h, text)
@@ -1076,5 +1084,102 @@ fn the_second_start_reads_the_converted_cache_and_health_and_doctor_say_so() {
     assert_eq!(
         doctor(),
         [format!("  daemon        none runs (in {})", dir.display())]
+    );
+}
+
+/// HTTP `/complete` with a prefix and suffix answers what an editor's invoked request at that
+/// cursor is shown. The daemon runs in-process on a remote tier (a stub whose answer runs past
+/// the block into the code after the cursor, which post-processing cuts) and the LSP server
+/// in-process on the same pool: the model is asked the same (prompt, stops, limit, n, sampling)
+/// by both, and the text HTTP answers is the text the editor shows.
+#[test]
+fn http_complete_answers_what_an_editor_is_shown_at_the_same_cursor() {
+    use laya::engine::{
+        pool::{PoolConfig, TierSource},
+        remote::RemoteConfig,
+        runtime::DevicePref,
+        ModelKey, Precision, Tier,
+    };
+    let stub = stub_answering("a + b\n\nprint(add(1, 2))\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let small = ModelKey {
+        tier: Tier::Small,
+        precision: Precision::Native,
+    };
+    let config = laya::daemon::DaemonConfig {
+        pool: PoolConfig {
+            tiers: [(Tier::Small, TierSource::Remote(RemoteConfig::new(&stub.url)))].into(),
+            default: small,
+            preload: vec![],
+            device: DevicePref::Cpu,
+            prefix: Default::default(),
+            speculation: Default::default(),
+            use_cache: false,
+            loader: Default::default(),
+        },
+        names: Default::default(),
+        runtime_dir: tmp.path().join("rt"),
+        http: None,
+        token: None,
+        limits: Default::default(),
+        defaults: Default::default(),
+        warmup: false,
+        remote_slots: 1,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let daemon = std::sync::Arc::new(laya::daemon::Daemon::new(config, Some(addr)));
+    let pool = daemon.pool().unwrap();
+    rt.spawn(laya::daemon::http::serve(daemon.clone(), listener));
+
+    // Invoked at the end of a line: a block, which ends before the code after the cursor.
+    const FIXTURE: &str = "def add(a, b):\n    return $0\n\nprint(add(1, 2))\n";
+    let cursor = FIXTURE.find("$0").unwrap();
+    let text = FIXTURE.replace("$0", "");
+    let editor = rt.block_on(async {
+        let mut c = support::lsp::InProcess::new(pool);
+        c.initialize(true, json!({ "completion": { "debounceMs": 0 } }), Value::Null)
+            .await;
+        let (line, character) = c.open("file:///w/add.py", "python", FIXTURE).await;
+        c.request(
+            "textDocument/inlineCompletion",
+            json!({
+                "textDocument": { "uri": "file:///w/add.py" },
+                "position": { "line": line, "character": character },
+                "context": { "triggerKind": 1 },
+            }),
+        )
+        .await
+    });
+    let shown = &editor["result"][0]["insertText"];
+    assert_eq!(shown, "a + b", "{editor}");
+
+    let body = json!({ "prefix": &text[..cursor], "suffix": &text[cursor..], "path": "add.py" });
+    let answer = ok_json(addr, "POST", "/complete", Some(&body.to_string()));
+    assert_eq!(&answer["text"], shown, "{answer}");
+    assert_eq!(
+        (
+            &answer["choices"][0]["text"],
+            &answer["choices"][0]["replace_len"]
+        ),
+        (shown, &json!(0)),
+        "{answer}"
+    );
+    assert_eq!(answer["choices"].as_array().map(Vec::len), Some(1), "{answer}");
+
+    let exchanges = stub.exchanges.lock().unwrap();
+    let [(from_editor, _), (from_http, _)] = &exchanges[..] else {
+        panic!("two requests reached the model: {exchanges:?}");
+    };
+    assert_eq!(from_http, from_editor);
+    assert_eq!(
+        (&from_http["stop"], &from_http["max_tokens"], &from_http["n"]),
+        (&json!(["\n\n\n"]), &json!(128), &json!(1)),
+        "a block's stop and limit: {from_http}"
     );
 }

@@ -24,8 +24,10 @@
 //! and stale socket, one daemon shared by two language servers and restarted after a kill, fair
 //! queueing and cancellation), plus a run over HTTP end to end on the tiny GGUF (and on the real
 //! 0.5B), two starts on a folder converted at load (`/health` and `laya doctor` say the second
-//! read the converted cache), and the daemon in-process with tiny models whose loads the test
-//! holds (the small model answers for the large one while it loads); `faults.rs` breaks
+//! read the converted cache), the daemon in-process with tiny models whose loads the test
+//! holds (the small model answers for the large one while it loads), and the daemon in-process on
+//! a stub beside the LSP server in-process on the same pool (`/complete` answers the text an
+//! editor is shown at the same cursor); `faults.rs` breaks
 //! things on purpose (missing, truncated and corrupt weights, a daemon killed mid-request, a killed
 //! daemon's files, a full disk under the converted cache, clients that vanish mid-stream: see
 //! docs/reliability.md) on a tiny GGUF the test writes; `service.rs` installs

@@ -196,7 +196,8 @@ fn serve_with_a_llama_cpp_large_tier_answers_with_llama_cpps_own_text() {
         "llama.cpp's usage comes back: {v}"
     );
 
-    // laya's own endpoint builds the same FIM prompt from prefix and suffix.
+    // laya's own endpoint builds the same FIM prompt from prefix and suffix, and answers
+    // with what an editor is shown: llama.cpp's text, post-processed.
     let body = json!({
         "prefix": PREFIX, "suffix": SUFFIX, "model": { "tier": "large" },
         "max_tokens": MAX_TOKENS, "temperature": 0.0,
@@ -206,7 +207,14 @@ fn serve_with_a_llama_cpp_large_tier_answers_with_llama_cpps_own_text() {
     eprintln!("/complete through laya: {:.2} s", t.elapsed().as_secs_f64());
     assert_eq!(c["model"], "large/native", "{c}");
     assert_eq!(c["model_name"], llama.url.as_str(), "{c}");
-    assert_eq!(c["text"], want.as_str(), "{c}");
+    let text = format!("{PREFIX}{SUFFIX}");
+    let shown = laya::completion::postprocess::process(
+        &want,
+        &laya::completion::postprocess::Surroundings::at(&text, PREFIX.len()),
+    )
+    .map(|e| e.text)
+    .unwrap_or_default();
+    assert_eq!(c["text"], shown.as_str(), "llama.cpp's text {want:?}: {c}");
 
     assert!(
         stub.prompts.lock().unwrap().is_empty(),

@@ -1,8 +1,14 @@
 //! The workspace index through the LSP server: built after `initialized` over the declared
 //! folder, lending definitions of files that are not open to the prompt, kept current from
 //! file events and saves, never reading outside the folder; `laya/explain` names what it lent.
+//! Folders and files whose names hold spaces and non-ASCII characters come as percent-encoded
+//! URIs and are read, and shown, by their decoded paths.
 
-use std::time::{Duration, Instant};
+use std::{
+    os::unix::ffi::OsStrExt,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use serde_json::{json, Value};
 
@@ -184,4 +190,49 @@ async fn added_and_removed_workspace_folders_change_what_is_indexed() {
     .await;
     let prompt = prompt_until(&mut c, &uri, pos, |p| !p.contains("add_item")).await;
     assert!(!prompt.contains("add_item"), "{prompt}");
+}
+
+/// `path` as an editor sends it: a `file://` URI with every byte but the unreserved ones and
+/// `/` percent-encoded.
+fn file_uri(path: &Path) -> String {
+    let mut uri = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => uri.push(b as char),
+            _ => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri
+}
+
+/// A workspace folder and files whose names hold spaces and non-ASCII characters: the index
+/// reads the folder the encoded URI names, and the prompt shows the repository, the file the
+/// index lent and the current file by their decoded names (`laya/explain` too).
+#[tokio::test]
+async fn percent_encoded_uris_are_read_and_shown_as_the_paths_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap().join("my café");
+    std::fs::create_dir_all(root.join("my shop")).unwrap();
+    std::fs::write(root.join("my shop/cart.py"), CART).unwrap();
+    std::fs::write(root.join("my shop/vues é.py"), VIEWS.replace("$0", "")).unwrap();
+
+    let mut c = InProcess::new(FakeEngine::answering("x").shared());
+    let folders = json!([{ "uri": file_uri(&root), "name": "my café" }]);
+    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
+    c.initialize(true, init, folders).await;
+    let uri = file_uri(&root.join("my shop/vues é.py"));
+    assert!(uri.ends_with("/my%20shop/vues%20%C3%A9.py"), "{uri}");
+    let pos = c.open(&uri, "python", VIEWS).await;
+
+    let lent = "<|repo_name|>my café\n<|file_sep|>my shop/cart.py\nclass Cart:\n    def add_item(self, sku: str, quantity: int = 1) -> None:\n<|file_sep|>my shop/vues é.py\n<|fim_prefix|>";
+    let prompt = prompt_until(&mut c, &uri, pos, |p| p.contains(lent)).await;
+    assert!(prompt.starts_with(lent), "{prompt}");
+    let explained = c
+        .request("laya/explain", json!({ "textDocument": { "uri": uri } }))
+        .await;
+    assert_eq!(
+        explained["result"]["contextFiles"],
+        json!([{ "path": "my shop/cart.py", "symbols": ["Cart"] }]),
+        "{explained}"
+    );
 }

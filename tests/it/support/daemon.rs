@@ -23,9 +23,9 @@ use super::laya;
 pub const STUB_TEXT: &str = "a + b";
 
 /// The tests' one OpenAI-compatible server (`/v1/models`, `/v1/completions`): it answers
-/// every completion with [`STUB_TEXT`] ([`stub`]) or with what another server answers
-/// ([`forwarding`]), after `delay_ms`, and records the prompts in the order it started
-/// answering them and each completion's request with its answer.
+/// every completion with [`STUB_TEXT`] ([`stub`]), another text ([`stub_answering`]) or with
+/// what another server answers ([`forwarding`]), after `delay_ms`, and records the prompts in
+/// the order it started answering them and each completion's request with its answer.
 pub struct Stub {
     pub url: String,
     pub prompts: Arc<Mutex<Vec<String>>>,
@@ -34,12 +34,17 @@ pub struct Stub {
 }
 
 pub fn stub() -> Stub {
-    start_stub(None)
+    start_stub(None, STUB_TEXT)
+}
+
+/// A stub that answers every completion with `text` (whatever its stop strings say).
+pub fn stub_answering(text: &'static str) -> Stub {
+    start_stub(None, text)
 }
 
 /// A stub that passes `/v1/models` and `/v1/completions` on to `target` (`http://…/v1`).
 pub fn forwarding(target: &str) -> Stub {
-    start_stub(Some(target.to_owned()))
+    start_stub(Some(target.to_owned()), STUB_TEXT)
 }
 
 /// `target`'s answer (JSON) to a GET (`body` `None`) or a POST of `body`; null if none came.
@@ -54,7 +59,7 @@ async fn upstream(url: String, body: Option<Value>) -> Value {
     answer.await.ok().flatten().unwrap_or(Value::Null)
 }
 
-fn start_stub(target: Option<String>) -> Stub {
+fn start_stub(target: Option<String>, text: &'static str) -> Stub {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -96,7 +101,7 @@ fn start_stub(target: Option<String>) -> Stub {
                                 None => {
                                     let n = body["n"].as_u64().unwrap_or(1);
                                     let choices: Vec<Value> = (0..n)
-                                        .map(|i| json!({ "index": i, "text": STUB_TEXT, "finish_reason": "stop" }))
+                                        .map(|i| json!({ "index": i, "text": text, "finish_reason": "stop" }))
                                         .collect();
                                     json!({
                                         "choices": choices,

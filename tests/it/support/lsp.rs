@@ -16,6 +16,7 @@ use std::{
 use futures::StreamExt;
 use laya::{
     bench::lsp_client::{frame, read_frame},
+    engine::Engine,
     lsp::{
         build_service,
         transport::{serve_lsp, Ending},
@@ -35,23 +36,24 @@ use super::{engine::FakeEngine, panics};
 // ---------------------------------------------------------------------------------------
 // In process.
 
-/// The LSP server as a `tower::Service`, driven message by message as an editor would.
-pub struct InProcess {
+/// The LSP server as a `tower::Service`, driven message by message as an editor would; on
+/// the fake engine unless given another.
+pub struct InProcess<E: Engine + 'static = FakeEngine> {
     pub service: LspService<LayaServer>,
-    pub engine: Arc<FakeEngine>,
+    pub engine: Arc<E>,
     next_id: i64,
 }
 
-impl InProcess {
+impl<E: Engine + 'static> InProcess<E> {
     /// A server on `engine` (ready), its messages to the client (logs, progress) drained.
-    pub fn new(engine: Arc<FakeEngine>) -> InProcess {
+    pub fn new(engine: Arc<E>) -> InProcess<E> {
         let (service, socket) = build_service(EngineSource::Ready(engine.clone()));
         tokio::spawn(socket.for_each(|_| async {}));
         InProcess::of(service, engine)
     }
 
     /// A server the caller built (and whose messages to the client it handles).
-    pub fn of(service: LspService<LayaServer>, engine: Arc<FakeEngine>) -> InProcess {
+    pub fn of(service: LspService<LayaServer>, engine: Arc<E>) -> InProcess<E> {
         InProcess {
             service,
             engine,
