@@ -9,9 +9,12 @@
 # cross-file case set's (bench/quality/test_make_repo_cases.py), then
 # the editor integrations in real clients (scripts/test-editors.sh; each editor skips with
 # its reason where its client cannot be installed). Extra arguments go to cargo test. The
-# code's formatting is checked first (`cargo fmt --check`, where rustfmt is installed).
+# code's formatting is checked first (`cargo fmt --check`, where rustfmt is installed), and
+# before it that no link or repository path in the docs points at nothing
+# (scripts/check_links.py, well under a second).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python3 scripts/check_links.py
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all --check || { echo "test.sh: run \`cargo fmt\` (the diff is above)" >&2; exit 1; }
 fi

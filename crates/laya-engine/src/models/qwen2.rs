@@ -1,6 +1,6 @@
 //! Qwen2 attention (Qwen2.5-Coder): grouped-query attention with a bias on q, k and v.
 //!
-//! The full block, as llama.cpp runs `qwen2` (see `../../shared/models/MODELS.md`):
+//! The full block, as llama.cpp runs `qwen2`:
 //!
 //! ```text
 //! h = rmsnorm(x) * attn_norm
