@@ -1,27 +1,16 @@
-//! [`Cancel`]: how a request is stopped, the one type every layer shares.
+//! [`Cancel`]: how a request is stopped, the one type every layer shares. Every `Engine` call
+//! takes one.
 //!
-//! Whoever gives up on a request sets it: the LSP layer when a newer request for the same
-//! document arrives or the document closes, the daemon when a client's connection closes, a
-//! [`CancelOnDrop`] guard when a request's future is dropped. Whoever does the work reads
-//! it: the model thread between prompt chunks and decode steps ([`Cancel::is_cancelled`],
-//! one atomic load, never a host sync), async code by waiting on [`Cancel::cancelled`] (the
-//! LSP debounce, the daemon client's exchange), which wakes when it is set, with no polling.
+//! Set by whoever gives up on a request: the LSP layer (a newer request that supersedes one
+//! for the same document, `didClose`, `shutdown`), the daemon when a client's connection closes
+//! or its HTTP stream is dropped, and a [`CancelOnDrop`] guard when a request's future is
+//! dropped (the local worker and the remote engine hold one across their await).
 //!
-//! ## How it works
-//!
-//! One type, `Cancel` (`cancel.rs`): a shared flag (clones share it, once set it stays
-//! set) with `cancel()`, `is_cancelled()` (one atomic load) and `cancelled()` (a future that
-//! completes when it is set, through a `tokio::sync::Notify`; no polling), plus `guard()`, a
-//! `CancelOnDrop` that sets it when dropped unless disarmed. Every `Engine` call takes one.
-//! Set by: the LSP layer (a newer request that supersedes one for the same document, `didClose`,
-//! `shutdown`; the LSP also stops waiting on its own cancel at once, dropping the engine's future), the
-//! daemon when a client's connection closes or its HTTP stream is dropped (`Abandoned` also
-//! counts it), and the guards the local worker and the remote engine hold across their await,
-//! so that a dropped future cancels its request. Read by: the model thread, before each prompt
-//! chunk and decode step (`generate.rs`) and before a queued job starts (`worker.rs`); the
-//! remote engine's blocking call, which then closes its connection; the daemon between queue
-//! and engine; and, awaiting `cancelled()`, the LSP debounce (which ends at the deadline or the
-//! cancel, whichever comes first) and `DaemonEngine`, which then drops its connection.
+//! Read by whoever does the work: the model thread before each prompt chunk and decode step
+//! and before a queued job starts ([`Cancel::is_cancelled`], one atomic load, never a host
+//! sync); the remote engine's blocking call, which then closes its connection; the daemon
+//! between queue and engine; and async code awaiting [`Cancel::cancelled`] (the LSP debounce,
+//! `DaemonEngine`'s exchange), which wakes when it is set, with no polling.
 
 use std::sync::{
     atomic::{AtomicBool, Ordering},

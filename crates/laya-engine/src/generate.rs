@@ -5,31 +5,19 @@
 //!   are the ids *after* it, and exactly those are prefilled. At least one id must be given,
 //!   because the logits of the last prompt position are not cached (when the whole prompt
 //!   is cached, trim the caches by one and pass the last id).
-//! - The `n` candidates share that one prefill: the batch-1 caches are repeated to batch `n`
-//!   for decoding, so the caller's caches keep batch 1.
+//! - The `n` candidates share that one prefill; the caller's caches keep batch 1.
 //! - On return the caches hold a prefix of `cached prompt ++ prompt_ids ++ candidates[0]`:
 //!   for `n == 1` the prompt and the generated tokens whose keys and values were computed
-//!   (usually all but the last), for `n > 1` the prompt only. `caches[0].offset()` says how
-//!   long that prefix is.
+//!   (usually all but the last), for `n > 1` the prompt only; `caches[0].offset()` says how
+//!   long.
+//! - With `branch_first` the candidates start from the `n` most likely first tokens, each
+//!   with its summed log-probability.
+//! - One greedy candidate may decode with drafts (`draft.rs`); its tokens are those of
+//!   plain greedy decoding either way.
 //!
-//! - With `branch_first` the `n` candidates start from the `n` most likely first tokens (in
-//!   that order, so candidate 0 is the greedy one when the sampler is greedy) and each
-//!   candidate's summed log-probability comes back, so that a caller can rank them.
-//!
-//! Decoding overlaps work as mlx-lm's `generate_step` does: with a greedy sampler the next
-//! token stays on the device, so step `i + 1` is built and queued (`async_eval`) before
-//! token `i` is read back; one evaluation per token.
-//!
-//! Cancellation: `cancel` is read before each prompt chunk, before each decode step is
-//! queued and after each token is read back: an atomic load, never a host sync. What a
-//! cancelled request still runs is the piece in flight, so the pieces are kept short
-//! ([`Pacing::for_device`]): on a GPU 512-token chunks, each run in groups of layers of about
-//! [`GPU_PIECE_TIME`] where the model's last chunk took longer (a large model: the chunk keeps
-//! its size, and so its throughput), and the overlapped decode (the step queued ahead is the
-//! one more piece); on the CPU chunks sized to take about
-//! [`CPU_CHUNK_TIME`] (one token on a CPU where a token takes longer) and no step queued
-//! ahead (the overlap hides microseconds of graph building behind a step of 0.4-2 s there,
-//! and would make a cancel wait for two steps instead of one).
+//! Cancellation: `cancel` is read (one atomic load, never a host sync) before each prompt
+//! chunk, before each decode step is queued and after each token is read back, so a cancelled
+//! request runs at most the piece in flight; [`Pacing::for_device`] keeps the pieces short.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -111,8 +99,10 @@ pub(crate) const GPU_PIECE_TIME: Duration = Duration::from_millis(20);
 
 impl Pacing {
     /// A GPU: 512-token chunks, run in groups of layers of about [`GPU_PIECE_TIME`] where a
-    /// chunk takes longer (a large model), and the overlapped decode. The CPU: chunks of
-    /// about [`CPU_CHUNK_TIME`], one decode step at a time.
+    /// chunk takes longer (a large model), and the overlapped decode (the step queued ahead is
+    /// the one more piece a cancel waits for). The CPU: chunks of about [`CPU_CHUNK_TIME`], one
+    /// decode step at a time (the overlap would hide microseconds of graph building behind a
+    /// step of 0.4-2 s there, and make a cancel wait for two steps instead of one).
     pub(crate) fn for_device() -> Pacing {
         if super::models::on_gpu() {
             Pacing {

@@ -8,20 +8,17 @@
 //! x = x + sum over e in top of  w_e * down_e(silu(gate_e(h')) * up_e(h'))
 //! ```
 //!
-//! The experts of a layer are stacked (`[experts, out, in]`) and run through MLX's gathered
-//! matmuls, which take each token's experts by index: `gather_qmm` when quantized, `gather_mm`
-//! at the source's precision. A decode step's few (token, expert) pairs go in as one row each;
-//! a prompt chunk's pairs go in as blocks of rows of one expert ([`Blocks`]), so a product
-//! reads an expert's weights once a block, not once a pair (one row a pair, even sorted by
-//! expert as mlx-lm's `SwitchGLU` does, runs MLX's CUDA kernel one tile a pair).
-//!
-//! Fewer kernels a layer than the formula's literal reading (a decode step is bound by their
-//! count, not by the bytes of 8 experts): each expert's gate and up rows are one matrix (one
-//! gathered product), the renormalised weights are a softmax over the k chosen logits (equal
-//! to `p_e / sum(p_top)`, without the softmax over every expert), and the weighted sum over the
-//! k experts is one `[1, k] x [k, hidden]` product.
-//! MLX's CPU `gather_mm` computes in f32 only: there, dense experts of another float dtype are
-//! widened to f32 when loaded, and their rows go in and out at the model's own dtype.
+//! The experts of a layer are stacked (`[experts, out, in]`, each expert's gate and up rows
+//! one matrix) and run through MLX's gathered matmuls, which take each token's experts by
+//! index: `gather_qmm` when quantized, `gather_mm` at the source's precision. A decode step's
+//! few (token, expert) pairs go in as one row each; a prompt chunk's pairs as blocks of rows
+//! of one expert ([`Blocks`]), so a product reads an expert's weights once a block, not once
+//! a pair. The renormalised weights are a softmax over the k chosen logits (equal to
+//! `p_e / sum(p_top)`), and the weighted sum over the k experts is one `[1, k] x [k, hidden]`
+//! product: fewer kernels, the same logits within rounding (docs/decisions.md, "The mixture
+//! of experts' fused layer"). MLX's CPU `gather_mm` computes in f32 only: there, dense
+//! experts of another float dtype are widened to f32 when loaded, and their rows go in and out
+//! at the model's own dtype.
 
 use mlx_rs::ops::{self, gather_mm, gather_qmm, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
