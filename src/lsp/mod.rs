@@ -1,60 +1,23 @@
-//! `laya lsp`: the Language Server Protocol edge. The only module that knows LSP types; it
-//! converts positions once (in `convert`) and hands byte offsets to the completion pipeline.
+//! `laya lsp`: the Language Server Protocol edge, the only module that knows LSP types.
+//! [`LayaServer`] keeps the open documents and answers `textDocument/inlineCompletion` (LSP
+//! 3.18, ghost text) and, for clients without it, `textDocument/completion` items with a
+//! `textEdit`; also `laya/explain` (what a document's last request did) and acceptance counts.
 //!
-//! Requests: `textDocument/inlineCompletion` (LSP 3.18, ghost text) and, for clients without
-//! it, `textDocument/completion` items carrying a `textEdit`. A request that comes while the
-//! model loads (or before its engine exists) waits for it and is answered with the
-//! completion; `$/progress` says it waits. `$/cancelRequest` ends a request at once (the
-//! future is dropped, which cancels the engine's work), and so does a newer request for the
-//! same document that supersedes it (answered with RequestCancelled): an automatic one is
-//! superseded by any newer request, an invoked one only once the document changed. The model
-//! loads on its own thread after `initialized`, reported through `$/progress`; `initialize`
-//! never waits for it.
+//! A request cancels the document's older one (RequestCancelled): an automatic one any newer
+//! request, an invoked one only once the document changed; `$/cancelRequest` drops it at once.
+//! A keystroke that types the shown suggestion is answered before the debounce, with no model
+//! call. A request that meets a loading model (or comes before the engine exists) waits for
+//! it, bounded only by its cancellation, and `$/progress` says it waits.
 //!
-//! ## How it works
+//! Invariants: client input never panics the server (bad positions and unknown documents are
+//! InvalidParams); `initialize` never waits for a model (the engine is made in `initialized`);
+//! a document is only the text the client sent; files are read only by the workspace index,
+//! under the declared folders.
 //!
-//! The LSP edge (tower-lsp-server's `LspService` behind laya's own transport), the only module
-//! that knows LSP types. `transport.rs` owns the wire of `laya lsp`: it frames stdin itself
-//! (`Content-Length`, bodies up to 64 MiB), answers every malformed message as JSON-RPC says
-//! (-32700 with id `null`, -32600 with the request's id when it has one) and resynchronises at
-//! the next `Content-Length:` instead of closing, hands valid messages to the service in the
-//! order read (handlers run concurrently in one task), writes whole frames, and ends at `exit` or
-//! the end of stdin within a second whatever still runs (LSP's exit status: 0 after `shutdown`,
-//! else 1; `main` then leaves with `_exit` on Linux, so no thread, blocking read or model load can hold
-//! the process). `convert.rs` is the one
-//! place where LSP positions become byte offsets (UTF-8 when the client offers it, else UTF-16)
-//! and back. `mod.rs` keeps the open documents, answers `textDocument/inlineCompletion` (a
-//! custom method: LSP 3.18) and `textDocument/completion` (items with a `textEdit`), cancels a
-//! document's older request when a newer one arrives (RequestCancelled), debounces, reads
-//! settings from `initializationOptions` and `workspace/configuration`, counts acceptances
-//! (`laya.accept`, `laya/acceptance`) and answers `laya/explain` (model, reason, reuse, timing of
-//! a document's last request). A keystroke that types the shown suggestion is answered before the
-//! debounce, with no model call. Completion items are escaped snippets for clients with snippet
-//! support (Neovim 0.11's popup inserts plain text only up to the first whitespace). The engine is
-//! made in `initialized` (the model loads on its own thread, or in the daemon); `initialize` never
-//! waits for a model. A request that meets a model still loading (or comes before the engine
-//! exists) waits for it, bounded only by its cancellation, and is answered with the completion:
-//! `$/cancelRequest` ends it at once (its future is dropped), and a newer request for the document
-//! supersedes an older automatic one, or an older invoked one once the document changed
-//! (RequestCancelled). `progress.rs`'s `ModelProgress` reports the load in order from one task,
-//! only to a client that offers `window.workDoneProgress`: a fresh token per load, `begin`, a
-//! `report` when a completion waits, `end` (ready or failed). `workspace.rs`
-//! decides which other open documents may lend context: only those inside the declared workspace
-//! folders (`workspaceFolders`, else `rootUri`/`rootPath`, kept current by
-//! `didChangeWorkspaceFolders`; with none declared, the completed document's own folder),
-//! compared as decoded paths with `..` resolved. `indexing.rs` gives the workspace index its life:
-//! built on a blocking thread right after `initialized` over those folders (`file://` ones) when
-//! `workspaceContext` is on, with `$/progress` beside it (a client that never answers the progress
-//! request delays nothing), and built again when `didChangeWorkspaceFolders` changes them (the
-//! old index serves until the new one is ready; a build overtaken by a newer one is dropped; the
-//! unsaved text of open documents is read into the new one); open documents edited since the last
-//! request are read into it before the next one, `didSave`/`didClose` read the file again, and `workspace/didChangeWatchedFiles`
-//! (registered dynamically where the client allows) adds, reloads or removes files that are not
-//! open. Invariant: client input never panics the server: bad positions and unknown documents are
-//! InvalidParams errors; a document is only the text the client sent, and files are read only by
-//! the workspace index, under the declared folders. `panic_guard.rs` wraps the service `laya
-//! lsp` serves: should a handler still panic, that request gets an internal error and the
-//! connection lives on.
+//! Submodules: `transport` (the wire), `convert` (positions to byte offsets and back),
+//! `progress`, `workspace` (which open documents may lend context), `indexing` (the
+//! workspace index's life), `acceptance`, `panic_guard`. Start with [`serve_stdio`], then
+//! [`LayaServer::inline_completion`].
 
 pub mod acceptance;
 pub mod convert;

@@ -1,48 +1,20 @@
 //! The wire of `laya lsp`: LSP base-protocol framing, JSON-RPC validation and dispatch to
-//! tower-lsp's `LspService`, owned here so that no client input can stop a connection.
+//! tower-lsp's `LspService`, owned here so that no client input can stop a connection
+//! (tower-lsp's own `Server` stops reading at the first message it cannot decode); tower-lsp
+//! is used only for the service behind it and the `ClientSocket` of server→client messages.
 //!
-//! tower-lsp's own `Server` stops reading at the first message it cannot decode, so laya
-//! reads and writes the stream itself and uses tower-lsp only for what is behind it (the
-//! `LspService` with its state and cancellation, and the `ClientSocket` of server→client
-//! messages). Four tasks:
+//! Four tasks: the reader ([`Framer`], then [`decode`]) answers every fault as JSON-RPC says
+//! and resynchronises at the next `Content-Length:`; the dispatcher ([`serve`]) hands messages
+//! to the service in the order read; the runner polls every handler in one task, at most
+//! [`MAX_REQUESTS`] requests at once; the writer writes whole frames, so answers never
+//! interleave inside one.
 //!
-//! - **reader** ([`Framer`], then [`decode`]): frames are `Content-Length: N` headers (names
-//!   in any case, lines ending in `\r\n` or `\n`, other headers ignored, a `Content-Type`
-//!   only checked for a UTF-8 charset) and a body of at most [`MAX_BODY`] bytes. A fault is
-//!   answered as JSON-RPC says and reading resynchronises at the next `Content-Length:`:
-//!   bytes that are no message are skipped (answered once, -32700), a header that is bad or
-//!   too large is answered (-32700) and what follows it up to the next header skipped, a body
-//!   that is not JSON is answered (-32700) and, when it holds the start of the next message (a
-//!   `Content-Length` too large), reading goes on from there. A body cut by the end of the
-//!   input ends with the input. JSON that is no request, notification or response (a batch,
-//!   `null`, a method that is no string, an id of another type) is answered with -32600 and
-//!   the request's id when it has a string or number one, else `null`; batches are not
-//!   supported (`[]` gets one error, each element of another batch one). Lone UTF-16
-//!   surrogate escapes (`"\ud800"`, which `JSON.stringify` writes for a broken surrogate pair)
-//!   are read as U+FFFD, one UTF-16 unit like the original, so positions stay right.
-//! - **dispatcher** ([`serve`]): hands requests to the service in the order read (a
-//!   request's handler starts before the next message's; while `initialize` runs, what
-//!   follows waits for it), client responses to the socket, server→client messages to the
-//!   writer; stops at `exit` or the end of the input, whatever waits. It sleeps until one of
-//!   three things wakes it, preferred in this order: `initialize` answered (a oneshot its
-//!   handler completes), the service ready for the next waiting request (tower's
-//!   `poll_ready`, with this task's waker), and a message read or one the service sends the
-//!   client (whichever comes first). No timer: tower-lsp's `LspService` answers `Pending`
-//!   without arranging a wake-up only while it initializes, and then nothing asks it.
-//! - **runner**: polls the handlers' futures, all concurrently, in one task (the order in
-//!   which they first run is the order read: a `didChange` is applied before the next one);
-//!   at most [`MAX_REQUESTS`] requests run at once, a request beyond that is answered
-//!   -32803 at once. A request the service leaves unanswered (`$/` methods it does not
-//!   know) gets MethodNotFound, as LSP asks.
-//! - **writer**: writes whole frames, so fault answers, responses and server→client
-//!   messages never interleave inside one.
+//! Invariants: a fault is answered and the connection goes on; handlers start in the order
+//! read (a `didChange` is applied before the next); `exit` or the end of the input stops
+//! reading at once, and [`serve`] returns without waiting for what still runs (requests get
+//! [`EXIT_GRACE`] to answer, the output as long again). [`Ending::exit_code`] is LSP's status.
 //!
-//! The end: `exit`, or the end of the input (handled as `exit`), stops reading at once; the
-//! service cancels what still runs and its requests are answered (RequestCancelled) for up
-//! to [`EXIT_GRACE`], the output is flushed for up to [`EXIT_GRACE`] more, and [`serve`]
-//! returns whatever still runs (a notification waiting on the client, a model loading):
-//! `laya lsp` then leaves without waiting for it. [`Ending::exit_code`] is LSP's status: 0
-//! after `shutdown`, else 1.
+//! Start with [`serve_lsp`], then [`serve`].
 
 use std::{
     collections::VecDeque,
@@ -148,6 +120,15 @@ enum FrameState {
 
 /// Splits a byte stream into LSP frames, resynchronising after faults. Pure: bytes in
 /// ([`Framer::push`]), frames out ([`Framer::next`]).
+///
+/// Frames are `Content-Length: N` headers (names in any case, lines ending in `\r\n` or `\n`,
+/// other headers ignored, a `Content-Type` only checked for a UTF-8 charset) and a body of at
+/// most [`MAX_BODY`] bytes. A fault is answered (-32700) and reading resynchronises at the next
+/// `Content-Length:`: bytes that are no message are skipped (answered once), a header that is
+/// bad or too large is answered and what follows it up to the next header skipped, a body that
+/// is not JSON is answered and, when it holds the start of the next message (a `Content-Length`
+/// too large), reading goes on from there. A body cut by the end of the input ends with the
+/// input.
 #[derive(Debug)]
 pub struct Framer {
     buf: Vec<u8>,
@@ -446,6 +427,13 @@ fn invalid(message: &Value, why: &str) -> Incoming {
 
 /// A body: a message, or the answer to a fault. The second value is set when the body is not
 /// JSON (the framer then resynchronises, [`Framer::after_bad_body`]).
+///
+/// JSON that is no request, notification or response (a batch, `null`, a method that is no
+/// string, an id of another type) is answered with -32600 and the request's id when it has a
+/// string or number one, else `null`; batches are not supported (`[]` gets one error, each
+/// element of another batch one). Lone UTF-16 surrogate escapes (`"\ud800"`, which
+/// `JSON.stringify` writes for a broken surrogate pair) are read as U+FFFD, one UTF-16 unit
+/// like the original, so positions stay right.
 pub fn decode(body: &[u8]) -> (Incoming, bool) {
     let value = match serde_json::from_slice::<Value>(body) {
         Ok(v) => v,
@@ -817,8 +805,24 @@ where
     Ok(initializing)
 }
 
-/// Serves `service` on `input`/`output` until `exit` or the end of the input; see the module
-/// documentation.
+/// Serves `service` on `input`/`output` until `exit` or the end of the input.
+///
+/// The dispatcher hands requests to the service in the order read (a request's handler starts
+/// before the next message's; while `initialize` runs, what follows waits for it), client
+/// responses to the socket, server→client messages to the writer. It sleeps until one of three
+/// things wakes it, preferred in this order: `initialize` answered (a oneshot its handler
+/// completes), the service ready for the next waiting request (tower's `poll_ready`, with this
+/// task's waker), and a message read or one the service sends the client. No timer: tower-lsp's
+/// `LspService` answers `Pending` without arranging a wake-up only while it initializes, and
+/// then nothing asks it. The runner polls the handlers' futures concurrently in one task; a
+/// request beyond [`MAX_REQUESTS`] is answered -32803 at once, and one the service leaves
+/// unanswered (`$/` methods it does not know) gets MethodNotFound, as LSP asks.
+///
+/// The end: `exit`, or the end of the input (handled as `exit`), stops reading at once; the
+/// service cancels what still runs and its requests are answered (RequestCancelled) for up to
+/// [`EXIT_GRACE`], the output is flushed for up to [`EXIT_GRACE`] more, and this returns
+/// whatever still runs (a notification waiting on the client, a model loading): `laya lsp`
+/// then leaves without waiting for it.
 pub async fn serve<I, O, S>(input: I, output: O, mut service: S, socket: ClientSocket) -> Ending
 where
     I: AsyncRead + Unpin + Send + 'static,
