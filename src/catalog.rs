@@ -4,30 +4,13 @@
 //! large tier for a machine from that: by the memory the models can have there (unified memory
 //! on Apple Silicon, the GPU's on CUDA), the CPU defaults on the CPU.
 //!
-//! ## How it works
+//! Each model has variants ([`Variant`], `NAME@LABEL`): MLX folders quantized as stored,
+//! GGUF files and the bf16 repository. [`CatalogModel::fetch_variant`] is what `laya models
+//! fetch NAME` gets; [`CatalogModel::by_preference`] orders the variants that may serve a
+//! width, which is how the one present is chosen.
 //!
-//! The models laya knows by name, each with its variants (`Variant`: the downloads it can come
-//! from, named `NAME@LABEL`): MLX folders quantized as stored at 4, 6 and 8 bits
-//! (mlx-community's), GGUF files (Qwen's; the 0.5B and 1.5B have only theirs) and the bf16
-//! repository; for each the hub repo and file (or the whole repository, a folder), local name,
-//! size and sha256 where pinned (files whose are not, and whole repositories, are checked
-//! against the hub's listing), the PyPI parts that mirror a file. Per model: the tiers it is
-//! meant for, its prompt family, its `Shape` (parameters through the engine's
-//! `ModelConfig::parameters`, active parameters of a mixture of experts, KV values a token) and
-//! license. `fetch_variant` is what `laya models fetch NAME` gets: the MLX folder of the widest
-//! width the router's default policy asks of its tiers (`tier_precisions`: small q8 and q4,
-//! large q6), which serves the tier's narrower width too; `by_preference(width)` orders the
-//! variants for a model wanted at a width (that width, then wider, then narrower), which is how
-//! the one present is chosen. What a model needs: its weights at the router's bits (MLX affine
-//! groups of 64 with f32 scales for a GGUF, bf16 for a folder) plus its KV cache (the daemon's
-//! longest sequence and its prefix store).
-//! `plan(machine, available)` is the pure choice of tiers: on the CPU, or with the memory unknown,
-//! the 0.5B and the 1.5B; on a GPU the first of `SMALL_LADDER` that fits the budget with the
-//! headroom, then the first of `LARGE_LADDER`, larger than it, that fits beside it.
-//! `recommend(machine)` is the plan over every model (`laya doctor`, `models list`), `plan` over
-//! the models present is what `auto` serves (`config.rs`). Presence is `fetch::presence_in`: a
-//! variant present, a GGUF of its pinned size or a folder that passes
-//! `fetch::verify::folder_presence` (and stores its variant's bits).
+//! Boundary: data and pure choices, no I/O beyond naming paths; whether a variant is present
+//! is `fetch`'s question. Start with [`MODELS`], then [`plan`].
 
 use std::path::{Path, PathBuf};
 

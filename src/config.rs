@@ -1,29 +1,21 @@
-//! `laya serve`'s settings as one typed value, [`ServeConfig`]: the command line builds it
-//! once; it becomes the daemon's [`DaemonConfig`] (and the in-process pool of `laya lsp
-//! --in-process`), and [`ServeConfig::to_args`] turns it back into the flags that start the
-//! same daemon elsewhere (`laya lsp` starting its daemon, `laya service install` writing the
-//! unit, the memory and soak benchmarks). That is the one place where settings become flags.
+//! `laya serve`'s settings as one typed value, [`ServeConfig`] (one field per serve flag,
+//! `Default` the flags' defaults): the command line builds it once; it becomes the daemon's
+//! [`DaemonConfig`] (and the in-process pool of `laya lsp --in-process`), and
+//! [`ServeConfig::to_args`] turns it back into the flags that start the same daemon elsewhere
+//! (`laya lsp` starting its daemon, `laya service install` writing the unit, the memory and
+//! soak benchmarks). That is the one place where settings become flags.
 //!
-//! ## How it works
+//! Resolution: [`ServeConfig::pool`] resolves each tier (a catalog name or `NAME@LABEL`: the
+//! variant present that serves the tier's widest width; a file or folder; `auto`: the
+//! catalog's plan over the models present; `none` for the large one; or a server named by
+//! `--small-remote` / `--large-remote`), naming the `laya models fetch` that fixes a missing
+//! one. [`ServeConfig::check_models`] is what `laya lsp` checks
+//! before it starts a daemon (no GPU probe in the editor's process);
+//! [`ServeConfig::daemon_config`] adds what a daemon must pass (the token set, loopback or an
+//! explicit opt-in, limits that fit).
 //!
-//! `ServeConfig` (serde), what `laya serve` needs, one field per serve flag and `Default` the
-//! flags' defaults: the tiers (small and large: a catalog name, file or folder, `auto` (the
-//! default of both), `none` for the large one, or an OpenAI-compatible URL with `remote_extra` and
-//! `remote_parallel`),
-//! precision, group size, the converted-weights cache, preloads (`ModelKey`s), the HTTP address
-//! (or none), the token variable, the unauthenticated-remote switch, limits (max tokens, sequence
-//! length, body bytes), HTTP defaults (temperature, top-p), the prefix store's bounds, warmup and
-//! the device. `pool()` resolves the models (`resolve_model`: of a catalog model, the variant
-//! present that serves its tier's widest width, or the one `NAME@LABEL` names; a missing one is
-//! named with the `laya models fetch` that fixes it; `auto`: `catalog::plan` over the models present for this
-//! `Machine`, probed only then; `pool_in` takes the model directory and the machine, for tests);
-//! `check_models()` is what `laya lsp` checks before it starts a daemon (the models named, some
-//! small model for `auto`; no GPU probe in the editor's process); `daemon_config()` adds the checks a daemon must pass (the
-//! token set, loopback or an explicit opt-in, limits that fit). `to_args()` is the one place
-//! settings become flags again: `laya lsp` starting its daemon, `laya service install` writing
-//! the unit, the memory and soak benches starting `laya serve` and `laya lsp`. Invariant: flags →
-//! `ServeConfig` → `to_args()` → flags gives the same `ServeConfig` (tested), model files written
-//! as absolute paths.
+//! Invariant: flags → `ServeConfig` → `to_args()` → flags gives the same `ServeConfig`
+//! (tested), model files written as absolute paths.
 
 use std::{
     cell::OnceCell,

@@ -1,46 +1,18 @@
-//! `laya bench …`: benchmarks that print numbers. Speed claims are checked here, not in tests.
+//! `laya bench …`: benchmarks that print numbers. Speed and quality claims are checked here,
+//! not in tests.
 //!
 //! Each bench `x` is `x::run(&x::Config, …) -> Result<x::Report, String>`; the report's
 //! `Display` is what `laya bench x` prints on stdout, and progress goes to the `log` callback
-//! (stderr). `lsp_client` (a blocking LSP client over a child's stdio) and `memory`'s
-//! `BenchDaemon` (a daemon in a private scratch directory) serve the memory and soak benches
-//! and the tests that drive `laya lsp` and `laya serve` as processes.
+//! (stderr). This file holds what they share: [`Target`] (a local model on its worker thread,
+//! or a remote server), the `--settings` overlay ([`completion_settings`]) and [`percentile`].
 //!
-//! ## How it works
-//!
-//! Each `laya bench X` is `bench::x::run(&Config, …) -> Result<Report, String>`; the report's
-//! `Display` is what the command prints on stdout, progress goes to a callback (stderr), and the
-//! engine bench hands each line over as it is measured. `mod.rs` holds what the benches share:
-//! `Target` (a local model on its worker thread, or a remote server), the `--settings` overlay
-//! and `percentile`. `engine.rs` (`laya bench engine`): load time, prefill tokens/s, decode
-//! ms/token, weight bytes
-//! read per token and the share of the memory-bandwidth floor, for real or synthetic models; the
-//! first prefill at each length apart (it compiles kernels for the shape); the ops of one decode
-//! step's graph by primitive; with `--peer-python`, llama.cpp on the same GGUF, and what a forward
-//! checking a full draft costs against one decode step. (`scripts/gpu/bench_mlx_lm_moe.py` is
-//! mlx-lm's Qwen3-MoE measured the same way, for the side-by-side run on the GPU.) `load.rs` (`laya bench
-//! load`): a model's time to ready (load and warm-up) when it is converted at load, on its first
-//! start (converting, writing the cache) and its second (reading it), for synthetic bf16
-//! folders of catalog shapes written to a scratch folder or for models as they are. `quality.rs` (`laya bench quality`): the
-//! masked-line cases of `bench/quality/` (three sets, one held out, and the larger two again
-//! with the file's text around the line, `--window file`; the cross-file sets, each case run in its
-//! workspace unpacked from `bench/quality/repos/` and indexed, its own file as the editor holds
-//! it) through the whole pipeline, exact line and edit
-//! similarity per language beside another engine's answers (`--compare`; `bench/quality/score.py
-//! --versus` compares two answer files case by case, with a sign test), request latency p50/p99 and
-//! tokens per forward. `workspace.rs` (`laya bench workspace DIR`): the index's build time, size and
-//! retrieval latency over a folder. `typing.rs`
-//! (`laya bench typing`): a line typed back character by character through the in-process LSP
-//! service, per-keystroke latency, typed-through keystrokes and reused prompt tokens. `soak.rs`
-//! (`laya bench soak`): LSP and HTTP clients at once against one daemon on loopback for a bounded
-//! time (a tiny random-weight model by default): each request tagged and counted (answered,
-//! error, lost, answered twice, against the daemon's own served count), p50/p90/p99 per client
-//! kind, the daemon's RSS over time against the prefix store's bounds. `memory.rs` (`laya bench
-//! memory`): the daemon's resident memory with one and several editors completing, beside one
-//! `laya lsp --in-process`; its `BenchDaemon` (a daemon in a private scratch directory, started
-//! with a `ServeConfig`'s flags) also serves the soak. `lsp_client.rs`: a blocking LSP client
-//! over a child's stdio (`LspProcess`), for these benches and the tests that drive `laya lsp`,
-//! and the base-protocol framing (`frame`, `read_frame`) the tests' other clients read with.
+//! The benches: `engine` (the engine's measurements, beside llama.cpp), `load` (time to ready,
+//! converting and then reading the converted cache), `quality` (masked-line cases through the
+//! whole pipeline), `typing` (a line typed back keystroke by keystroke), `workspace` (the
+//! index's build and retrieval), `soak` (many clients against one daemon), `memory` (the
+//! daemon's memory with several editors). `lsp_client` is a blocking LSP client over a
+//! child's stdio, which the tests that drive `laya lsp` use too; `memory`'s `BenchDaemon`, a
+//! daemon in a private scratch directory, serves the soak too.
 
 use std::sync::Arc;
 

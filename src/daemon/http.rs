@@ -5,15 +5,14 @@
 //! `/complete` is laya's own. A plain `prompt` is continued as it is (the model's text as it
 //! came, the request's `stop`, `n` and `max_tokens`). A `prefix` and `suffix` get what an
 //! editor's invoked request at that cursor gets: the completion pipeline's plan
-//! ([`Pipeline::plan_once`]: the syntax context of the file whose language `path`'s extension
-//! names, a line or a block, the model's budget and prompt format, the stops, the candidates,
-//! the block's [`LineEnd`](crate::engine::LineEnd)) and its post-processing
-//! ([`Pipeline::finish_once`]): `choices` are the suggestions an editor would show, best first,
-//! each with the bytes after the cursor it replaces (`replace_len`). The request's own fields
-//! change that plan only where given: `max_tokens` (the line's and the block's limit, else the
-//! editor's within `--max-tokens`), `n` (the candidates), `max_prompt_tokens` (the prompt
-//! budget), `stop` (stop strings besides the plan's), the sampling and the model (else the
-//! default model, not the router's choice).
+//! ([`Pipeline::plan_once`], the language named by `path`'s extension: a line or a block,
+//! the prompt, stops, candidates) and its post-processing ([`Pipeline::finish_once`]):
+//! `choices` are the suggestions an editor would show, best first, each with the bytes after
+//! the cursor it replaces (`replace_len`). The request's own fields change that plan only
+//! where given: `max_tokens` (the line's and the block's limit, else the editor's within
+//! `--max-tokens`), `n` (the candidates), `max_prompt_tokens` (the prompt budget), `stop`
+//! (stop strings besides the plan's), the sampling and the model (else the default model,
+//! not the router's choice).
 //!
 //! `/v1/completions` with a `suffix` builds its prompt the same way, from `prompt` and
 //! `suffix`; otherwise it is OpenAI's: the client's `stop`, `n` and `max_tokens`, and the

