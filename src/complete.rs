@@ -1,13 +1,8 @@
 //! `laya complete FILE:LINE:COL`: one fill-in-the-middle completion with a local model, and
-//! where its time went (load, prefill, decode).
-//!
-//! ## How it works
-//!
-//! `laya complete FILE:LINE:COL`: `parse_location`, then `run(&Config) -> Report`: the model
-//! loaded, the completion pipeline's plan for an invoked request at the position (the LSP's
-//! prompt, `Pipeline::plan_once`), one model call, the answer post-processed as the LSP's
-//! (`finish_once`); the report's `Display` is the timing line the command writes on stderr
-//! (load, prefill, decode, finish).
+//! where its time went. [`run`] loads the model, takes the completion pipeline's plan for an
+//! invoked request at the position (`Pipeline::plan_once`: the LSP's prompt), makes one model
+//! call and post-processes the answer as the LSP does (`Pipeline::finish_once`); the report's
+//! `Display` is the timing line the command writes on stderr (load, prefill, decode, finish).
 
 use std::{
     fmt,

@@ -1,16 +1,9 @@
 //! `laya doctor`: what is installed, what is missing, and the command that fixes each gap;
-//! the machine's memory and the tiers laya recommends for it, with what each needs; and the
-//! daemon that runs, if one does.
-//!
-//! ## How it works
-//!
-//! Builds the `laya doctor` report from `engine::runtime`, `machine`, `paths` and `catalog`: the
-//! memory, the recommended small and large tier with what each needs, present or the
-//! `laya models fetch` that gets it, and what `auto` serves now (`tiers`, a pure function of a
-//! `Machine` and presence). Each problem line names the command that fixes it. Then it asks the
-//! daemon of the runtime directory for its status (starting none): each model's state, its
-//! time to ready on this start and whether its weights came from the converted cache
-//! (`daemon_section`, a pure function of the answer).
+//! the machine's memory and the tiers laya recommends for it, with what each needs and
+//! whether it is present; what `auto` serves now; and the daemon of the runtime directory, if
+//! one runs (asked for its status, never started): each model's state, its time to ready and
+//! whether its weights came from the converted cache. [`tiers`] and [`daemon_section`] are
+//! pure functions of what [`report`] gathers.
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 

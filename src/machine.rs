@@ -1,19 +1,12 @@
 //! The machine the models run on, as the catalog's tiers need it: where local models run
-//! (the CPU, or a Metal or CUDA GPU) and how much memory they can have there. Unified memory
-//! (all of the RAM) on Apple Silicon, the GPU's own memory on CUDA, the RAM on the CPU.
+//! (`Accelerator`: the CPU, or a Metal or CUDA GPU, as MLX says) and how much memory they can
+//! have there: MLX's device information for a GPU (unified memory, all of the RAM, on Apple
+//! Silicon; the GPU's own on CUDA), else `nvidia-smi` for a CUDA GPU, `/proc/meminfo` for the
+//! CPU. [`Machine::budget`] is what the models may have: Metal's recommended working set (or
+//! the share of the RAM macOS gives the GPU), 90 % of a CUDA GPU's memory, nothing on the CPU.
 //!
 //! Every probe fails soft: a number that cannot be read is `None`, and the tiers then fall
 //! back to the CPU defaults ([`crate::catalog::plan`]).
-//!
-//! ## How it works
-//!
-//! The machine the tiers are chosen for: where local models run (`Accelerator`: the CPU, Metal,
-//! CUDA, as `MlxInfo::device_for` says) and their memory: MLX's device information for a GPU
-//! (Metal: the RAM, unified, and the recommended working set; CUDA: the GPU's total), else
-//! `nvidia-smi` for a CUDA GPU, `/proc/meminfo` for the CPU; `None` where nothing answers (the
-//! tiers then fall back to the CPU defaults). `Machine::budget` is what the models may have
-//! there: Metal's working set (or the share of the RAM macOS gives the GPU), 90 % of a CUDA GPU's
-//! memory, nothing on the CPU.
 
 use crate::engine::runtime::{gpu_memory, DevicePref, MlxInfo};
 

@@ -1,15 +1,9 @@
 //! `laya service install|uninstall`: run `laya serve` as a per-user service that starts at
 //! login and restarts on failure: a systemd user unit on Linux
 //! (`~/.config/systemd/user/laya.service`), a LaunchAgent on macOS
-//! (`~/Library/LaunchAgents/dev.laya.serve.plist`).
-//!
-//! ## How it works
-//!
-//! `laya service install|uninstall`: writes a systemd user unit (`laya.service`, ExecStart with
-//! this binary's absolute path, `serve` and the flags of a `ServeConfig`, checked first as the
-//! daemon would) or a LaunchAgent (`dev.laya.serve.plist`), then enables it (`systemctl --user
-//! enable --now`, `launchctl load -w`) unless `--no-start`; `Installed`'s `Display` is what the
-//! command prints.
+//! (`~/Library/LaunchAgents/dev.laya.serve.plist`). The unit runs this binary's absolute path
+//! with `serve` and a `ServeConfig`'s flags, checked first as the daemon would; [`install`]
+//! then enables it (`systemctl --user enable --now`, `launchctl load -w`) unless told not to.
 
 use std::{
     fmt,

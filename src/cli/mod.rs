@@ -1,20 +1,13 @@
 //! The command line's arguments (clap) and how they map to the library's typed settings:
 //! [`ServeConfig`] for the daemon's flags, each bench's `Config`, [`complete::Config`]. Only
-//! this module and `main.rs` know clap; the library's types parse through `FromStr`.
+//! this module and `main.rs` know clap; closed sets (`--device`, `--precision`, `--platform`,
+//! `--source`) parse through the library types' `FromStr`.
 //!
-//! ## How it works
-//!
-//! The command line. `main.rs` sets up logging (`LAYA_LOG`), dispatches each command to the
-//! library and prints its report, and turns errors into one line on stderr with a non-zero exit
-//! (after `laya lsp`, and whenever a GPU was used, it leaves with `_exit`, skipping MLX's static
-//! destructors). `cli/mod.rs` holds the arguments (clap, the only place it is used) and maps them
-//! to the library's typed settings: the serve flags to a `ServeConfig`, `laya complete`'s to a
-//! `complete::Config`; closed sets (`--device`, `--precision`, `--platform`, `--source`) are
-//! offered like clap value enums and read through the library types' `FromStr`. `cli/bench.rs`
-//! maps each `laya bench X` to `bench::x::Config`, runs it and prints the report; `cli/lsp.rs`
-//! wires `laya lsp` to its engine (the daemon, started with the same `ServeConfig` when none
-//! runs; the pool in this process; or a remote server). `anyhow` is used here (and in the engine
-//! bench's measurements), nowhere else.
+//! `main.rs` sets up logging (`LAYA_LOG`), dispatches each command and prints its report, and
+//! turns errors into one line on stderr with a non-zero exit. `bench.rs` runs each `laya bench
+//! x`; `lsp.rs` wires `laya lsp` to its engine (the daemon, started with the same
+//! `ServeConfig` when none runs; the pool in this process; or a remote server). `anyhow` is
+//! used here (and in the engine bench's llama.cpp peer), nowhere else.
 
 pub mod bench;
 pub mod lsp;

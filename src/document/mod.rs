@@ -1,22 +1,15 @@
 //! Open documents: text (a rope), version, language and syntax tree, kept in step with
-//! the editor's incremental edits.
+//! the editor's incremental edits. [`Document`] is one; `DocumentStore` holds them by URI.
 //!
 //! Boundary: no LSP types. Callers give [`Position`]s in a [`PositionEncoding`] (the LSP
-//! layer builds them from the protocol's) and get byte offsets back; inside laya
-//! everything is byte offsets into the rope. `document` uses `syntax` to keep each
-//! document's tree current; `syntax` never sees a `Document`.
+//! layer builds them from the protocol's) and get byte offsets back (`position`: UTF-8 or
+//! UTF-16); inside laya everything is byte offsets into the rope. `document` uses `syntax` to
+//! keep each document's tree current; `syntax` never sees a `Document`.
 //!
 //! Invariants: a change is applied whole or not at all (a stale version, a bad position or
-//! a reversed range leaves the document untouched); after every change the tree, when
-//! the language is known, is the incremental reparse of the new text.
-//!
-//! ## How it works
-//!
-//! `Document` (ropey rope + version + tree-sitter tree) and `DocumentStore` (DashMap by URI).
-//! `position.rs` converts (line, character) in UTF-8 or UTF-16 to byte offsets and back; a
-//! position inside a character is an error, a character past the line end means the line end.
-//! Edits are all-or-nothing, stale versions are rejected, and the tree is edited and reparsed
-//! incrementally. Knows no LSP types.
+//! a reversed range leaves the document untouched); a position inside a character is an
+//! error, a character past the line end means the line end; after every change the tree,
+//! when the language is known, is the incremental reparse of the new text.
 
 pub mod position;
 

@@ -1,22 +1,16 @@
-//! Syntax: the languages table, tree-sitter parsing and context extraction.
+//! Syntax: the languages table (`languages`), tree-sitter parsing and the context at a cursor
+//! (`context`: cursor kind, enclosing scopes and signatures, types referenced near the cursor,
+//! imports, indentation). Where the parser recovered from an error at the cursor (half-typed
+//! code), the text is parsed again with a filler from the language's row (`pass`, `;`, `}`…)
+//! at the cursor to find the scopes.
 //!
 //! Boundary: works on text (`&str` or a rope) plus a `tree_sitter::Tree`, in byte
 //! offsets. It knows nothing of documents, versions, URIs or LSP; `document` calls in here
 //! to keep its tree current, never the other way round.
 //!
 //! Invariant: language differences are data — a row in [`languages::LANGUAGES`] and a
-//! `queries/<lang>/context.scm` using the capture names of `queries/README.md`.
-//!
-//! ## How it works
-//!
-//! Languages as data (`languages.rs`: one row per language: ids, extensions, grammar, comment
-//! and string delimiters, indent unit) plus `queries/<lang>/context.scm` with shared capture
-//! names (`queries/README.md`). `context.rs` extracts what the prompt uses: cursor kind (code,
-//! comment, string), enclosing scopes and signatures, type definitions referenced near the
-//! cursor (this file and other open documents), imports, indentation. When the parser recovered
-//! from an error at the cursor (half-typed code), the text is parsed again (incrementally, from the document's tree) with a filler from the
-//! language's row (`pass`, `;`, `}`, `)`…) at the cursor to find the scopes. Works on text + tree
-//! and never imports `document`. Adding a language = a grammar crate, a row, a query file.
+//! `queries/<lang>/context.scm` using the capture names of `queries/README.md`. Adding a
+//! language is a grammar crate, a row and a query file.
 
 pub mod context;
 pub mod languages;

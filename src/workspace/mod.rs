@@ -3,28 +3,18 @@
 //!
 //! Boundary: paths and text in, definitions out; it knows nothing of LSP or engines. The LSP
 //! layer builds it in the background and feeds it file events; the completion pipeline asks
-//! [`retrieve`] what to show.
+//! [`retrieve`] what to show. It also holds the one conversion of a `file://` URI into a path,
+//! [`file_path`].
+//!
+//! Modules: `defs` (one file's definitions, by `queries/<lang>/definitions.scm`), `resolve`
+//! (which files a file's imports name, per language), `retrieve` (what the prompt shows at a
+//! cursor); this file holds the index, by file and by name ([`WorkspaceIndex`]).
 //!
 //! Invariants: nothing outside the roots is ever read (walks start at the roots, updates for
-//! paths outside them are ignored); files that `.gitignore`/`.ignore` exclude, hidden files
-//! and folders, and files over [`Limits::max_file_bytes`] are skipped; the index never holds
-//! more than [`Limits::max_files`] files.
-//!
-//! ## How it works
-//!
-//! The workspace index: the definitions (functions and methods, types, fields, constants, each
-//! with its signature: the text up to its body) of every source file under the workspace folders,
-//! read with `queries/<lang>/definitions.scm` (`defs.rs`), by file and by name (`mod.rs`);
-//! import resolution per language (`resolve.rs`: Python modules and packages, absolute and
-//! relative; TS/JS relative imports and index files; Rust `crate::`/`super::`/`self::` and `mod`;
-//! Go package folders through `go.mod`; C/C++ local includes; Java packages and same-package
-//! files); and retrieval at a cursor (`retrieve.rs`): the definitions other files give the
-//! identifiers near the cursor (nearest first; a name defined in more than two files, none
-//! imported, is skipped), the members of the types among them and of the types their signatures
-//! name, then outlines of the imported files, inside a byte budget. Knows no LSP and no engine.
-//! Invariants: nothing outside the roots is read (walks start at them, updates for other paths
-//! are refused, resolution keeps to folders inside them; `security` lists every file access);
-//! `.gitignore`/`.ignore`d, hidden and over-256-KiB files are skipped; at most 20,000 files.
+//! paths outside them are ignored, resolution keeps to the files the index holds; the
+//! `security` tests list every file access); files that `.gitignore`/`.ignore` exclude, hidden
+//! files and folders, and files over [`Limits::max_file_bytes`] are skipped; the index never
+//! holds more than [`Limits::max_files`] files.
 
 pub mod defs;
 pub mod resolve;
