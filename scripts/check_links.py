@@ -12,6 +12,8 @@ Checked:
   repository root (the first that exists wins); anchors are not checked there.
 Code blocks and inline code are skipped in Markdown; in Rust docs only fenced blocks are.
 Usage: scripts/check_links.py [--verbose]. Exit 1 with one line per dangling target.
+Intra-doc links (`[`Item`]`) are rustdoc's to check:
+`RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps` (minutes on a cold target).
 """
 
 import os

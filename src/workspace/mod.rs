@@ -3,7 +3,7 @@
 //!
 //! Boundary: paths and text in, definitions out; it knows nothing of LSP or engines. The LSP
 //! layer builds it in the background and feeds it file events; the completion pipeline asks
-//! [`retrieve`] what to show. It also holds the one conversion of a `file://` URI into a path,
+//! [`retrieve()`] what to show. It also holds the one conversion of a `file://` URI into a path,
 //! [`file_path`].
 //!
 //! Modules: `defs` (one file's definitions, by `queries/<lang>/definitions.scm`), `resolve`
@@ -134,7 +134,7 @@ pub struct WorkspaceIndex {
     roots: Vec<PathBuf>,
     limits: Limits,
     data: RwLock<Data>,
-    /// Retrievals asked of it ([`retrieve`]).
+    /// Retrievals asked of it ([`retrieve()`]).
     retrievals: AtomicUsize,
 }
 

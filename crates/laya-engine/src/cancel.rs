@@ -62,7 +62,7 @@ impl Cancel {
         }
     }
 
-    /// A guard that cancels this flag when dropped, unless [disarmed](CancelOnDrop::disarm)
+    /// A guard that cancels this flag when dropped, unless disarmed (`CancelOnDrop::disarm`)
     /// first: held across an await whose future may be dropped (the caller gave up), so
     /// that the work it started stops too.
     pub fn guard(&self) -> CancelOnDrop {

@@ -69,7 +69,7 @@ impl LocalModel {
 
     /// Run a short request once, so the first real one does not pay for kernel compilation
     /// and buffer allocation (MLX compiles GPU kernels at first use); its prompt starts with
-    /// [`warm_up_source`]. On a GPU a second, long one follows ([`long_warm_up_source`]): a
+    /// [`warm_up_source`]. On a GPU a second, long one follows (`long_warm_up_source`): a
     /// prompt of several prefill chunks whose answer is decoded over more than 1,024 keys
     /// (MLX's CUDA attention switches kernels there) and, with drafts, checked several tokens
     /// a forward. Returns the whole duration.

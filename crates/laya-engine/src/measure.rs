@@ -589,7 +589,7 @@ fn synthetic_dtype(device: &str) -> Dtype {
 
 /// The report's line on what one small op costs on `device` (the one selected): a chain of
 /// 1,000 dependent adds on a `[1, 2048]` array of the device's dtype, one eval
-/// (see [`op_cost_us`]).
+/// (see `op_cost_us`).
 pub fn small_op(device: &str) -> Result<String, MeasureError> {
     let (width, chain) = (2048, 1000);
     let dtype = synthetic_dtype(device);

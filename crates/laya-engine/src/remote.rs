@@ -4,7 +4,7 @@
 //! the server must parse special tokens in prompts, as vLLM and llama.cpp do.
 //!
 //! A cancelled request closes its connection: the completion is posted over a connection of
-//! its own ([`post_plain`], `http://` servers), whose reads wait at most [`CANCEL_POLL`]
+//! its own (`post_plain`, `http://` servers), whose reads wait at most `CANCEL_POLL`
 //! before the cancel flag is read again, and the engine's future sets the flag when it is
 //! dropped. A server sees its client gone and stops generating (llama.cpp's server and vLLM
 //! do). An `https://` server is reached through ureq, whose call cannot be interrupted: there

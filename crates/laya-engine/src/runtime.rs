@@ -256,7 +256,7 @@ pub(crate) const MLX_ENV_DEFAULTS: &[(&str, &str)] = &[
     ("MLX_CUDA_USE_CUDNN_SDPA", "0"),
 ];
 
-/// The variable naming MLX's kernel cache, set to [`crate::paths::kernel_dir`] when unset.
+/// The variable naming MLX's kernel cache, set to `crate::paths::kernel_dir` when unset.
 pub const KERNEL_DIR: &str = "MLX_PTX_CACHE_DIR";
 
 /// The [`MLX_ENV_DEFAULTS`] and [`KERNEL_DIR`] that `get` (the environment) leaves unset.
@@ -270,7 +270,7 @@ pub(crate) fn mlx_env_to_set(get: impl Fn(&str) -> Option<String>) -> Vec<(&'sta
         .collect()
 }
 
-/// Apply [`MLX_ENV_DEFAULTS`] to this process's environment. MLX reads these when it first
+/// Apply `MLX_ENV_DEFAULTS` to this process's environment. MLX reads these when it first
 /// uses a device, so this runs at the start of `main`, before any other thread exists.
 pub fn apply_mlx_env_defaults() {
     for (name, value) in mlx_env_to_set(|n| std::env::var_os(n).map(|v| v.to_string_lossy().into_owned())) {

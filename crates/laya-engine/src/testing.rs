@@ -68,7 +68,7 @@ pub(crate) fn real_model(file_name: &str, fix: &str) -> Option<PathBuf> {
     needs(path, present, fix)
 }
 
-/// For a test that runs the llama.cpp peer: its Python ([`crate::paths::peer_python`]) with
+/// For a test that runs the llama.cpp peer: its Python (`crate::paths::peer_python`) with
 /// the switch on, or a failure that says how to make it; `None` with the switch off.
 #[track_caller]
 pub fn peer_python() -> Option<PathBuf> {

@@ -46,7 +46,7 @@ pub struct LoadOptions {
     pub group_size: i32,
     /// Read and write the converted-weights cache.
     pub use_cache: bool,
-    /// Where that cache lives; `None`: [`crate::paths::converted_dir`].
+    /// Where that cache lives; `None`: `crate::paths::converted_dir`.
     pub cache_dir: Option<PathBuf>,
     /// Show a progress bar (on a terminal).
     pub progress: bool,

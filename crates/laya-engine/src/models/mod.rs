@@ -2,11 +2,11 @@
 //!
 //! One [`Model`] serves the three architectures: they share the embedding, the decoder block
 //! (pre-norm attention + MLP, each with a residual), the final norm and the LM head, and
-//! differ inside attention and in the MLP. [`qwen2`] adds a bias to q/k/v; [`qwen3`] has no
+//! differ inside attention and in the MLP. `qwen2` adds a bias to q/k/v; `qwen3` has no
 //! bias but RMS-normalizes every query and key head and takes `head_dim` from its config;
-//! [`qwen3_moe`] is Qwen3's attention with a mixture of SwiGLU experts in place of the dense
-//! MLP in the layers its config makes sparse. The block dispatches on [`Attention`] and
-//! [`FeedForward`], two enums.
+//! `qwen3_moe` is Qwen3's attention with a mixture of SwiGLU experts in place of the dense
+//! MLP in the layers its config makes sparse. The block dispatches on `Attention` and
+//! `FeedForward`, two enums.
 //!
 //! Weights come in as a map with HF / mlx-community names (`model.layers.{i}.self_attn.q_proj.weight`,
 //! …). A linear layer (and the embedding) is either dense (`.weight` `[out, in]`, any float

@@ -54,7 +54,7 @@ impl Shape {
         self.config().parameters()
     }
 
-    /// Parameters one token runs through ([`ModelConfig::active_parameters`]).
+    /// Parameters one token runs through (`ModelConfig::active_parameters`).
     pub fn active_parameters(&self) -> u64 {
         self.config().active_parameters()
     }
