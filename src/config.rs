@@ -9,10 +9,9 @@
 //! variant present that serves the tier's widest width; a file or folder; `auto`: the
 //! catalog's plan over the models present; `none` for the large one; or a server named by
 //! `--small-remote` / `--large-remote`), naming the `laya models fetch` that fixes a missing
-//! one. [`ServeConfig::check_models`] is what `laya lsp` checks
-//! before it starts a daemon (no GPU probe in the editor's process);
-//! [`ServeConfig::daemon_config`] adds what a daemon must pass (the token set, loopback or an
-//! explicit opt-in, limits that fit).
+//! one. [`ServeConfig::check_models`] is what `laya lsp` checks before it starts a daemon (no
+//! GPU probe in the editor's process); [`ServeConfig::daemon_config`] adds what a daemon must
+//! pass (the token set, loopback or an explicit opt-in, limits that fit).
 //!
 //! Invariant: flags → `ServeConfig` → `to_args()` → flags gives the same `ServeConfig`
 //! (tested), model files written as absolute paths.

@@ -2,8 +2,8 @@
 //! the machine's memory and the tiers laya recommends for it, with what each needs and
 //! whether it is present; what `auto` serves now; and the daemon of the runtime directory, if
 //! one runs (asked for its status, never started): each model's state, its time to ready and
-//! whether its weights came from the converted cache. [`tiers`] and [`daemon_section`] are
-//! pure functions of what [`report`] gathers.
+//! whether its weights came from the converted cache. [`report`] gathers; [`tiers`] (of a
+//! machine and what is present) and [`daemon_section`] (of the daemon's answer) are pure.
 
 use std::{fmt::Write as _, path::Path, time::Duration};
 

@@ -7,7 +7,7 @@
 //! turns errors into one line on stderr with a non-zero exit. `bench.rs` runs each `laya bench
 //! x`; `lsp.rs` wires `laya lsp` to its engine (the daemon, started with the same
 //! `ServeConfig` when none runs; the pool in this process; or a remote server). `anyhow` is
-//! used here (and in the engine bench's llama.cpp peer), nowhere else.
+//! used here, in `main.rs` and in the engine bench's llama.cpp peer, nowhere else.
 
 pub mod bench;
 pub mod lsp;

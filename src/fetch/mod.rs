@@ -9,8 +9,8 @@
 //!
 //! Invariants: nothing appears under a variant's final name before its size and sha256 (a
 //! file) or the folder's checks (`verify`) passed, so an interrupted fetch never leaves a file
-//! that looks complete, and a broken hub download goes on where it stopped; one fetch at a time
-//! writes to a model directory (`flock` on `.laya-fetch.lock`).
+//! that looks complete (a broken hub download goes on where it stopped the next time); one
+//! fetch at a time writes to a model directory (`flock` on `.laya-fetch.lock`).
 //!
 //! Presence is per variant ([`variant_presence_in`]); [`present_variant`] is the variant
 //! present that serves a width, in `CatalogModel::by_preference`'s order, which is what
