@@ -25,7 +25,9 @@ use crate::{
     cache::KvCache,
     cancel::Cancel,
     draft::DRAFT_MAX,
-    generate::{generate, prefill, Control, GenerateError, GenerateRequest, Meter, Pacing, PREFILL_CHUNK},
+    generate::{
+        generate, prefill, Chunking, Control, GenerateError, GenerateRequest, Meter, Pacing, PREFILL_CHUNK,
+    },
     load::{self, EngineLoadError, LoadOptions},
     models::{Model, ModelError, Shape},
     runtime::{graph_primitives, kernels},
@@ -232,13 +234,18 @@ fn cancel_sample(
     ))
 }
 
-/// Cancel → free while prefilling (a 4096-token prompt, the flag set during its 4th chunk)
-/// and while decoding (the flag set during the 4th step), each at [`CANCEL_SAMPLES`] points
-/// spread over the piece, with the device's pacing ([`Pacing::for_device`]).
+/// Cancel → free while prefilling (a prompt of 8 of the model's chunks, the flag set during
+/// its 4th chunk) and while decoding (the flag set during the 4th step), each at
+/// [`CANCEL_SAMPLES`] points spread over the piece, with the model's pacing
+/// ([`Pacing::for_model`]).
 fn cancel_to_free(model: &Model) -> Result<CancelFree, MeasureError> {
     let mut c = CancelFree::default();
     let request = GenerateRequest::greedy;
-    let long = random_ids(8 * PREFILL_CHUNK, 11);
+    let chunk = match Pacing::for_model(model).chunking {
+        Chunking::Fixed(n) => n,
+        Chunking::Timed(_) => PREFILL_CHUNK,
+    };
+    let long = random_ids(8 * chunk, 11);
     let chunks = |m: &Meter| m.prefill_chunks.load(Ordering::SeqCst);
     let steps = |m: &Meter| m.decode_steps.load(Ordering::SeqCst);
     for i in 0..CANCEL_SAMPLES {
@@ -288,11 +295,10 @@ fn format_cancel(c: &CancelFree) -> String {
     let (pmax, pmean) = max_mean(&c.prefill_ms);
     let (dmax, dmean) = max_mean(&c.decode_ms);
     format!(
-        "cancel → free: prefill {pmax:.0} ms at most, {pmean:.0} ms mean (a chunk of {} tokens, {:.0} ms; {:?}); \
+        "cancel → free: prefill {pmax:.0} ms at most, {pmean:.0} ms mean (a chunk of {} tokens, {:.0} ms); \
          decode {dmax:.0} ms at most, {dmean:.0} ms mean (a step of {:.0} ms; overlap {}); {} samples each",
         c.prefill_chunk_tokens,
         c.prefill_chunk_ms,
-        pacing.chunking,
         c.decode_step_ms,
         pacing.overlap,
         c.prefill_ms.len()
@@ -348,13 +354,16 @@ fn random_ids(n: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// A prompt of `n` ids prefilled as a request prefills it (chunks and groups of layers paced
+/// for the device), to its last logits evaluated.
 fn prefill_time(model: &Model, n: usize) -> Result<Duration, MeasureError> {
-    let ids: Vec<i32> = random_ids(n, n as u64).into_iter().map(|i| i as i32).collect();
-    let tokens = Array::from_slice(&ids, &[1, n as i32]);
+    let ids = random_ids(n, n as u64);
     let mut caches = model.new_caches();
     let t = Instant::now();
-    let logits = model.forward(&tokens, &mut caches)?;
-    eval([&logits])?;
+    let logits = prefill(model, &mut caches, &ids, &Cancel::new())?;
+    if logits.is_none() {
+        return Err(MeasureError::msg("the prompt did not run"));
+    }
     Ok(t.elapsed())
 }
 

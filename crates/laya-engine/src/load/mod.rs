@@ -1123,7 +1123,7 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         assert_ne!(files[0], now);
         assert_eq!(
             cache_files(&cache),
-            [now.clone()],
+            [now],
             "the entry of the source's earlier state is replaced, not kept beside"
         );
         // A folder of the same name elsewhere is another source: its entry stays when this

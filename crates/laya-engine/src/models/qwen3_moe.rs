@@ -20,6 +20,8 @@
 //! experts of another float dtype are widened to f32 when loaded, and their rows go in and out
 //! at the model's own dtype.
 
+use std::cell::RefCell;
+
 use mlx_rs::ops::{self, gather_mm, gather_qmm, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
@@ -135,12 +137,7 @@ impl SwitchGlu {
     /// named by index arrays made on the host (MLX would otherwise build them in the graph:
     /// an arange, a reshape and a broadcast a product).
     fn forward_rows(&self, x: &Array, indices: &Array) -> Result<Array> {
-        let k = indices.dim(-1) as usize;
-        let pairs = indices.size() as u32;
-        let token: Vec<u32> = (0..pairs).map(|p| p / k as u32).collect();
-        let token = Array::from_slice(&token, indices.shape());
-        let pair: Vec<u32> = (0..pairs).collect();
-        let pair = Array::from_slice(&pair, indices.shape());
+        let (token, pair) = row_indices(indices.shape());
         let gate_up = self.gate_up.forward(x, Some(&token), indices, false)?;
         self.down(&gate_up, Some(&pair), indices, false)
     }
@@ -165,6 +162,33 @@ impl SwitchGlu {
         self.down_proj
             .forward(&swiglu(&gate, &up, self.fused_swiglu)?, rows, indices, sorted)
     }
+}
+
+thread_local! {
+    /// [`row_indices`]' last arrays and the shape they are for: a decode step's shape is the
+    /// same in every sparse layer and every step.
+    static ROW_INDICES: RefCell<Option<(Vec<i32>, Array, Array)>> = const { RefCell::new(None) };
+}
+
+/// For the (token, expert) pairs of an `indices` array of `shape` (`[..., k]`): each pair's
+/// token and each pair's own row, made on the host once a shape (on this thread), not once a
+/// sparse layer.
+fn row_indices(shape: &[i32]) -> (Array, Array) {
+    ROW_INDICES.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if let Some((s, token, pair)) = cached.as_ref() {
+            if s == shape {
+                return (token.clone(), pair.clone());
+            }
+        }
+        let k = (*shape.last().unwrap_or(&1)).max(1) as u32;
+        let pairs = shape.iter().product::<i32>() as u32;
+        let token: Vec<u32> = (0..pairs).map(|p| p / k).collect();
+        let pair: Vec<u32> = (0..pairs).collect();
+        let (token, pair) = (Array::from_slice(&token, shape), Array::from_slice(&pair, shape));
+        *cached = Some((shape.to_vec(), token.clone(), pair.clone()));
+        (token, pair)
+    })
 }
 
 /// From this many (token, expert) pairs on, they run in blocks of one expert each.
