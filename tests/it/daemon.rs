@@ -814,7 +814,11 @@ impl Drop for OpenOnDrop {
 
 /// The models' states by id, as `GET /health` gives them.
 fn states(addr: std::net::SocketAddr) -> Vec<(String, String)> {
-    let h = ok_json(addr, "GET", "/health", None);
+    states_of(&ok_json(addr, "GET", "/health", None))
+}
+
+/// The (model, state) pairs of a `/health` answer.
+fn states_of(h: &Value) -> Vec<(String, String)> {
     h["models"]
         .as_array()
         .unwrap()
@@ -833,8 +837,9 @@ fn states(addr: std::net::SocketAddr) -> Vec<(String, String)> {
 fn health_until(addr: std::net::SocketAddr, done: impl Fn(&[(String, String)]) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
+        // The answer returned is the one judged (a second fetch could see a later state).
         let h = ok_json(addr, "GET", "/health", None);
-        if done(&states(addr)) {
+        if done(&states_of(&h)) {
             return h;
         }
         assert!(Instant::now() < deadline, "the models never got there: {h}");

@@ -11,7 +11,42 @@
 //! soak) runs either way, on tiny models the tests write. With the switch on, a model or
 //! venv that is missing fails the test that needs it, naming the command that fixes it.
 
-use std::{io::Write, path::PathBuf};
+use std::{
+    io::Write,
+    path::PathBuf,
+    sync::{Mutex, MutexGuard},
+};
+
+use crate::runtime::{use_device, DevicePref};
+
+/// MLX graphs are built from one thread at a time in laya (one worker per model); tests
+/// follow the same rule.
+static MLX: Mutex<()> = Mutex::new(());
+
+/// Take the MLX lock and select the device named by `LAYA_DEVICE` (default cpu), so the
+/// same tests run on the CPU here and on a GPU through `scripts/gpu/cuda-ops.sh`.
+pub fn mlx() -> (MutexGuard<'static, ()>, Backend) {
+    let guard = MLX.lock().unwrap_or_else(|p| p.into_inner());
+    let pref = match std::env::var("LAYA_DEVICE").as_deref() {
+        Ok("gpu") => DevicePref::Gpu,
+        Ok("auto") => DevicePref::Auto,
+        _ => DevicePref::Cpu,
+    };
+    let desc = use_device(pref).expect("select MLX device");
+    let backend = if desc.starts_with("gpu") {
+        Backend::Gpu
+    } else {
+        Backend::Cpu
+    };
+    (guard, backend)
+}
+
+/// The device [`mlx`] selected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+    Gpu,
+}
 
 /// The environment variable of the switch: `1` on; unset, empty or `0` off.
 pub(crate) const REAL_MODELS: &str = "LAYA_TEST_REAL_MODELS";

@@ -12,40 +12,9 @@ pub mod real;
 /// The tiny GGUF the engine's tests share with these.
 pub use laya::engine::synthetic::gguf;
 
-use std::{
-    process::Command,
-    sync::{Mutex, MutexGuard},
-};
+use std::process::Command;
 
-use laya::engine::runtime::{use_device, DevicePref};
-
-/// MLX graphs are built from one thread at a time in laya (one worker per model);
-/// tests follow the same rule.
-static MLX: Mutex<()> = Mutex::new(());
-
-/// Take the MLX lock and select the device named by `LAYA_DEVICE` (default cpu), so the
-/// same tests run on the CPU here and on a GPU through `scripts/gpu/cuda-ops.sh`.
-pub fn mlx() -> (MutexGuard<'static, ()>, Backend) {
-    let guard = MLX.lock().unwrap_or_else(|p| p.into_inner());
-    let pref = match std::env::var("LAYA_DEVICE").as_deref() {
-        Ok("gpu") => DevicePref::Gpu,
-        Ok("auto") => DevicePref::Auto,
-        _ => DevicePref::Cpu,
-    };
-    let desc = use_device(pref).expect("select MLX device");
-    let backend = if desc.starts_with("gpu") {
-        Backend::Gpu
-    } else {
-        Backend::Cpu
-    };
-    (guard, backend)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Cpu,
-    Gpu,
-}
+pub use laya::engine::testing::{mlx, Backend};
 
 /// The tests' two CPU classes. The tests of this binary run side by side (two at a time on
 /// two cores), whatever their module: a test that keeps the cores busy for long takes

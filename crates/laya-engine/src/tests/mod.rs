@@ -16,39 +16,9 @@ mod engine_reference;
 mod engine_safetensors;
 mod mlx_ops;
 
-use std::{
-    path::PathBuf,
-    sync::{Mutex, MutexGuard},
-};
+use std::path::PathBuf;
 
-use crate::runtime::{use_device, DevicePref};
-
-/// These tests build MLX graphs from one thread at a time, as a model worker does.
-static MLX: Mutex<()> = Mutex::new(());
-
-/// Take the MLX lock and select the device named by `LAYA_DEVICE` (default cpu), so the
-/// same tests run on the CPU here and on a GPU through `scripts/gpu/cuda-ops.sh`.
-fn mlx() -> (MutexGuard<'static, ()>, Backend) {
-    let guard = MLX.lock().unwrap_or_else(|p| p.into_inner());
-    let pref = match std::env::var("LAYA_DEVICE").as_deref() {
-        Ok("gpu") => DevicePref::Gpu,
-        Ok("auto") => DevicePref::Auto,
-        _ => DevicePref::Cpu,
-    };
-    let desc = use_device(pref).expect("select MLX device");
-    let backend = if desc.starts_with("gpu") {
-        Backend::Gpu
-    } else {
-        Backend::Cpu
-    };
-    (guard, backend)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Backend {
-    Cpu,
-    Gpu,
-}
+use crate::testing::{mlx, Backend};
 
 /// The real Qwen2.5-Coder 0.5B GGUF of the model directory: `None` (the test is skipped, and
 /// says so) unless `LAYA_TEST_REAL_MODELS=1`; with it, a missing file fails the test.
