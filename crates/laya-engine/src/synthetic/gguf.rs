@@ -38,11 +38,12 @@ pub(crate) const SPECIALS: &[&str] = &[
     "<|file_sep|>",
 ];
 
-/// Deterministic uniform(-1, 1) numbers (an LCG), the weights' source.
-struct Lcg(u64);
+/// Deterministic uniform(-1, 1) numbers (an LCG), the weights' source (and the engine's
+/// tests').
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
-    fn next_f32(&mut self) -> f32 {
+    pub(crate) fn next_f32(&mut self) -> f32 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
@@ -50,7 +51,7 @@ impl Lcg {
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
-    fn vec(&mut self, n: usize) -> Vec<f32> {
+    pub(crate) fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.next_f32()).collect()
     }
 }

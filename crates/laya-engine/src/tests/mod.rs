@@ -28,22 +28,7 @@ fn real_05b() -> Option<PathBuf> {
     real_model_path(MODEL_05B)
 }
 
-/// Deterministic uniform(-1, 1) numbers (an LCG; tests need no crate for this).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next_f32(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next_f32()).collect()
-    }
-}
+use crate::synthetic::gguf::Lcg;
 
 fn max_abs(a: &[f32]) -> f32 {
     a.iter().fold(0f32, |m, x| m.max(x.abs()))
