@@ -10,6 +10,8 @@
 //! the real weights (loading a GGUF, serving a request end to end, the daemon, the CLI, the
 //! soak) runs either way, on tiny models the tests write. With the switch on, a model or
 //! venv that is missing fails the test that needs it, naming the command that fixes it.
+//! Both crates' tests that build MLX graphs take [`mlx`] first: one at a time, on the device
+//! `LAYA_DEVICE` names.
 
 use std::{
     io::Write,
