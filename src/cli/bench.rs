@@ -41,7 +41,8 @@ pub enum BenchCommand {
         precision: Vec<Precision>,
         #[arg(long, default_value_t = 64)]
         group_size: i32,
-        /// Prompt lengths to time prefill at.
+        /// Prompt lengths to time prefill at (as a request prefills: chunks and groups of layers
+        /// paced for the device).
         #[arg(long, value_delimiter = ',', default_value = "128,512,2048")]
         prefill: Vec<usize>,
         /// Tokens to decode for the per-token time.
