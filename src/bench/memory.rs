@@ -122,6 +122,8 @@ const DOC: &str = "def add(a, b):\n    return ";
 /// and the directory removed when this is dropped.
 pub struct BenchDaemon {
     pub dir: PathBuf,
+    /// Environment the daemon starts with, beside this process's.
+    pub env: Vec<(String, String)>,
     daemon: Option<Child>,
 }
 
@@ -131,7 +133,11 @@ impl BenchDaemon {
         let dir = std::env::temp_dir().join(format!("laya-bench-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         paths::ensure_private_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        Ok(BenchDaemon { dir, daemon: None })
+        Ok(BenchDaemon {
+            dir,
+            env: vec![],
+            daemon: None,
+        })
     }
 
     /// Start `laya serve` with `serve`'s flags in this directory (stderr to its serve.log)
@@ -142,6 +148,7 @@ impl BenchDaemon {
             .arg("serve")
             .args(serve.to_args())
             .env("LAYA_RUNTIME_DIR", &self.dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -183,6 +190,7 @@ impl BenchDaemon {
             .args(extra)
             .args(serve.to_args())
             .env("LAYA_RUNTIME_DIR", &self.dir)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stderr(Stdio::null());
         let mut p = LspProcess::spawn(cmd).map_err(|e| format!("starting laya lsp: {e}"))?;
         p.initialize(settings)?;
