@@ -18,12 +18,11 @@ use mlx_rs::{transforms::eval, Array};
 use super::{mlx, real_05b};
 use crate::{
     cancel::Cancel,
-    draft::Speculation,
     generate::{generate, Control, GenerateRequest},
     load::LoadOptions,
     local::LocalModel,
     sample::host_slice,
-    seam::{Precision, SamplingParams},
+    seam::Precision,
 };
 
 fn reference() -> serde_json::Value {
@@ -106,15 +105,7 @@ fn run(path: &std::path::Path, precision: Precision, logit_tol: f32) -> Vec<Prom
         for c in caches.iter_mut() {
             c.trim(1);
         }
-        let req = GenerateRequest {
-            max_tokens: 17,
-            n: 1,
-            sampling: SamplingParams::default(),
-            stop_token_ids: vec![],
-            branch_first: false,
-            speculation: Speculation::Off,
-            history: vec![],
-        };
+        let req = GenerateRequest::greedy(17);
         let out = generate(
             net,
             &mut caches,
