@@ -17,7 +17,9 @@
 #                                               # synthetic shapes, the 0.5B's explicit and automatic
 #                                               # requests on the held-out file windows beside
 #                                               # llama-server, the 32B's cancel and prefill, mlx-lm;
-#                                               # decode-short: its synthetic shapes only, no GGUF)
+#                                               # decode-short: its synthetic shapes only, no GGUF;
+#                                               # ghost: explicit requests and a typist through
+#                                               # `laya lsp` beside llama-server, the 0.5B)
 #                                               # For decode: PACK_MODELS=<the 0.5B's GGUF> at pack,
 #                                               # `decide bf16 0` before start.
 #   scripts/gpu/session.sh decide ACT [CUDNN]   # the activation type the later jobs run with, and
@@ -331,6 +333,47 @@ run)
       .whl/mlx-*.whl .whl/mlx_lm-*.whl 2>&1 | tail -2
     for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "/tmp/laya-cuda/mlx/$d" "$site/mlx/$d"; done
   }
+  # Ghost text as a user waits for it (the 0.5B through `laya lsp` and the daemon, beside
+  # llama-server on the same GGUF): explicit requests on the held-out file windows, then a
+  # typist on 4 of them a language with the adaptive debounce and with a fixed 75 ms, then
+  # llama-server's /infill under the typist's schedule, then the exact lines (in-process).
+  ghost_queue() {
+    export LAYA_RUNTIME_DIR=/tmp/laya-rt LAYA_CACHE_DIR=/tmp/laya-cache
+    mkdir -p -m 700 "$LAYA_RUNTIME_DIR"
+    # MLX compiles its kernels at first use (minutes on a new machine): the 0.5B's shape on
+    # synthetic weights compiles them while the GGUF's parts are still coming.
+    log "kernels: the 0.5B's shape on synthetic weights"
+    cx "$L" --device gpu bench engine --synthetic qwen2.5-coder-0.5b --precision q8 --prefill 128,512,1500,2048 \
+      --decode 32 2>&1 | grep -v "^\s*$" | tail -6
+    assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
+    wait_for "$S/llama-server"
+    log "laya models warm (kernels for the 0.5B)"
+    cx "$L" --device gpu models warm --small "$G05" --large none 2>&1 | tail -3
+    local lsp="$L --device gpu lsp --small $G05 --large none"
+    log "explicit requests through laya lsp, held-out file windows"
+    cx "$L" bench typing --explicit --cases "$XL" --per-language 50 --max-tokens 128 --lsp-command "$lsp" \
+      --json "$R/explicit-laya.json" 2>>"$R/laya.err" | tail -3
+    log "explicit requests, llama-server /infill (128 tokens, blank line ends)"
+    python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$G05" --cases "$XL" \
+      --n-ctx 8192 --batch-size 2048 --max-tokens 128 --stop '\n\n\n' --out "$R/explicit-llama-server.json" 2>&1 | tail -2
+    log "typist through laya lsp, adaptive debounce"
+    cx "$L" bench typing --cases "$XL" --per-language "${TYPIST_PER_LANGUAGE:-4}" --max-tokens 48 --lsp-command "$lsp" \
+      --steps-out "$R/typist-steps.json" --json "$R/typist-adaptive.json" 2>>"$R/laya.err" | tail -6
+    log "typist through laya lsp, fixed 75 ms"
+    cx "$L" bench typing --cases "$XL" --per-language "${TYPIST_PER_LANGUAGE:-4}" --max-tokens 48 --lsp-command "$lsp" \
+      --settings '{"debounceMs":75}' --json "$R/typist-fixed75.json" 2>>"$R/laya.err" | tail -6
+    log "llama-server /infill under the typist's schedule"
+    python3 scripts/bench_typing_peer.py --server-bin "$S/llama-server" --model "$G05" --steps "$R/typist-steps.json" \
+      --schedule --max-tokens 48 --stop '\n' --budget 2048 --out "$R/typist-llama-server.json" 2>>"$R/peer.err" | tail -2
+    log "exact lines, held-out file windows (in-process)"
+    cx "$L" --device gpu bench quality --model "$G05" --precision q8 --cases "$XL" --speculation off \
+      --out "$R/quality-0.5b-xl.json" 2>>"$R/laya.err" | tail -6
+  }
+  if [[ $(cat "$S/queue" 2>/dev/null) == ghost ]]; then
+    ghost_queue
+    log "all done"
+    exit 0
+  fi
   if [[ $(cat "$S/queue" 2>/dev/null) == decode* ]]; then
     decode_queue
     log "all done"

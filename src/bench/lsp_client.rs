@@ -208,6 +208,25 @@ impl LspProcess {
         }
     }
 
+    /// The next answer to any request before `until` (its id and the whole message), handling
+    /// what else the server sends; `None` when none came by then.
+    pub fn next_answer(&mut self, until: Instant) -> Result<Option<(u64, Value)>, String> {
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let m = match self.messages.recv_timeout(left) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => return Ok(None),
+                Err(RecvTimeoutError::Disconnected) => return Err("the language server exited".into()),
+            };
+            if m.get("method").is_none() {
+                if let Some(id) = m.get("id").and_then(Value::as_u64) {
+                    return Ok(Some((id, m)));
+                }
+            }
+            self.other(m)?;
+        }
+    }
+
     /// Send a request and wait for its result (an error answer is `Err` with its message).
     pub fn request(&mut self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
         let id = self.start(method, params)?;

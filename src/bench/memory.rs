@@ -103,12 +103,14 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 }
 
 /// Settings that keep each completion short: no debounce, `max_tokens` tokens, and every
-/// route on the small tier at `precision` (so exactly one model is loaded).
+/// route on the small tier at `precision` (so exactly one model is loaded); no answers
+/// computed ahead, so the load is the requests the bench sends.
 pub fn settings(precision: &str, max_tokens: usize) -> Value {
     let key = json!({ "tier": "small", "precision": precision });
     json!({
         "completion": {
             "debounceMs": 0,
+            "lookAhead": false,
             "maxTokensLine": max_tokens,
             "maxTokensBlock": max_tokens,
             "router": { "codeAutomatic": key, "codeInvoked": key, "codeBlock": key, "prose": key },

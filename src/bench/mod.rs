@@ -34,6 +34,7 @@ pub mod memory;
 pub mod quality;
 pub mod soak;
 pub mod typing;
+pub mod typist;
 pub mod workspace;
 
 /// The engine a bench completes with.

@@ -843,7 +843,7 @@ mod tests {
         let mut c = case("a", "python", "x = 1");
         c.prefix = "def f():\n    ".into();
         let settings = CompletionSettings {
-            debounce_ms: 0,
+            debounce_ms: Some(0),
             ..CompletionSettings::default()
         };
         let results = run_one(Arc::new(Failing), c, &settings).await;
@@ -901,7 +901,7 @@ mod tests {
         let mut c = case("a", "python", "x = 1");
         c.prefix = "def f():\n    ".into();
         let settings = CompletionSettings {
-            debounce_ms: 0,
+            debounce_ms: Some(0),
             candidates: 3,
             ..CompletionSettings::default()
         };

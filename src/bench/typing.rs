@@ -1,8 +1,13 @@
 //! `laya bench typing`: replays typing through the whole LSP path. A trace is a real file
 //! with one line removed; the line is typed back character by character, each keystroke a
-//! `didChange` followed by an `inlineCompletion` request, as an editor sends them. Per
-//! keystroke: latency, whether the model ran (or the suggestion was typed through), and the
-//! prompt tokens reused from the prefix store.
+//! `didChange` followed by an `inlineCompletion` request, as an editor sends them.
+//!
+//! By default a typist types it ([`typist`](super::typist)): in real time, at a person's
+//! pace, with the server's own debounce, cancels, and an accept once the ghost text makes the
+//! line; in this process or through a `laya lsp` process (`lsp_command`). With `sequential`,
+//! each keystroke waits for its answer and the debounce is off: per keystroke the latency,
+//! whether the model ran (or the suggestion was typed through), and the prompt tokens reused
+//! from the prefix store.
 
 use std::{fmt, path::PathBuf, sync::Arc, time::Instant};
 
@@ -58,11 +63,24 @@ pub struct Config {
     pub settings: Option<String>,
     /// Write the keystrokes and the summary here (JSON).
     pub json: Option<PathBuf>,
+    /// One keystroke at a time, each waiting for its answer, no debounce (the engine's cost
+    /// of a keystroke), instead of the typist.
+    pub sequential: bool,
+    /// Explicit requests instead of typing: one at each case's cursor, on the document as the
+    /// case gives it, timed from the request to its answer.
+    pub explicit: bool,
+    /// The typist's server: this command's LSP server over stdio (e.g. `laya lsp --small M`,
+    /// through the daemon) instead of one in this process on `target`.
+    pub lsp_command: Option<Vec<String>>,
 }
 
 /// What `laya bench typing` found.
 #[derive(Debug)]
 pub struct Report {
+    /// The typist's traces and their sum (not `sequential`).
+    pub typist: Option<(Vec<super::typist::Run>, super::typist::Summary)>,
+    /// Explicit requests: each case's id, time to the answer, first suggestion.
+    pub explicit: Option<Vec<(String, f64, Option<String>)>>,
     /// The engine (model and bit width, or the remote server).
     pub label: String,
     pub no_reuse: bool,
@@ -78,7 +96,18 @@ fn write(path: &std::path::Path, text: &str) -> Result<(), String> {
 /// Type every trace's line back (after an untimed warm-up trace); `log` hears each trace and
 /// keystroke as it is typed.
 pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<Report, String> {
-    let traces = match &cfg.traces {
+    let traces = load_traces(cfg)?;
+    if cfg.explicit {
+        return run_explicit(cfg, &traces, log);
+    }
+    if !cfg.sequential {
+        return run_typist(cfg, &traces, log);
+    }
+    run_sequential(cfg, &traces, log)
+}
+
+fn load_traces(cfg: &Config) -> Result<Vec<Case>, String> {
+    Ok(match &cfg.traces {
         Traces::Files(files) => files
             .iter()
             .map(|f| trace_from_file(&f.path, f.line, &f.language))
@@ -95,7 +124,219 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
             }
             traces
         }
+    })
+}
+
+/// The bench's own completion settings (the LSP's `completion` section) under `cfg.settings`;
+/// `debounce` as `debounceMs` where given.
+fn settings_for(cfg: &Config, debounce: Option<u64>) -> Result<Value, String> {
+    let mut completion = json!({
+        "maxTokensLine": cfg.max_tokens,
+        "maxTokensBlock": cfg.max_tokens,
+        "budget": { "maxTokens": cfg.budget },
+        "typingThrough": !cfg.no_reuse,
+        "anchorMaxBytes": if cfg.no_reuse { 0 } else { 512 },
+        "lookAhead": !cfg.no_reuse,
+    });
+    if let Some(ms) = debounce {
+        completion["debounceMs"] = ms.into();
+    }
+    let settings = completion_settings(completion, cfg.settings.as_deref())?;
+    serde_json::to_value(settings).map_err(|e| e.to_string())
+}
+
+/// The typist's runs: a fresh in-process server a trace, or one LSP process for all of them
+/// (the counts of a trace are what its own `laya/requests` added).
+fn run_typist(
+    cfg: &Config,
+    traces: &[Case],
+    log: impl Fn(&str) + Clone + Send + 'static,
+) -> Result<Report, String> {
+    use super::typist::{self, Typist, Wire};
+    let typist = Typist::default();
+    let completion = settings_for(cfg, None)?;
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?,
+    );
+    let (server, label) = server(cfg, log.clone())?;
+    let (mut process, engine) = match server {
+        Server::Process(p) => (Some(p), None),
+        Server::Engine(e) => (None, Some(e)),
     };
+    let mut all_steps = vec![];
+    let mut runs = vec![];
+    let mut last_counts = Value::Null;
+    let mut in_process: Option<typist::InProcess>;
+    let warm = warm_up_trace();
+    for (i, c) in std::iter::once(&warm).chain(traces.iter()).enumerate() {
+        let wire: &mut dyn Wire = match (&mut process, &engine) {
+            (Some(p), _) => p,
+            (None, Some(engine)) => {
+                in_process = Some(typist::InProcess::new(rt.clone(), engine.clone()));
+                in_process.as_mut().expect("just made")
+            }
+            (None, None) => unreachable!("a process or an engine"),
+        };
+        if i == 0 || cfg.lsp_command.is_none() {
+            typist::initialize(wire, &completion)?;
+        }
+        if i > 0 {
+            log(&format!(
+                "trace {} ({} keystrokes) on {label}",
+                c.id,
+                c.expected.chars().count()
+            ));
+        }
+        let mut steps = vec![];
+        let mut run = typist::replay(wire, c, &typist, &mut steps)?;
+        if cfg.lsp_command.is_some() {
+            let now = run.requests.clone();
+            run.requests = typist::counts_since(&now, &last_counts);
+            last_counts = now;
+        }
+        if i == 0 {
+            log("warm-up trace typed (untimed)");
+            continue;
+        }
+        for k in &run.keys {
+            log(&format!(
+                "  {:>3} at {:>7.0} ms {:<9} {:>7.1} ms {:<13} wait {:>5.1} ms model {:>6.1} ms{}",
+                k.typed,
+                k.at_ms,
+                k.outcome,
+                k.ms,
+                k.source,
+                k.wait_ms,
+                k.model_ms,
+                if k.ahead { " (ahead)" } else { "" }
+            ));
+        }
+        if let Some(a) = &run.accept {
+            log(&format!(
+                "  accept at {:.0} ms: next answer {:.1} ms{}{}",
+                a.at_ms,
+                a.ms,
+                if a.ahead { ", computed ahead" } else { "" },
+                if a.shown {
+                    ", a suggestion"
+                } else {
+                    ", nothing to show"
+                }
+            ));
+        }
+        all_steps.push(json!({ "id": c.id, "steps": steps }));
+        runs.push(run);
+    }
+    if let Some(p) = process {
+        p.shutdown(std::time::Duration::from_secs(5));
+    }
+    if let Some(p) = &cfg.steps_out {
+        write(p, &serde_json::to_string(&all_steps).map_err(|e| e.to_string())?)?;
+    }
+    if let Some(engine) = &engine {
+        if let ModelState::Failed(e) = engine.state() {
+            return Err(format!("the model failed to load: {e}"));
+        }
+    }
+    let summary = typist::summarize(&runs);
+    if let Some(p) = &cfg.json {
+        let v = json!({ "engine": label, "typist": typist, "summary": summary, "runs": runs });
+        write(p, &serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?)?;
+    }
+    Ok(Report {
+        typist: Some((runs, summary)),
+        explicit: None,
+        label,
+        no_reuse: cfg.no_reuse,
+        runs: vec![],
+        summary: Summary::default(),
+    })
+}
+
+/// The server for the typist and explicit runs: one in this process on `cfg.target`, or the
+/// LSP process `cfg.lsp_command`; its label.
+enum Server {
+    Process(super::lsp_client::LspProcess),
+    Engine(Arc<dyn Engine>),
+}
+
+fn server(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<(Server, String), String> {
+    match &cfg.lsp_command {
+        Some(cmd) => {
+            let (prog, args) = cmd.split_first().ok_or("an empty --lsp-command")?;
+            let mut c = std::process::Command::new(prog);
+            c.args(args);
+            let p = super::lsp_client::LspProcess::spawn(c).map_err(|e| format!("starting {prog}: {e}"))?;
+            Ok((Server::Process(p), cmd.join(" ")))
+        }
+        None => {
+            let (engine, label) = cfg.target.start(cfg.device, log)?;
+            Ok((Server::Engine(engine), label))
+        }
+    }
+}
+
+/// Explicit requests, one a case (after an untimed one on the warm-up trace).
+fn run_explicit(
+    cfg: &Config,
+    traces: &[Case],
+    log: impl Fn(&str) + Clone + Send + 'static,
+) -> Result<Report, String> {
+    use super::typist::{self, Wire};
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?,
+    );
+    let (server, label) = server(cfg, log.clone())?;
+    let (mut process, mut in_process) = match server {
+        Server::Process(p) => (Some(p), None),
+        Server::Engine(e) => (None, Some(typist::InProcess::new(rt.clone(), e))),
+    };
+    let wire: &mut dyn Wire = match (&mut process, &mut in_process) {
+        (Some(p), _) => p,
+        (None, Some(w)) => w,
+        (None, None) => unreachable!("a process or an engine"),
+    };
+    typist::initialize(wire, &settings_for(cfg, None)?)?;
+    typist::explicit(wire, &warm_up_trace(), 0)?;
+    let mut rows = vec![];
+    for (n, c) in traces.iter().enumerate() {
+        let (ms, text) = typist::explicit(wire, c, n + 1)?;
+        log(&format!(
+            "  {} {ms:>8.1} ms {:?}",
+            c.id,
+            text.as_deref().unwrap_or("")
+        ));
+        rows.push((c.id.clone(), ms, text));
+    }
+    if let Some(p) = process {
+        p.shutdown(std::time::Duration::from_secs(5));
+    }
+    if let Some(p) = &cfg.json {
+        let v = json!({ "engine": label, "explicit": rows.iter().map(|(id, ms, text)| json!({ "id": id, "ms": ms, "text": text })).collect::<Vec<_>>() });
+        write(p, &serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?)?;
+    }
+    Ok(Report {
+        typist: None,
+        explicit: Some(rows),
+        label,
+        no_reuse: cfg.no_reuse,
+        runs: vec![],
+        summary: Summary::default(),
+    })
+}
+
+/// One keystroke at a time, each waiting for its answer, without the debounce.
+fn run_sequential(
+    cfg: &Config,
+    traces: &[Case],
+    log: impl Fn(&str) + Clone + Send + 'static,
+) -> Result<Report, String> {
     if let Some(p) = &cfg.steps_out {
         let steps: Vec<_> = traces
             .iter()
@@ -111,16 +352,7 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
         };
     }
     let (engine, label) = target.start(cfg.device, log.clone())?;
-    let completion = json!({
-        "debounceMs": 0,
-        "maxTokensLine": cfg.max_tokens,
-        "maxTokensBlock": cfg.max_tokens,
-        "budget": { "maxTokens": cfg.budget },
-        "typingThrough": !cfg.no_reuse,
-        "anchorMaxBytes": if cfg.no_reuse { 0 } else { 512 },
-    });
-    let settings = completion_settings(completion, cfg.settings.as_deref())?;
-    let completion = serde_json::to_value(settings).map_err(|e| e.to_string())?;
+    let completion = settings_for(cfg, Some(0))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -132,7 +364,7 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
         start.elapsed().as_secs_f64()
     ));
     let mut runs = vec![];
-    for c in &traces {
+    for c in traces {
         log(&format!(
             "trace {} ({} keystrokes) on {label}",
             c.id,
@@ -167,6 +399,8 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
         write(p, &serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?)?;
     }
     Ok(Report {
+        typist: None,
+        explicit: None,
         label,
         no_reuse: cfg.no_reuse,
         runs,
@@ -177,6 +411,29 @@ pub fn run(cfg: &Config, log: impl Fn(&str) + Clone + Send + 'static) -> Result<
 /// The lines `laya bench typing` prints.
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(rows) = &self.explicit {
+            let ms: Vec<f64> = rows.iter().map(|r| r.1).collect();
+            return writeln!(
+                f,
+                "{}: {} explicit requests; answered p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms; {} with a suggestion",
+                self.label,
+                rows.len(),
+                percentile(&ms, 50.0),
+                percentile(&ms, 90.0),
+                percentile(&ms, 99.0),
+                rows.iter().filter(|r| r.2.is_some()).count()
+            );
+        }
+        if let Some((runs, summary)) = &self.typist {
+            writeln!(
+                f,
+                "{}{}: {} traces",
+                self.label,
+                if self.no_reuse { " (no reuse)" } else { "" },
+                runs.len()
+            )?;
+            return write!(f, "{summary}");
+        }
         let s = &self.summary;
         writeln!(
             f,
@@ -676,6 +933,63 @@ mod tests {
         assert!(keys[..last].iter().all(|k| k.shown && k.exact), "{keys:?}");
         let s = summarize(&[keys]);
         assert_eq!((s.model_calls, s.typed_through), (2, 10));
+    }
+
+    /// The typist in real time on a fake that knows the line: the first keystroke's answer
+    /// is the model's, any later ones are typed through, the accept comes once a gap is longer
+    /// than the time to read, and its answer was computed while the suggestion showed.
+    #[test]
+    fn the_typist_types_reads_and_accepts() {
+        use crate::bench::typist::{self, Typist};
+        let rt = Arc::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        );
+        let mut wire = typist::InProcess::new(rt, Arc::new(KnowsTheLine));
+        typist::initialize(&mut wire, &json!({ "typingThrough": true })).unwrap();
+        let case = warm_up_trace();
+        let mut steps = vec![];
+        // A slow typist who reads fast: the gaps leave the fake's answers time under any load.
+        let typist = Typist {
+            median_ms: 300.0,
+            reaction_ms: 120.0,
+            ..Typist::default()
+        };
+        let run = typist::replay(&mut wire, &case, &typist, &mut steps).unwrap();
+        let keys = &run.keys;
+        assert!(!keys.is_empty() && keys.len() < case.expected.len(), "{keys:?}");
+        assert_eq!(
+            (keys[0].outcome.as_str(), keys[0].source.as_str()),
+            ("shown", "model"),
+            "{keys:?}"
+        );
+        assert!(
+            keys[1..]
+                .iter()
+                .all(|k| k.outcome == "shown" && k.source == "typed-through"),
+            "{keys:?}"
+        );
+        let accept = run.accept.as_ref().expect("an accept");
+        assert!(accept.ahead && !accept.shown, "{accept:?}");
+        // The schedule holds each keystroke and the accept, with the text after each.
+        assert_eq!(steps.len(), keys.len() + 1);
+        assert!(steps.last().unwrap().accept);
+        assert_eq!(
+            steps.last().unwrap().prefix,
+            format!("{}{}", case.prefix, case.expected)
+        );
+        assert_eq!(
+            run.requests["requests"],
+            keys.len() as u64 + 1,
+            "{}",
+            run.requests
+        );
+        assert_eq!(run.requests["ahead"], 1, "{}", run.requests);
+        let n = keys.len();
+        let s = typist::summarize(&[run]);
+        assert_eq!((s.keystrokes, s.shown, s.accepts, s.accept_ahead), (n, n, 1, 1));
     }
 
     #[test]

@@ -142,8 +142,11 @@ pub enum BenchCommand {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Per-keystroke latency of typing a line through the LSP path: p50/p90/p99, model calls
-    /// avoided, prompt tokens reused.
+    /// Typing a line back through the LSP path. By default at a person's pace in real time,
+    /// with the server's debounce and cancels and an accept (Tab) once the ghost text makes the
+    /// line: keystroke to ghost text, the wait and the model time apart, model calls a
+    /// keystroke, accept to the next answer. With --sequential, one keystroke at a time, no
+    /// debounce: latency p50/p90/p99, model calls avoided, prompt tokens reused.
     Typing {
         /// Traces: `FILE:LINE:LANGUAGE` of a real file (the line is typed back); repeatable.
         #[arg(long = "file")]
@@ -176,6 +179,17 @@ pub enum BenchCommand {
         /// Write the keystrokes and the summary here (JSON).
         #[arg(long)]
         json: Option<PathBuf>,
+        /// One keystroke at a time, each waiting for its answer, no debounce.
+        #[arg(long)]
+        sequential: bool,
+        /// Explicit requests instead of typing: one at each case's cursor (the user's key for a
+        /// suggestion), timed to its answer.
+        #[arg(long, conflicts_with = "sequential")]
+        explicit: bool,
+        /// Type through this LSP server over stdio instead of one in this process, e.g.
+        /// "target/release/laya lsp --small M" (through the daemon); split on whitespace.
+        #[arg(long, value_name = "COMMAND", conflicts_with = "sequential")]
+        lsp_command: Option<String>,
     },
     /// Exact-line and edit similarity per language on masked-line cases from real code,
     /// through the whole completion pipeline, beside another engine's answers.
@@ -378,6 +392,9 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
             steps_out,
             settings,
             json,
+            sequential,
+            explicit,
+            lsp_command,
         } => {
             use bench::typing::{FileTrace, Traces};
             let mut traces = vec![];
@@ -414,6 +431,9 @@ pub fn run(command: BenchCommand, device: DevicePref) -> Result<()> {
                 steps_out,
                 settings,
                 json,
+                sequential,
+                explicit,
+                lsp_command: lsp_command.map(|c| c.split_whitespace().map(str::to_owned).collect()),
             };
             print!("{}", bench::typing::run(&cfg, log).map_err(msg)?);
         }

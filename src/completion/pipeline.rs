@@ -40,9 +40,10 @@ use crate::{
 #[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct CompletionSettings {
-    /// Wait this long after a request before starting it (at most 1 s); a newer request
-    /// cancels it.
-    pub debounce_ms: u64,
+    /// Wait this long after an automatic request before starting it (at most 1 s); a newer
+    /// request cancels it. Unset (the default): the wait follows the typist's pace
+    /// (`lsp::debounce`). An invoked request never waits.
+    pub debounce_ms: Option<u64>,
     pub budget: Budget,
     /// Most tokens for a completion of the rest of a line / of a block.
     pub max_tokens_line: usize,
@@ -63,6 +64,11 @@ pub struct CompletionSettings {
     /// Continue the document's last prompt while the user types at its cursor (bytes typed
     /// at most; 0 turns it off and builds every prompt afresh).
     pub anchor_max_bytes: usize,
+    /// While a suggestion is shown, compute the answer its accept will ask for (one more
+    /// model call per suggestion shown, cancelled as soon as the user types anything else but
+    /// the suggestion), so the next suggestion shows with no wait (`lsp::ahead`). Off for an
+    /// engine that charges by the request.
+    pub look_ahead: bool,
     /// How this file's definitions cut off by the budget are written above the window.
     pub context_layout: ContextLayout,
     /// Show definitions from the workspace's files that are not open (the workspace index),
@@ -74,7 +80,7 @@ pub struct CompletionSettings {
 impl Default for CompletionSettings {
     fn default() -> Self {
         CompletionSettings {
-            debounce_ms: 75,
+            debounce_ms: None,
             budget: Budget::default(),
             max_tokens_line: 48,
             max_tokens_block: 128,
@@ -84,6 +90,7 @@ impl Default for CompletionSettings {
             router: RouterPolicy::default(),
             typing_through: true,
             anchor_max_bytes: 512,
+            look_ahead: true,
             context_layout: ContextLayout::default(),
             workspace_context: false,
         }
@@ -502,6 +509,12 @@ pub struct Plan {
     anchor: Option<Anchor>,
 }
 
+/// A model's answer not yet finished ([`Pipeline::compute`], [`Pipeline::adopt`]).
+pub struct Computed {
+    plan: Plan,
+    out: CompletionOutput,
+}
+
 pub struct Pipeline {
     engine: Arc<dyn Engine>,
     docs: DashMap<String, DocState>,
@@ -572,10 +585,24 @@ impl Pipeline {
     /// engine. Typing through the shown suggestion is the caller's to check first
     /// ([`typed_through`](Self::typed_through)), once: the LSP does it before its debounce.
     pub async fn complete(&self, r: Request<'_>, cancel: Cancel) -> Result<Completion, EngineError> {
-        check_cursor(&r)?;
-        let plan = self.plan(&r, Caller::Editor);
+        let computed = self.compute(&r, cancel).await?;
+        Ok(self.adopt(&r, computed))
+    }
+
+    /// The model call of [`complete`](Self::complete) without its finish: nothing of the
+    /// document is kept until [`adopt`](Self::adopt), so an answer computed before it is asked
+    /// for (at the cursor a suggestion's accept will give) leaves what is shown untouched.
+    pub async fn compute(&self, r: &Request<'_>, cancel: Cancel) -> Result<Computed, EngineError> {
+        check_cursor(r)?;
+        let plan = self.plan(r, Caller::Editor);
         let out = self.engine.complete(plan.request.clone(), cancel, None).await?;
-        Ok(self.finish(&r, plan, out, true))
+        Ok(Computed { plan, out })
+    }
+
+    /// Finish a [`compute`](Self::compute)d answer for `r` (a request at the document and
+    /// cursor it was computed for) as [`complete`](Self::complete) does, keeping it as shown.
+    pub fn adopt(&self, r: &Request, computed: Computed) -> Completion {
+        self.finish(r, computed.plan, computed.out, true)
     }
 
     /// The model call for a completion asked for once, outside an editor's session (HTTP

@@ -273,6 +273,45 @@ impl DocumentSnapshot {
         byte_to_position(&self.rope, offset, encoding)
     }
 
+    /// The document as it would be with bytes `start..end` replaced by `insert` (a suggestion
+    /// accepted, before the editor says so): the tree edited and reparsed incrementally, the
+    /// version unchanged. `None` when the range is not on character boundaries in order.
+    pub fn with_edit(&self, start: usize, end: usize, insert: &str) -> Option<DocumentSnapshot> {
+        let text: &str = &self.text;
+        if start > end || !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+            return None;
+        }
+        let mut rope = self.rope.clone();
+        let (start_char, end_char) = (rope.byte_to_char(start), rope.byte_to_char(end));
+        let start_position = position::byte_to_point(&rope, start);
+        let old_end_position = position::byte_to_point(&rope, end);
+        rope.remove(start_char..end_char);
+        rope.insert(start_char, insert);
+        let new_end_byte = start + insert.len();
+        let edit = InputEdit {
+            start_byte: start,
+            old_end_byte: end,
+            new_end_byte,
+            start_position,
+            old_end_position,
+            new_end_position: position::byte_to_point(&rope, new_end_byte),
+        };
+        let tree = self.language.and_then(|language| {
+            let mut old = self.tree.clone()?;
+            old.edit(&edit);
+            syntax::parse_rope(language, &rope, Some(&old))
+        });
+        Some(DocumentSnapshot {
+            uri: self.uri.clone(),
+            text: Arc::from(format!("{}{insert}{}", &text[..start], &text[end..])),
+            rope,
+            version: self.version,
+            language_id: self.language_id.clone(),
+            language: self.language,
+            tree,
+        })
+    }
+
     /// This document as an input to [`syntax::extract`]'s other documents (`None` when
     /// its language is unknown).
     pub fn as_open_document(&self) -> Option<syntax::OpenDocument<'_>> {

@@ -569,3 +569,38 @@ fn snapshot_text_is_shared_until_the_next_edit() {
     assert_eq!(&*doc.snapshot("u").text, "xyz");
     assert_eq!(&*a, "abc");
 }
+
+proptest! {
+    #![proptest_config(Config { cases: 64, ..Config::default() })]
+
+    /// A suggestion accepted ahead of the editor (`DocumentSnapshot::with_edit`) gives the
+    /// text, positions and tree the document has once the editor sends the same edit.
+    #[test]
+    fn an_edit_ahead_equals_the_edit_applied(
+        start_seed in any::<usize>(),
+        len in 0usize..12,
+        insert in prop::collection::vec(prop::sample::select(CODE_PIECES), 0..4).prop_map(|v| v.concat()),
+    ) {
+        let mut doc = Document::new(PYTHON_SOURCE, 1, "python");
+        let snap = doc.snapshot("file:///a.py");
+        let text: &str = &snap.text;
+        let mut start = start_seed % (text.len() + 1);
+        while !text.is_char_boundary(start) {
+            start -= 1;
+        }
+        let mut end = (start + len).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let ahead = snap.with_edit(start, end, &insert).expect("boundaries");
+        let enc = PositionEncoding::Utf8;
+        let range = (snap.position_at(start, enc).unwrap(), snap.position_at(end, enc).unwrap());
+        doc.apply_change(2, Some(range), &insert, enc).unwrap();
+        let applied = doc.snapshot("file:///a.py");
+        prop_assert_eq!(&*ahead.text, &*applied.text);
+        prop_assert_eq!(ahead.rope.to_string(), applied.rope.to_string());
+        let (a, b) = (ahead.tree.as_ref().unwrap(), applied.tree.as_ref().unwrap());
+        prop_assert_eq!(dump(a), dump(b));
+        prop_assert!(snap.with_edit(end + 1, end, "x").is_none());
+    }
+}

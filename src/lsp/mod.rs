@@ -4,10 +4,14 @@
 //! `textEdit`; also `laya/explain` (what a document's last request did) and acceptance counts.
 //!
 //! A request cancels the document's older one (RequestCancelled): an automatic one any newer
-//! request, an invoked one only once the document changed; `$/cancelRequest` drops it at once.
-//! A keystroke that types the shown suggestion is answered before the debounce, with no model
-//! call. A request that meets a loading model (or comes before the engine exists) waits for
-//! it, bounded only by its cancellation, and `$/progress` says it waits.
+//! request, an invoked one a newer invoked request or any made once the document changed;
+//! `$/cancelRequest` drops it at once. A keystroke that types the shown suggestion is answered
+//! at once, with no model call; so is a request at the cursor a suggestion's accept gave, from
+//! the answer computed ahead while the suggestion was shown (`ahead`). Otherwise an invoked
+//! request starts at once and an automatic one waits what the typist's pace says (`debounce`),
+//! or the user's fixed `debounceMs`. A request that meets a loading model (or comes before the
+//! engine exists) waits for it, bounded only by its cancellation, and `$/progress` says it
+//! waits.
 //!
 //! Invariants: client input never panics the server (bad positions and unknown documents are
 //! InvalidParams); `initialize` never waits for a model (the engine is made in `initialized`);
@@ -16,18 +20,27 @@
 //!
 //! Submodules: `transport` (the wire), `convert` (positions to byte offsets and back),
 //! `progress`, `workspace` (which open documents may lend context), `indexing` (the
-//! workspace index's life), `acceptance`, `panic_guard`. Start with [`serve_stdio`], then
+//! workspace index's life), `acceptance`, `debounce` (the wait of an automatic request),
+//! `ahead` (the answer after an accept, computed before it is asked for), `panic_guard`. Start with [`serve_stdio`], then
 //! [`LayaServer::inline_completion`].
 
 pub mod acceptance;
+pub mod ahead;
 pub mod convert;
+pub mod debounce;
 pub mod indexing;
 pub mod panic_guard;
 pub mod progress;
 pub mod transport;
 pub mod workspace;
 
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, OnceLock, RwLock,
+    },
+    time::{Duration, Instant},
+};
 
 use dashmap::DashMap;
 use serde::Deserialize;
@@ -57,7 +70,7 @@ pub const ACCEPT_COMMAND: &str = "laya.accept";
 const CONFIGURATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The longest debounce wait, whatever `debounceMs` says.
-const MAX_DEBOUNCE: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Settings a client may send in `initializationOptions` or as the `laya` section of
 /// `workspace/configuration`.
@@ -123,6 +136,53 @@ impl Drop for Leave<'_> {
     }
 }
 
+/// How the requests of this server went, for `laya/requests`: what a keystroke costs the
+/// model, and what was answered without it.
+#[derive(Default)]
+struct Counts {
+    /// Completion requests (inline and fallback) for a document laya completes.
+    requests: AtomicU64,
+    /// Answered from the shown suggestion, with no model call.
+    typed_through: AtomicU64,
+    /// Answered from the answer computed ahead.
+    ahead: AtomicU64,
+    /// Cancelled while they waited (the debounce), before any model call.
+    waited_out: AtomicU64,
+    /// Model calls started for a request, and those of them cancelled before they answered.
+    model_calls: AtomicU64,
+    model_cancelled: AtomicU64,
+    /// Answers computed ahead that were started.
+    ahead_started: AtomicU64,
+}
+
+impl Counts {
+    fn add(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn report(&self) -> Value {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "requests": g(&self.requests),
+            "typedThrough": g(&self.typed_through),
+            "ahead": g(&self.ahead),
+            "waitedOut": g(&self.waited_out),
+            "modelCalls": g(&self.model_calls),
+            "modelCancelled": g(&self.model_cancelled),
+            "aheadStarted": g(&self.ahead_started),
+        })
+    }
+}
+
+/// What the server did for a document's last answered request, besides the pipeline's
+/// explanation: the document version it answered, its wait, whether it came from ahead.
+#[derive(Clone, Copy)]
+struct Note {
+    version: i32,
+    wait: Duration,
+    ahead: bool,
+}
+
 pub struct LayaServer {
     client: Client,
     docs: DocumentStore,
@@ -136,6 +196,12 @@ pub struct LayaServer {
     inflight: DashMap<String, Vec<InFlight>>,
     accepted: acceptance::Acceptance,
     indexing: Arc<indexing::Indexing>,
+    /// Each document's typing pace and model times (the debounce).
+    pace: DashMap<String, debounce::Pace>,
+    /// The answers computed ahead of an accept.
+    aheads: ahead::Aheads,
+    counts: Counts,
+    notes: DashMap<String, Note>,
 }
 
 impl LayaServer {
@@ -162,6 +228,10 @@ impl LayaServer {
             inflight: DashMap::new(),
             accepted: acceptance::Acceptance::default(),
             indexing: Arc::default(),
+            pace: DashMap::new(),
+            aheads: ahead::Aheads::default(),
+            counts: Counts::default(),
+            notes: DashMap::new(),
         }
     }
 
@@ -240,12 +310,13 @@ impl LayaServer {
     }
 
     /// Register a request for `uri` (at `version`), superseding the document's older requests
-    /// that it may: automatic ones, and invoked ones made for an older version.
+    /// that it may: automatic ones, and invoked ones made for an older version or superseded
+    /// by a newer invoked one (the user asked again).
     fn enter(&self, uri: &str, version: i32, trigger: Trigger) -> Cancel {
         let cancel = Cancel::new();
         let mut list = self.inflight.entry(uri.to_owned()).or_default();
         list.retain(|older| {
-            let superseded = older.automatic || older.version != version;
+            let superseded = older.automatic || older.version != version || trigger == Trigger::Invoked;
             if superseded {
                 older.cancel.cancel();
             }
@@ -269,8 +340,9 @@ impl LayaServer {
         Ok((doc, offset))
     }
 
-    /// Run the pipeline for one request: cancel the document's older request, debounce,
-    /// then complete. `Ok(None)` when there is nothing to show.
+    /// Run the pipeline for one request: cancel the document's older request; answer from the
+    /// shown suggestion or the answer computed ahead where they apply; else wait (an automatic
+    /// request) and complete. `Ok(None)` when there is nothing to show.
     async fn run(
         &self,
         uri: &Uri,
@@ -282,6 +354,7 @@ impl LayaServer {
         if !settings.languages.is_empty() && !settings.languages.contains(&doc.language_id) {
             return Ok(None);
         }
+        Counts::add(&self.counts.requests);
         let cancel = self.enter(uri.as_str(), doc.version, trigger);
         let _leave = Leave {
             inflight: &self.inflight,
@@ -300,23 +373,12 @@ impl LayaServer {
                 }
             }
         };
-        // Typing the shown suggestion: answer at once, no debounce, no model.
+        // Typing the shown suggestion: answer at once, no wait, no model.
         if let Some(c) = pipeline.typed_through(&doc, cursor, &settings) {
             tracing::info!(uri = uri.as_str(), "completion typed through");
+            Counts::add(&self.counts.typed_through);
+            self.note(&doc, Duration::ZERO, false);
             return Ok(Some((doc, cursor, c)));
-        }
-        // The wait ends early when a newer request cancels this one, and never lasts
-        // longer than MAX_DEBOUNCE (a huge setting would otherwise hold requests forever).
-        let debounce = std::time::Duration::from_millis(settings.debounce_ms).min(MAX_DEBOUNCE);
-        if !debounce.is_zero() {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {}
-                _ = tokio::time::sleep(debounce) => {}
-            }
-        }
-        if cancel.is_cancelled() {
-            return Err(convert::cancelled());
         }
         let (root, others) = {
             let st = self.state.read().unwrap_or_else(|p| p.into_inner());
@@ -335,19 +397,81 @@ impl LayaServer {
             workspace_root: root.as_deref(),
             workspace: index.as_deref(),
         };
+        // The document and cursor an accept gave: the answer computed ahead, ready or on its
+        // way, with no wait. One that failed or was cancelled leaves the request to ask.
+        if let Some(task) = self.aheads.take(uri.as_str(), &doc.text, cursor) {
+            let got = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(convert::cancelled()),
+                r = task => r,
+            };
+            if let Ok(Ok(computed)) = got {
+                let c = pipeline.adopt(&request, computed);
+                tracing::info!(
+                    uri = uri.as_str(),
+                    items = c.edits.len(),
+                    "completion computed ahead"
+                );
+                Counts::add(&self.counts.ahead);
+                self.note(&doc, Duration::ZERO, true);
+                self.look_ahead(
+                    &pipeline,
+                    &doc,
+                    cursor,
+                    &c,
+                    settings.clone(),
+                    others.clone(),
+                    root.clone(),
+                    index.clone(),
+                );
+                return Ok(Some((doc, cursor, c)));
+            }
+        }
+        // An invoked request starts at once; an automatic one waits (the user's fixed
+        // `debounceMs`, at most MAX_DEBOUNCE, or the typist's pace). The wait ends early when a
+        // newer request cancels this one.
+        let wait = match (trigger, settings.debounce_ms) {
+            (Trigger::Invoked, _) => Duration::ZERO,
+            (Trigger::Automatic, Some(ms)) => Duration::from_millis(ms).min(MAX_DEBOUNCE),
+            (Trigger::Automatic, None) => match self.pace.get(uri.as_str()) {
+                Some(p) => p.wait(),
+                None => debounce::wait(&[], Duration::ZERO),
+            },
+        };
+        if !wait.is_zero() {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if cancel.is_cancelled() {
+            Counts::add(&self.counts.waited_out);
+            return Err(convert::cancelled());
+        }
         // A model still loading answers once loaded: the request waits for it (the engines
         // queue it), bounded only by its cancellation, which ends the wait at once.
         if pipeline.engine().state() == ModelState::Loading {
             self.waiting_for_model();
         }
+        Counts::add(&self.counts.model_calls);
+        let started = Instant::now();
         let result = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(convert::cancelled()),
-            r = pipeline.complete(request, cancel.clone()) => r,
+            _ = cancel.cancelled() => None,
+            r = pipeline.complete(request, cancel.clone()) => Some(r),
         };
-        if cancel.is_cancelled() {
-            return Err(convert::cancelled());
-        }
+        self.pace
+            .entry(uri.as_str().to_owned())
+            .or_default()
+            .model_took(started.elapsed());
+        let result = match result {
+            Some(r) if !cancel.is_cancelled() => r,
+            _ => {
+                Counts::add(&self.counts.model_cancelled);
+                return Err(convert::cancelled());
+            }
+        };
         match result {
             Ok(c) => {
                 tracing::info!(
@@ -359,9 +483,12 @@ impl LayaServer {
                     anchored = c.anchored,
                     prompt_tokens = c.timing.prompt_tokens,
                     reused_tokens = c.timing.reused_tokens,
+                    wait_ms = wait.as_millis() as u64,
                     total_ms = c.timing.total.as_millis() as u64,
                     "completion"
                 );
+                self.note(&doc, wait, false);
+                self.look_ahead(&pipeline, &doc, cursor, &c, settings, others, root, index);
                 Ok(Some((doc, cursor, c)))
             }
             Err(e) => {
@@ -371,6 +498,60 @@ impl LayaServer {
                 Ok(None)
             }
         }
+    }
+
+    fn note(&self, doc: &DocumentSnapshot, wait: Duration, ahead: bool) {
+        self.notes.insert(
+            doc.uri.clone(),
+            Note {
+                version: doc.version,
+                wait,
+                ahead,
+            },
+        );
+    }
+
+    /// Start the answer at the cursor that accepting `c`'s first suggestion gives (see
+    /// [`ahead`]), with what this request had (the other documents, the root, the index).
+    #[allow(clippy::too_many_arguments)]
+    fn look_ahead(
+        &self,
+        pipeline: &Arc<Pipeline>,
+        doc: &DocumentSnapshot,
+        cursor: usize,
+        c: &Completion,
+        settings: CompletionSettings,
+        others: Vec<DocumentSnapshot>,
+        root: Option<String>,
+        index: Option<Arc<crate::workspace::WorkspaceIndex>>,
+    ) {
+        let Some(edit) = c.edits.first().filter(|_| settings.look_ahead) else {
+            return;
+        };
+        let Some(after) = doc.with_edit(cursor, cursor + edit.replace_len, &edit.text) else {
+            return;
+        };
+        let next = cursor + edit.text.len();
+        let pipeline = pipeline.clone();
+        Counts::add(&self.counts.ahead_started);
+        let shown = ahead::Shown {
+            text: doc.text.clone(),
+            cursor,
+            insert: edit.text.clone(),
+            replace_len: edit.replace_len,
+        };
+        self.aheads.start(&doc.uri, shown, move |cancel| async move {
+            let request = Request {
+                doc: &after,
+                others: &others,
+                cursor: next,
+                trigger: Trigger::Automatic,
+                settings: &settings,
+                workspace_root: root.as_deref(),
+                workspace: index.as_deref(),
+            };
+            pipeline.compute(&request, cancel).await
+        });
     }
 
     /// Watch the items of an answer for acceptance; their ids.
@@ -426,11 +607,23 @@ impl LayaServer {
         let Some(pipeline) = self.pipeline() else {
             return Ok(Value::Null);
         };
+        let note = self.notes.get(uri).map(|n| *n);
         Ok(match pipeline.explain(uri) {
             Some(e) => {
                 let mut v = serde_json::to_value(&e).unwrap_or(Value::Null);
                 if let Value::Object(m) = &mut v {
-                    m.insert("markdown".into(), Value::String(e.markdown()));
+                    let mut markdown = e.markdown();
+                    if let Some(n) = note {
+                        m.insert("version".into(), n.version.into());
+                        m.insert("waitMs".into(), (n.wait.as_secs_f64() * 1e3).into());
+                        m.insert("ahead".into(), n.ahead.into());
+                        if n.ahead {
+                            markdown.push_str("\n\ncomputed ahead, while the suggestion before it was shown");
+                        } else if !n.wait.is_zero() {
+                            markdown.push_str(&format!("\n\nwaited {} ms before asking", n.wait.as_millis()));
+                        }
+                    }
+                    m.insert("markdown".into(), Value::String(markdown));
                 }
                 v
             }
@@ -442,6 +635,14 @@ impl LayaServer {
     /// test compares with the editor's copy after edits.
     pub fn document(&self, uri: &str) -> Option<DocumentSnapshot> {
         self.docs.snapshot(uri).ok()
+    }
+
+    /// `laya/requests`: how this server's completion requests went: `requests`, answered by
+    /// `typedThrough` or from `ahead` with no wait, `waitedOut` (cancelled in the debounce),
+    /// `modelCalls` started and `modelCancelled` of them, `aheadStarted` (answers computed
+    /// ahead of an accept).
+    pub async fn requests(&self, _: Value) -> RpcResult<Value> {
+        Ok(self.counts.report())
     }
 
     /// `laya/acceptance`: items shown, accepted (full, word, line), and how many acceptances
@@ -576,6 +777,7 @@ impl LanguageServer for LayaServer {
                 r.cancel.cancel();
             }
         }
+        self.aheads.cancel_all();
         Ok(())
     }
 
@@ -597,6 +799,10 @@ impl LanguageServer for LayaServer {
             .collect();
         let uri = p.text_document.uri.as_str();
         self.indexing.changed(uri);
+        self.pace
+            .entry(uri.to_owned())
+            .or_default()
+            .changed(Instant::now());
         // The text before the change, when an answer was made for it (never built here).
         let before = self.docs.text_if_built(uri);
         if let Err(e) = self
@@ -609,13 +815,20 @@ impl LanguageServer for LayaServer {
                 .await;
             return;
         }
+        let watched = before.filter(|b| self.accepted.watches(uri, b));
+        if watched.is_none() && self.aheads.is_empty() {
+            return;
+        }
+        let Ok(after) = self.docs.snapshot(uri) else {
+            return;
+        };
+        // An answer ahead lives on while the document is on its way to it.
+        self.aheads.changed(uri, &after.text);
         // A client that accepts an item without running its command changes the document to
         // hold the suggestion: count that.
-        if let Some(before) = before.filter(|b| self.accepted.watches(uri, b)) {
-            if let Ok(after) = self.docs.snapshot(uri) {
-                if let Some(kind) = self.accepted.changed(uri, &before, &after.text) {
-                    tracing::info!(uri, ?kind, "suggestion accepted (seen in the document)");
-                }
+        if let Some(before) = watched {
+            if let Some(kind) = self.accepted.changed(uri, &before, &after.text) {
+                tracing::info!(uri, ?kind, "suggestion accepted (seen in the document)");
             }
         }
     }
@@ -652,6 +865,9 @@ impl LanguageServer for LayaServer {
         let _ = self.docs.close(&uri);
         self.indexing.saved(&uri, None);
         self.accepted.forget(&uri);
+        self.aheads.forget(&uri);
+        self.pace.remove(&uri);
+        self.notes.remove(&uri);
         if let Some(p) = self.pipeline() {
             p.forget(&uri);
         }
@@ -754,6 +970,7 @@ pub fn build_service(source: EngineSource) -> (LspService<LayaServer>, tower_lsp
     LspService::build(move |client| LayaServer::new(client, source))
         .custom_method("textDocument/inlineCompletion", LayaServer::inline_completion)
         .custom_method("laya/acceptance", LayaServer::acceptance)
+        .custom_method("laya/requests", LayaServer::requests)
         .custom_method("laya/explain", LayaServer::explain)
         .finish()
 }

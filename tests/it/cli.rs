@@ -361,3 +361,55 @@ fn drafts_change_the_forwards_not_the_text_on_the_real_05b() {
     let runs = with_and_without_drafts(&format!("{}:3:32", file.display()), |_| {});
     assert_drafts_change_the_forwards_not_the_text(&runs);
 }
+
+/// `laya bench typing`'s typist through a `laya lsp` process on the real 0.5B, at the scale
+/// CI's CPU fits: one short line typed in real time; every keystroke's request is accounted
+/// for (answered, empty, cancelled or late), the server's counts add up, and a model answer
+/// carries its wait and model time apart.
+#[test]
+fn the_typist_types_through_laya_lsp_on_the_real_05b() {
+    if crate::support::real::model("qwen2.5-coder-0.5b").is_none() {
+        return;
+    }
+    let _busy = crate::support::busy_cpu();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("typist.json");
+    let lsp = format!(
+        "{} --device cpu lsp --in-process --small qwen2.5-coder-0.5b --large none",
+        env!("CARGO_BIN_EXE_laya")
+    );
+    let (code, out, err) = crate::support::run(crate::support::laya().args([
+        "bench",
+        "typing",
+        "--file",
+        "examples/fib.py:4:python",
+        "--max-tokens",
+        "8",
+        "--lsp-command",
+        &lsp,
+        "--json",
+        json.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("keystroke to ghost text"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let run = &v["runs"][0];
+    let keys = run["keys"].as_array().unwrap();
+    assert!(!keys.is_empty() && keys.len() <= "return n".len(), "{run}");
+    for k in keys {
+        assert!(
+            ["shown", "empty", "cancelled", "late"].contains(&k["outcome"].as_str().unwrap()),
+            "{k}"
+        );
+    }
+    let accepts = run["accept"].is_object() as u64;
+    assert_eq!(run["requests"]["requests"], keys.len() as u64 + accepts, "{run}");
+    let answered = |k: &&serde_json::Value| k["outcome"] == "shown" || k["outcome"] == "empty";
+    let model = keys.iter().filter(answered).find(|k| k["source"] == "model");
+    let model = model.unwrap_or_else(|| panic!("no keystroke the model answered: {run}"));
+    assert!(model["model_ms"].as_f64().unwrap() > 0.0, "{model}");
+    assert!(
+        model["ms"].as_f64().unwrap() >= model["model_ms"].as_f64().unwrap(),
+        "{model}"
+    );
+}

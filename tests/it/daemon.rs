@@ -1148,8 +1148,12 @@ fn http_complete_answers_what_an_editor_is_shown_at_the_same_cursor() {
     let text = FIXTURE.replace("$0", "");
     let editor = rt.block_on(async {
         let mut c = support::lsp::InProcess::new(pool);
-        c.initialize(true, json!({ "completion": { "debounceMs": 0 } }), Value::Null)
-            .await;
+        c.initialize(
+            true,
+            json!({ "completion": { "debounceMs": 0, "lookAhead": false } }),
+            Value::Null,
+        )
+        .await;
         let (line, character) = c.open("file:///w/add.py", "python", FIXTURE).await;
         c.request(
             "textDocument/inlineCompletion",

@@ -44,14 +44,14 @@ const METHODS: [&str; 10] = [
 ];
 
 fn no_debounce() -> Value {
-    json!({ "completion": { "debounceMs": 0 } })
+    json!({ "completion": { "debounceMs": 0, "lookAhead": false } })
 }
 
 #[tokio::test]
 async fn inline_completion_lifecycle() {
     let answer = |_: &str| vec!["    return a + b\n\n\ndef main():\n    pass".to_owned()];
     // Every request builds its prompt afresh here (typing-through and anchors: next test).
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "typingThrough": false, "anchorMaxBytes": 0 } });
     let mut c = start(FakeEngine::scripted(answer), false, init).await;
     let uri = "file:///work/demo/calc.py";
     let fixture = "import math\n\ndef add(a, b):\n$0\n\ndef main():\n    print(add(1, 2))\n";
@@ -356,7 +356,7 @@ async fn malformed_messages_never_panic() {
 #[tokio::test]
 async fn settings_from_initialization_options_apply() {
     // Only Rust is enabled: a Python document gets no completion and the engine is not called.
-    let init = json!({ "completion": { "debounceMs": 0, "languages": ["rust"] } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "languages": ["rust"] } });
     let mut c = start(FakeEngine::answering("z"), true, init).await;
     let pos = c.open("file:///work/demo/s.py", "python", "a = $0\n").await;
     let r = c.inline("file:///work/demo/s.py", pos).await;
@@ -464,7 +464,7 @@ fn random_params_never_panic() {
 #[tokio::test]
 async fn open_documents_outside_the_workspace_never_reach_a_prompt() {
     // Every request builds its prompt afresh (no typing-through, no anchored prompt).
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0 } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "typingThrough": false, "anchorMaxBytes": 0 } });
     let mut c = start(FakeEngine::answering("x"), true, init).await;
     let on_disk = tempfile::tempdir().unwrap();
     let disk_file = on_disk.path().join("main.rs");
@@ -611,7 +611,7 @@ async fn a_null_configuration_answer_keeps_the_settings() {
     let mut c = InProcess::of(service, engine);
     c.request(
         "initialize",
-        json!({ "capabilities": {}, "initializationOptions": { "completion": { "debounceMs": 0, "languages": ["rust"] } } }),
+        json!({ "capabilities": {}, "initializationOptions": { "completion": { "debounceMs": 0, "lookAhead": false, "languages": ["rust"] } } }),
     )
     .await;
     c.notify("initialized", json!({})).await;
@@ -625,7 +625,7 @@ async fn a_null_configuration_answer_keeps_the_settings() {
     // Settings sent with the notification apply, and a later [null] keeps them too.
     c.notify(
         "workspace/didChangeConfiguration",
-        json!({ "settings": { "laya": { "completion": { "debounceMs": 0, "languages": ["python"] } } } }),
+        json!({ "settings": { "laya": { "completion": { "debounceMs": 0, "lookAhead": false, "languages": ["python"] } } } }),
     )
     .await;
     c.notify("workspace/didChangeConfiguration", json!({ "settings": null }))

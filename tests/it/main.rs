@@ -11,6 +11,7 @@
 //! | `fuzz_lsp` | generated messages through the transport; random edits against a string model |
 //! | `golden_prompts` | the exact prompt per language for a `$0` fixture |
 //! | `lsp_server` | the LSP server in-process, on a fake engine |
+//! | `lsp_waits` | what a request waits for (debounce, explicit requests) and the answer computed ahead of an accept |
 //! | `lsp_transport` | malformed input and end of input on `laya lsp`'s stdio |
 //! | `remote_llama_cpp` | a real llama.cpp server as the remote tier |
 //! | `security` | loopback, private runtime directory, token, request limits, source scans |
@@ -30,6 +31,7 @@ mod fuzz_lsp;
 mod golden_prompts;
 mod lsp_server;
 mod lsp_transport;
+mod lsp_waits;
 mod remote_llama_cpp;
 mod security;
 mod service;

@@ -336,7 +336,8 @@ fn a_queued_request_whose_client_leaves_never_reaches_the_model() {
 /// before it connects), initialized (no debounce, a prompt budget that holds the whole of
 /// [`long_file`], so a prompt has more tokens than the file has bytes), its model ready.
 fn editor(d: &Serve) -> LspProcess {
-    let settings = json!({ "completion": { "debounceMs": 0, "budget": { "maxTokens": 8000 } } });
+    let settings =
+        json!({ "completion": { "debounceMs": 0, "lookAhead": false, "budget": { "maxTokens": 8000 } } });
     let model = d.dir.parent().unwrap().join("tiny.gguf");
     let m = model.display().to_string();
     let args = ["--small", &m, "--large", "none"];

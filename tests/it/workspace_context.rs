@@ -53,7 +53,7 @@ async fn files_not_open_lend_their_definitions_and_file_events_keep_them_current
 
     let mut c = InProcess::new(FakeEngine::answering("x").shared());
     let folders = json!([{ "uri": format!("file://{}", root.display()), "name": "shop" }]);
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
     c.initialize(true, init, folders).await;
     let uri = format!("file://{}", root.join("shop/views.py").display());
     let pos = c.open(&uri, "python", VIEWS).await;
@@ -118,7 +118,7 @@ async fn the_setting_off_builds_no_index_and_lends_nothing() {
     std::fs::write(root.join("shop/cart.py"), CART).unwrap();
     let mut c = InProcess::new(FakeEngine::answering("x").shared());
     let folders = json!([{ "uri": format!("file://{}", root.display()), "name": "shop" }]);
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": false } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": false } });
     c.initialize(true, init, folders).await;
     let uri = format!("file://{}", root.join("shop/views.py").display());
     let pos = c.open(&uri, "python", VIEWS).await;
@@ -146,7 +146,7 @@ async fn added_and_removed_workspace_folders_change_what_is_indexed() {
 
     let mut c = InProcess::new(FakeEngine::answering("x").shared());
     let folder = |p: &std::path::Path| json!({ "uri": format!("file://{}", p.display()), "name": "f" });
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
     c.initialize(true, init, json!([folder(&app)])).await;
     let uri = format!("file://{}", app.join("views.py").display());
     let pos = c.open(&uri, "python", fixture).await;
@@ -218,7 +218,7 @@ async fn percent_encoded_uris_are_read_and_shown_as_the_paths_they_name() {
 
     let mut c = InProcess::new(FakeEngine::answering("x").shared());
     let folders = json!([{ "uri": file_uri(&root), "name": "my café" }]);
-    let init = json!({ "completion": { "debounceMs": 0, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
+    let init = json!({ "completion": { "debounceMs": 0, "lookAhead": false, "typingThrough": false, "anchorMaxBytes": 0, "workspaceContext": true } });
     c.initialize(true, init, folders).await;
     let uri = file_uri(&root.join("my shop/vues é.py"));
     assert!(uri.ends_with("/my%20shop/vues%20%C3%A9.py"), "{uri}");

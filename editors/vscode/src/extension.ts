@@ -58,7 +58,8 @@ function serverSettings(): object {
   const c = config();
   return {
     completion: {
-      debounceMs: c.get<number>('completion.debounceMs', 75),
+      // Unset (null): laya's wait follows the typing pace.
+      debounceMs: c.get<number | null>('completion.debounceMs', null),
       languages: c.get<string[]>('completion.languages', []),
       maxTokensLine: c.get<number>('completion.maxTokensLine', 48),
       maxTokensBlock: c.get<number>('completion.maxTokensBlock', 128),

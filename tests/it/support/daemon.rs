@@ -318,7 +318,8 @@ fn exited(pid: u32) -> bool {
 /// `laya lsp ARGS` for runtime directory `dir`, initialized (no debounce); when `ready`, also
 /// waits until it reports its model ready.
 pub fn lsp_with(dir: &Path, args: &[&str], ready: bool) -> LspProcess {
-    let settings = json!({ "completion": { "debounceMs": 0 } });
+    // No answers computed ahead: the tests count the requests that reach the model.
+    let settings = json!({ "completion": { "debounceMs": 0, "lookAhead": false } });
     lsp_configured(dir, args, settings, ready.then_some(Duration::from_secs(20)))
 }
 

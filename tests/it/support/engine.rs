@@ -4,7 +4,10 @@
 //! "loaded" ([`Load`]); it records every prompt.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -67,6 +70,8 @@ pub struct FakeEngine {
     /// The model's load, when it has one to wait for.
     load: Option<Arc<Load>>,
     prompts: Mutex<Vec<String>>,
+    /// Requests whose cancel came while they waited out their delay.
+    cancelled: AtomicUsize,
 }
 
 impl FakeEngine {
@@ -85,6 +90,7 @@ impl FakeEngine {
             parameters: None,
             load: None,
             prompts: Mutex::new(vec![]),
+            cancelled: AtomicUsize::new(0),
         }
     }
 
@@ -123,6 +129,21 @@ impl FakeEngine {
         self.prompts.lock().unwrap().clone()
     }
 
+    /// Requests cancelled while they waited out the engine's delay.
+    pub fn cancelled(&self) -> usize {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Until `n` prompts have come (or ten seconds passed): for work the server starts on its
+    /// own, beside the requests.
+    pub async fn until_prompts(&self, n: usize) -> Vec<String> {
+        let end = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.prompts().len() < n && tokio::time::Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.prompts()
+    }
+
     /// The last prompt received.
     pub fn last_prompt(&self) -> String {
         self.prompts().pop().expect("a prompt reached the engine")
@@ -149,7 +170,9 @@ impl Engine for FakeEngine {
         }
         if !self.delay.is_zero() {
             tokio::select! {
-                _ = cancel.cancelled() => {}
+                _ = cancel.cancelled() => {
+                    self.cancelled.fetch_add(1, Ordering::SeqCst);
+                }
                 _ = tokio::time::sleep(self.delay) => {}
             }
         }

@@ -30,7 +30,7 @@ M.defaults = {
   --- laya's settings (`initializationOptions` and the `laya` section of workspace/configuration).
   settings = {
     completion = {
-      debounceMs = 75,
+      -- debounceMs = 75,  -- unset: the wait follows the typing pace
       maxTokensLine = 48,
       maxTokensBlock = 128,
       candidates = 1,
