@@ -348,20 +348,25 @@ run)
     assemble qwen2.5-coder-0.5b-instruct-q4_k_m.gguf || return
     wait_for "$S/llama-server"
     log "laya models warm (kernels for the 0.5B)"
-    cx "$L" --device gpu models warm --small "$G05" --large none 2>&1 | tail -3
-    local lsp="$L --device gpu lsp --small $G05 --large none"
+    cx "$L" --device gpu models warm --small "$G05" --large none --precision q8 2>&1 | tail -3
+    local lsp="$L --device gpu lsp --small $G05 --large none --precision q8"
+    # Every request on the one model llama-server runs too (the 0.5B at q8; by default an
+    # explicit request would ask the large tier at q6, prose the small at q4).
+    local k='{"tier":"small","precision":"q8"}'
+    local q8="{\"router\":{\"codeAutomatic\":$k,\"codeInvoked\":$k,\"codeBlock\":$k,\"prose\":$k}}"
+    local q8_75="{\"debounceMs\":75,${q8:1}"
     log "explicit requests through laya lsp, held-out file windows"
     cx "$L" bench typing --explicit --cases "$XL" --per-language 50 --max-tokens 128 --lsp-command "$lsp" \
-      --json "$R/explicit-laya.json" 2>>"$R/laya.err" | tail -3
+      --settings "$q8" --json "$R/explicit-laya.json" 2>>"$R/laya.err" | tail -3
     log "explicit requests, llama-server /infill (128 tokens, blank line ends)"
     python3 scripts/bench_infill.py --server-bin "$S/llama-server" --model "$G05" --cases "$XL" \
       --n-ctx 8192 --batch-size 2048 --max-tokens 128 --stop '\n\n\n' --out "$R/explicit-llama-server.json" 2>&1 | tail -2
     log "typist through laya lsp, adaptive debounce"
     cx "$L" bench typing --cases "$XL" --per-language "${TYPIST_PER_LANGUAGE:-4}" --max-tokens 48 --lsp-command "$lsp" \
-      --steps-out "$R/typist-steps.json" --json "$R/typist-adaptive.json" 2>>"$R/laya.err" | tail -6
+      --settings "$q8" --steps-out "$R/typist-steps.json" --json "$R/typist-adaptive.json" 2>>"$R/laya.err" | tail -6
     log "typist through laya lsp, fixed 75 ms"
     cx "$L" bench typing --cases "$XL" --per-language "${TYPIST_PER_LANGUAGE:-4}" --max-tokens 48 --lsp-command "$lsp" \
-      --settings '{"debounceMs":75}' --json "$R/typist-fixed75.json" 2>>"$R/laya.err" | tail -6
+      --settings "$q8_75" --json "$R/typist-fixed75.json" 2>>"$R/laya.err" | tail -6
     log "llama-server /infill under the typist's schedule"
     python3 scripts/bench_typing_peer.py --server-bin "$S/llama-server" --model "$G05" --steps "$R/typist-steps.json" \
       --schedule --max-tokens 48 --stop '\n' --budget 2048 --out "$R/typist-llama-server.json" 2>>"$R/peer.err" | tail -2

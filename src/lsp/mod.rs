@@ -174,6 +174,57 @@ impl Counts {
     }
 }
 
+/// The end of a request's wait or model call, however it comes (answered, cancelled, or the
+/// future dropped on `$/cancelRequest`): a wait that ends here was waited out; a model call
+/// gives the document's pace its time, and is counted cancelled unless it answered.
+struct Ending<'a> {
+    server: &'a LayaServer,
+    uri: &'a str,
+    stage: Stage,
+}
+
+enum Stage {
+    Waiting,
+    /// A model call since then.
+    Calling(Instant),
+    /// Answered (a model call's time is still given to the pace).
+    Answered(Option<Instant>),
+}
+
+impl Ending<'_> {
+    /// The stage went well: the wait ended, or the model answered.
+    fn passed(&mut self) {
+        self.stage = match self.stage {
+            Stage::Calling(t) => Stage::Answered(Some(t)),
+            _ => Stage::Answered(None),
+        };
+    }
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        let counts = &self.server.counts;
+        let model_since = match self.stage {
+            Stage::Waiting => {
+                Counts::add(&counts.waited_out);
+                None
+            }
+            Stage::Calling(t) => {
+                Counts::add(&counts.model_cancelled);
+                Some(t)
+            }
+            Stage::Answered(t) => t,
+        };
+        if let Some(t) = model_since {
+            self.server
+                .pace
+                .entry(self.uri.to_owned())
+                .or_default()
+                .model_took(t.elapsed());
+        }
+    }
+}
+
 /// What the server did for a document's last answered request, besides the pipeline's
 /// explanation: the document version it answered, its wait, whether it came from ahead.
 #[derive(Clone, Copy)]
@@ -438,6 +489,12 @@ impl LayaServer {
                 None => debounce::wait(&[], Duration::ZERO),
             },
         };
+        // Counted however it ends: `$/cancelRequest` drops this future mid-wait.
+        let mut waiting = Ending {
+            server: self,
+            uri: uri.as_str(),
+            stage: Stage::Waiting,
+        };
         if !wait.is_zero() {
             tokio::select! {
                 biased;
@@ -446,31 +503,35 @@ impl LayaServer {
             }
         }
         if cancel.is_cancelled() {
-            Counts::add(&self.counts.waited_out);
             return Err(convert::cancelled());
         }
+        waiting.passed();
+        drop(waiting);
         // A model still loading answers once loaded: the request waits for it (the engines
         // queue it), bounded only by its cancellation, which ends the wait at once.
         if pipeline.engine().state() == ModelState::Loading {
             self.waiting_for_model();
         }
         Counts::add(&self.counts.model_calls);
-        let started = Instant::now();
+        // The call's time goes to the document's pace however it ends, and a call that does
+        // not answer is counted cancelled (dropped on `$/cancelRequest` too).
+        let mut call = Ending {
+            server: self,
+            uri: uri.as_str(),
+            stage: Stage::Calling(Instant::now()),
+        };
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
             r = pipeline.complete(request, cancel.clone()) => Some(r),
         };
-        self.pace
-            .entry(uri.as_str().to_owned())
-            .or_default()
-            .model_took(started.elapsed());
         let result = match result {
-            Some(r) if !cancel.is_cancelled() => r,
-            _ => {
-                Counts::add(&self.counts.model_cancelled);
-                return Err(convert::cancelled());
+            Some(r) if !cancel.is_cancelled() => {
+                call.passed();
+                drop(call);
+                r
             }
+            _ => return Err(convert::cancelled()),
         };
         match result {
             Ok(c) => {

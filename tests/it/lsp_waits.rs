@@ -225,3 +225,40 @@ async fn nothing_is_computed_ahead_when_look_ahead_is_off() {
     let counts = c.request("laya/requests", json!(null)).await["result"].clone();
     assert_eq!(counts["aheadStarted"], 0, "{counts}");
 }
+
+/// A request dropped by `$/cancelRequest` while the model runs, or while it waits, is counted
+/// where it stopped (`laya/requests`): its future ends without reaching the code after its
+/// await.
+#[tokio::test]
+async fn requests_the_client_cancels_are_counted_where_they_stopped() {
+    let init = json!({ "completion": { "debounceMs": 1000, "lookAhead": false } });
+    let mut c = start(
+        FakeEngine::answering("done").delayed(Duration::from_secs(5)),
+        init,
+    )
+    .await;
+    let uri = "file:///work/demo/c.py";
+    let pos = c.open(uri, "python", "def f():\n    return $0\n").await;
+    // Invoked: no wait, so it is in the model; automatic: in its 1 s wait.
+    for (id, trigger) in [(500, 1), (501, 2)] {
+        let request = Request::build("textDocument/inlineCompletion")
+            .id(id)
+            .params(inline_params(uri, pos, trigger))
+            .finish();
+        let pending = tokio::spawn(c.service.ready().await.unwrap().call(request));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.notify("$/cancelRequest", json!({ "id": id })).await;
+        let answer = serde_json::to_value(pending.await.unwrap().unwrap()).unwrap();
+        assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    }
+    let counts = c.request("laya/requests", json!(null)).await["result"].clone();
+    assert_eq!(
+        (
+            counts["modelCalls"].as_u64(),
+            counts["modelCancelled"].as_u64(),
+            counts["waitedOut"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{counts}"
+    );
+}
