@@ -2,7 +2,7 @@
 """The llama.cpp side of `laya bench typing`: the same keystrokes through llama.cpp on the same
 GGUF, one fill-in-the-middle request per keystroke, with the server's prompt cache.
 
-    laya bench typing --steps-out steps.json ...
+    laya bench typing --sequential --steps-out steps.json ...
     $(scripts/peer-setup.sh | tail -1) scripts/bench_typing_peer.py --model MODEL.gguf \\
         --steps steps.json [--max-tokens 16] [--budget 2048] [--suffix-share 0.02] [--threads 2] [--out FILE]
     python3 scripts/bench_typing_peer.py --server-bin build/bin/llama-server --model MODEL.gguf \\

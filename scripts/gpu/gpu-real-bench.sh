@@ -98,7 +98,7 @@ for step in $STEPS; do
     for set in ${SETS:-cases long}; do
       if [[ $set == cases ]]; then sel=(); else [[ ${#traces[@]} -gt 0 ]] || continue; sel=("${traces[@]}"); fi
       say "bench typing, laya ($set)"
-      laya bench typing --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${sel[@]}" \
+      laya bench typing --sequential --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${sel[@]}" \
         --steps-out "$out/steps-$TAG-$set.json" --json "$out/t-$TAG-$set.json" 2>>"$log.err" | tee -a "$log"
       [[ -x $LLAMA ]] || { say "no $LLAMA (run STEPS=llama first): laya only"; continue; }
       for reuse in 0 256; do
@@ -144,7 +144,7 @@ for step in $STEPS; do
       no-reuse) extra=(--no-reuse) ;;
       esac
       say "bench typing ($run)"
-      laya bench typing --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${extra[@]}" \
+      laya bench typing --sequential --model "$G" --precision q8 --budget 2048 --max-tokens 16 "${extra[@]}" \
         --json "$out/t-$TAG-$run.json" 2>>"$log.err" | tee -a "$log"
     done ;;
   esac
