@@ -174,6 +174,29 @@ impl Counts {
     }
 }
 
+/// What a request has around its document: the settings, the other documents that may lend
+/// context, the workspace's root and index.
+struct Around {
+    settings: CompletionSettings,
+    others: Vec<DocumentSnapshot>,
+    root: Option<String>,
+    index: Option<Arc<crate::workspace::WorkspaceIndex>>,
+}
+
+impl Around {
+    fn request<'a>(&'a self, doc: &'a DocumentSnapshot, cursor: usize, trigger: Trigger) -> Request<'a> {
+        Request {
+            doc,
+            others: &self.others,
+            cursor,
+            trigger,
+            settings: &self.settings,
+            workspace_root: self.root.as_deref(),
+            workspace: self.index.as_deref(),
+        }
+    }
+}
+
 /// The end of a request's wait or model call, however it comes (answered, cancelled, or the
 /// future dropped on `$/cancelRequest`): a wait that ends here was waited out; a model call
 /// gives the document's pace its time, and is counted cancelled unless it answered.
@@ -438,16 +461,13 @@ impl LayaServer {
             (st.root.clone(), others)
         };
         self.indexing.refresh(&self.docs);
-        let index = self.indexing.index();
-        let request = Request {
-            doc: &doc,
-            others: &others,
-            cursor,
-            trigger,
-            settings: &settings,
-            workspace_root: root.as_deref(),
-            workspace: index.as_deref(),
+        let around = Around {
+            settings,
+            others,
+            root,
+            index: self.indexing.index(),
         };
+        let request = around.request(&doc, cursor, trigger);
         // The document and cursor an accept gave: the answer computed ahead, ready or on its
         // way, with no wait. One that failed or was cancelled leaves the request to ask.
         if let Some(task) = self.aheads.take(uri.as_str(), &doc.text, cursor) {
@@ -465,23 +485,14 @@ impl LayaServer {
                 );
                 Counts::add(&self.counts.ahead);
                 self.note(&doc, Duration::ZERO, true);
-                self.look_ahead(
-                    &pipeline,
-                    &doc,
-                    cursor,
-                    &c,
-                    settings.clone(),
-                    others.clone(),
-                    root.clone(),
-                    index.clone(),
-                );
+                self.look_ahead(&pipeline, &doc, cursor, &c, around);
                 return Ok(Some((doc, cursor, c)));
             }
         }
         // An invoked request starts at once; an automatic one waits (the user's fixed
         // `debounceMs`, at most MAX_DEBOUNCE, or the typist's pace). The wait ends early when a
         // newer request cancels this one.
-        let wait = match (trigger, settings.debounce_ms) {
+        let wait = match (trigger, around.settings.debounce_ms) {
             (Trigger::Invoked, _) => Duration::ZERO,
             (Trigger::Automatic, Some(ms)) => Duration::from_millis(ms).min(MAX_DEBOUNCE),
             (Trigger::Automatic, None) => match self.pace.get(uri.as_str()) {
@@ -549,7 +560,7 @@ impl LayaServer {
                     "completion"
                 );
                 self.note(&doc, wait, false);
-                self.look_ahead(&pipeline, &doc, cursor, &c, settings, others, root, index);
+                self.look_ahead(&pipeline, &doc, cursor, &c, around);
                 Ok(Some((doc, cursor, c)))
             }
             Err(e) => {
@@ -573,20 +584,16 @@ impl LayaServer {
     }
 
     /// Start the answer at the cursor that accepting `c`'s first suggestion gives (see
-    /// [`ahead`]), with what this request had (the other documents, the root, the index).
-    #[allow(clippy::too_many_arguments)]
+    /// [`ahead`]), with what this request had around it.
     fn look_ahead(
         &self,
         pipeline: &Arc<Pipeline>,
         doc: &DocumentSnapshot,
         cursor: usize,
         c: &Completion,
-        settings: CompletionSettings,
-        others: Vec<DocumentSnapshot>,
-        root: Option<String>,
-        index: Option<Arc<crate::workspace::WorkspaceIndex>>,
+        around: Around,
     ) {
-        let Some(edit) = c.edits.first().filter(|_| settings.look_ahead) else {
+        let Some(edit) = c.edits.first().filter(|_| around.settings.look_ahead) else {
             return;
         };
         let Some(after) = doc.with_edit(cursor, cursor + edit.replace_len, &edit.text) else {
@@ -602,15 +609,7 @@ impl LayaServer {
             replace_len: edit.replace_len,
         };
         self.aheads.start(&doc.uri, shown, move |cancel| async move {
-            let request = Request {
-                doc: &after,
-                others: &others,
-                cursor: next,
-                trigger: Trigger::Automatic,
-                settings: &settings,
-                workspace_root: root.as_deref(),
-                workspace: index.as_deref(),
-            };
+            let request = around.request(&after, next, Trigger::Automatic);
             pipeline.compute(&request, cancel).await
         });
     }
