@@ -209,7 +209,8 @@ pub(crate) struct GenerateRequest {
     /// and [`GenerateOutput::logprobs`] is filled in.
     pub(crate) branch_first: bool,
     /// Draft tokens for the model to check several at a time; used for one greedy candidate
-    /// without `branch_first`, ignored otherwise. The output is the same either way.
+    /// without `branch_first` of a model without recurrent layers, ignored otherwise. The
+    /// output is the same either way.
     pub(crate) speculation: Speculation,
     /// The ids before `prompt_ids` (those the caches hold): drafts are looked up in them, in
     /// `prompt_ids` and in the output. May be empty.
@@ -374,7 +375,10 @@ pub(crate) fn generate_paced(
     }
 
     let mut sampler = Sampler::new(req.sampling.clone());
-    if n == 1 && !req.branch_first && req.speculation.is_on() && sampler.params().is_greedy() {
+    // Drafts need the caches cut back to the accepted tokens after each forward, which a
+    // recurrent state cannot do: a hybrid model decodes a token at a time.
+    let drafts = req.speculation.is_on() && !model.is_recurrent();
+    if n == 1 && !req.branch_first && drafts && sampler.params().is_greedy() {
         let mut history = req.history.clone();
         history.extend_from_slice(prompt_ids);
         decode_drafted(
@@ -480,9 +484,9 @@ pub(crate) fn generate_paced(
     out.decode_time = decode_start.map_or(Duration::ZERO, |t| t.elapsed());
     if n == 1 {
         // Keep only a prefix of prompt ++ candidate: drop a fed stop token or a step
-        // queued past the end.
+        // queued past the end (one step: a recurrent state's checkpoint).
         let keep = base + prompt_ids.len() + fed.min(out.candidates[0].len());
-        caches.iter_mut().for_each(|c| c.truncate_to(keep));
+        crate::cache::rewind(caches, keep);
     }
     Ok(out)
 }

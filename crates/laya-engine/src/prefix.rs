@@ -4,11 +4,13 @@
 //! Each entry's caches hold exactly its ids (`caches[0].offset() == ids.len()`). A lookup
 //! takes the entry with the longest common prefix *out* of the store (so the caller's updates
 //! happen in place, with no copy of the buffers), trimmed to that prefix; the caller puts the
-//! extended sequence back when it is done. Bounded by entry count and by bytes, least
-//! recently used first out.
+//! extended sequence back when it is done. A model with recurrent layers (Qwen3.5) can go
+//! back only to a length its states were kept at ([`crate::cache::restorable`]): its reuse is
+//! the longest such length within the common prefix, never a later one. Bounded by entry
+//! count and by bytes, least recently used first out.
 
 use crate::{
-    cache::KvCache,
+    cache::{restorable, rewind, KvCache},
     cancel::Cancel,
     generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
     models::Model,
@@ -80,21 +82,22 @@ impl PrefixStore {
     }
 
     /// Take out the entry sharing the longest prefix with `ids`, trimmed to that prefix and
-    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits).
-    /// `None` when nothing shares even one id.
+    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits), and
+    /// further to a length its recurrent states can go back to. `None` when nothing shares
+    /// even one id.
     pub(crate) fn take(&mut self, ids: &[u32]) -> Option<Reuse> {
         let limit = ids.len().saturating_sub(1);
         let (best, len) = self
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, common_prefix(&e.ids, ids).min(limit)))
+            .map(|(i, e)| (i, restorable(&e.caches, common_prefix(&e.ids, ids).min(limit))))
             .max_by_key(|&(i, len)| (len, self.entries[i].last_used))?;
         if len == 0 {
             return None;
         }
         let mut entry = self.entries.swap_remove(best);
-        entry.caches.iter_mut().for_each(|c| c.truncate_to(len));
+        rewind(&mut entry.caches, len);
         Some(Reuse {
             reused: len,
             caches: entry.caches,
@@ -102,8 +105,9 @@ impl PrefixStore {
     }
 
     /// Keep `caches`, which hold `ids` (or a prefix of them: `ids` is cut to what they hold).
-    /// Entries that are a prefix of the new one go (it covers them); then the least recently
-    /// used go until the limits hold.
+    /// Entries that are a prefix of the new one go where it covers them (it can go back to
+    /// their length: always, without recurrent layers); then the least recently used go
+    /// until the limits hold.
     pub(crate) fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>) {
         if self.limits.max_entries == 0 {
             return;
@@ -113,8 +117,10 @@ impl PrefixStore {
         if ids.is_empty() || caches.iter().any(|c| c.batch_size() != Some(1)) {
             return;
         }
-        self.entries
-            .retain(|e| !(e.ids.len() <= ids.len() && ids[..e.ids.len()] == e.ids[..]));
+        self.entries.retain(|e| {
+            let n = e.ids.len();
+            !(n <= ids.len() && ids[..n] == e.ids[..] && restorable(&caches, n) == n)
+        });
         self.clock += 1;
         let bytes = caches.iter().map(KvCache::nbytes).sum();
         self.entries.push(Entry {

@@ -148,7 +148,7 @@ pub fn tokenizer(path: &Path) -> Result<Tokenizer, EngineLoadError> {
 pub(crate) fn family(arch: Arch) -> Family {
     match arch {
         Arch::Qwen2 => Family::Qwen25Coder,
-        Arch::Qwen3 | Arch::Qwen3Moe => Family::Qwen3Coder,
+        Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen35 => Family::Qwen3Coder,
     }
 }
 
@@ -271,7 +271,7 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
                     .collect(),
             })
         }
-        Arch::Qwen2 | Arch::Qwen3 => None,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 => None,
     };
     Ok(ModelConfig {
         arch,
@@ -286,6 +286,7 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
         rms_norm_eps: g.get_f32(&k("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
         tie_word_embeddings: g.tensor("output.weight").is_err(),
         moe,
+        hybrid: None,
     })
 }
 

@@ -1,7 +1,9 @@
 //! Hugging Face (`config.json` + `*.safetensors`, bf16/f16) and mlx-community (the same, with
 //! MLX-quantized weights and a `quantization` entry in `config.json`) model folders. A
 //! Qwen3-MoE folder holds its experts one tensor each (HF) or already stacked (mlx-community);
-//! the model stacks the former as it loads. A folder asked for fewer bits than it stores is
+//! the model stacks the former as it loads. A Qwen3.5 folder (`qwen3_5`) nests its text
+//! model's settings in `text_config`, and names its layers' kinds in `layer_types` (or every
+//! `full_attention_interval`-th layer is full attention). A folder asked for fewer bits than it stores is
 //! converted (an mlx-community tensor dequantized first) and the result cached as a GGUF's is;
 //! asked for its own bits or more, it is read as stored.
 
@@ -15,7 +17,7 @@ use serde::Deserialize;
 
 use super::{bits_for, insert_weight, quantizable, EngineLoadError, LoadOptions};
 use crate::{
-    models::{Arch, Model, ModelConfig, MoeConfig},
+    models::{Arch, HybridConfig, Model, ModelConfig, MoeConfig},
     tokenizer::Tokenizer,
 };
 
@@ -29,8 +31,8 @@ struct HfConfig {
     num_key_value_heads: Option<i32>,
     head_dim: Option<i32>,
     vocab_size: i32,
-    #[serde(default = "default_theta")]
-    rope_theta: f32,
+    /// `None`: 1,000,000 (Qwen3.5: its `rope_parameters`' or 100,000, as mlx-lm reads it).
+    rope_theta: Option<f32>,
     #[serde(default = "default_eps")]
     rms_norm_eps: f32,
     #[serde(default)]
@@ -46,6 +48,23 @@ struct HfConfig {
     decoder_sparse_step: i32,
     #[serde(default)]
     mlp_only_layers: Vec<i32>,
+    // Qwen3.5: the Gated DeltaNet layers, which layers they are, and partial RoPE.
+    linear_num_key_heads: Option<i32>,
+    linear_num_value_heads: Option<i32>,
+    linear_key_head_dim: Option<i32>,
+    linear_value_head_dim: Option<i32>,
+    linear_conv_kernel_dim: Option<i32>,
+    layer_types: Option<Vec<String>>,
+    full_attention_interval: Option<i32>,
+    partial_rotary_factor: Option<f32>,
+    rope_parameters: Option<RopeParameters>,
+}
+
+/// Qwen3.5's `rope_parameters` (what laya reads of them).
+#[derive(Deserialize)]
+struct RopeParameters {
+    rope_theta: Option<f32>,
+    partial_rotary_factor: Option<f32>,
 }
 
 #[derive(Deserialize)]
@@ -68,9 +87,6 @@ impl HfQuantization {
     }
 }
 
-fn default_theta() -> f32 {
-    1_000_000.0
-}
 fn default_eps() -> f32 {
     1e-6
 }
@@ -250,19 +266,21 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
         file: config_path.clone(),
         source,
     })?;
-    let hf: HfConfig = serde_json::from_str(&text).map_err(|e| EngineLoadError::Invalid {
+    let invalid = |reason: String| EngineLoadError::Invalid {
         file: config_path.clone(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let hf: HfConfig = serde_json::from_value(text_model_config(json)).map_err(|e| invalid(e.to_string()))?;
     let arch = match hf.model_type.as_str() {
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
         "qwen3_moe" => Arch::Qwen3Moe,
+        "qwen3_5" | "qwen3_5_text" => Arch::Qwen35,
         other => {
-            return Err(EngineLoadError::Invalid {
-                file: config_path,
-                reason: format!("model_type `{other}` is not supported (qwen2, qwen3 and qwen3_moe are)"),
-            })
+            return Err(invalid(format!(
+                "model_type `{other}` is not supported (qwen2, qwen3, qwen3_moe and qwen3_5 are)"
+            )))
         }
     };
     let moe = match arch {
@@ -284,7 +302,21 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
                 mlp_only_layers: hf.mlp_only_layers.clone(),
             })
         }
-        Arch::Qwen2 | Arch::Qwen3 => None,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 => None,
+    };
+    let head_dim = hf
+        .head_dim
+        .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let rope = hf.rope_parameters.as_ref();
+    let hybrid = match arch {
+        Arch::Qwen35 => Some(hybrid_config(&hf, head_dim).map_err(invalid)?),
+        _ => None,
+    };
+    // Qwen3.5 states its RoPE base in `rope_parameters` (mlx-lm's default 100,000 without).
+    let rope_theta = match (rope.and_then(|r| r.rope_theta), hf.rope_theta, arch) {
+        (Some(theta), _, _) | (None, Some(theta), _) => theta,
+        (None, None, Arch::Qwen35) => 100_000.0,
+        (None, None, _) => 1_000_000.0,
     };
     let cfg = ModelConfig {
         arch,
@@ -293,16 +325,76 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
         num_hidden_layers: hf.num_hidden_layers,
         num_attention_heads: hf.num_attention_heads,
         num_key_value_heads: hf.num_key_value_heads.unwrap_or(hf.num_attention_heads),
-        head_dim: hf
-            .head_dim
-            .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1)),
+        head_dim,
         vocab_size: hf.vocab_size,
-        rope_theta: hf.rope_theta,
+        rope_theta,
         rms_norm_eps: hf.rms_norm_eps,
         tie_word_embeddings: hf.tie_word_embeddings,
         moe,
+        hybrid,
     };
     Ok((cfg, hf))
+}
+
+/// The text model's settings of a config: a multimodal Qwen3.5 config's `text_config`, with
+/// the top level's entries it does not state (`quantization`, `tie_word_embeddings`, …);
+/// any other config as it is.
+fn text_model_config(mut json: serde_json::Value) -> serde_json::Value {
+    let Some(serde_json::Value::Object(mut text)) = json.get_mut("text_config").map(serde_json::Value::take)
+    else {
+        return json;
+    };
+    if let serde_json::Value::Object(top) = json {
+        for (k, v) in top {
+            if k != "text_config" && k != "vision_config" {
+                text.entry(k).or_insert(v);
+            }
+        }
+    }
+    // The folder's model type (`qwen3_5`) names the family; the text model's (`qwen3_5_text`)
+    // is its part.
+    serde_json::Value::Object(text)
+}
+
+/// Which layers are Gated DeltaNet layers and their shapes, as a Qwen3.5 config states them:
+/// `layer_types` when given, else every `full_attention_interval`-th layer (default 4) is
+/// full attention.
+fn hybrid_config(hf: &HfConfig, head_dim: i32) -> Result<HybridConfig, String> {
+    let need = |v: Option<i32>, key: &str| v.ok_or_else(|| format!("a qwen3_5 config needs `{key}`"));
+    let layers = hf.num_hidden_layers.max(0);
+    let linear_layers = match &hf.layer_types {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                "linear_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(format!("layer type `{other}` is not supported")),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => {
+            let every = hf.full_attention_interval.unwrap_or(4);
+            if every <= 0 {
+                return Err(format!("full_attention_interval must be positive, is {every}"));
+            }
+            (0..layers).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    let partial = hf
+        .rope_parameters
+        .as_ref()
+        .and_then(|r| r.partial_rotary_factor)
+        .or(hf.partial_rotary_factor)
+        .unwrap_or(0.25);
+    Ok(HybridConfig {
+        linear_layers,
+        linear_num_key_heads: need(hf.linear_num_key_heads, "linear_num_key_heads")?,
+        linear_num_value_heads: need(hf.linear_num_value_heads, "linear_num_value_heads")?,
+        linear_key_head_dim: need(hf.linear_key_head_dim, "linear_key_head_dim")?,
+        linear_value_head_dim: need(hf.linear_value_head_dim, "linear_value_head_dim")?,
+        linear_conv_kernel_dim: hf.linear_conv_kernel_dim.unwrap_or(4),
+        // As Python's int(): toward zero.
+        rope_dims: (head_dim as f32 * partial) as i32,
+    })
 }
 
 /// The end-of-generation ids `generation_config.json` states (`eos_token_id`: one id or a

@@ -46,6 +46,7 @@ impl Shape {
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
             }),
+            hybrid: None,
         }
     }
 

@@ -1,0 +1,436 @@
+//! Qwen3.5 (Gated DeltaNet and gated attention layers) against mlx-lm 0.32.2's `qwen3_5`.
+//!
+//! `tests/data/qwen35-reference.json` (written by `scripts/gen_qwen35_reference.py`) holds, for
+//! three variants of a tiny model (f32; bf16 quantized to q4 and to q8, group 64, as mlx-lm's
+//! convert makes them), each tensor's name, shape and spread, the tensors mlx-lm saved (names,
+//! shapes, dtypes: the mlx-community layout), the config.json it wrote and its logits of a
+//! 20-token prompt at 8 positions. The weights are not stored: both sides make them from the
+//! engine's LCG (`Lcg`) seeded per tensor. Each test here makes them, writes the folder as
+//! mlx-lm saved it (checked tensor by tensor against the fixture's list), loads it with laya's
+//! loader and runs laya's model.
+//!
+//! Tolerances (max |Δ logit|; the logits' standard deviation is about 1), on the CPU: f32
+//! 1e-4 (measured: 2.2e-6), bf16 q4 and q8 1e-3 (measured: 7.5e-9, the fixture's rounding;
+//! laya runs mlx-lm's ops with mlx-lm's dtypes); on a GPU [`tol`] and 0.1. Chunked prefill,
+//! decode steps and rewinds are laya against laya: 1e-5 on the CPU (bf16: as above).
+
+use std::{collections::HashMap, path::Path};
+
+use mlx_rs::{ops, ops::indexing::TryIndexOp, transforms::eval, Array, Dtype};
+use serde::Deserialize;
+
+use super::mlx;
+use crate::{
+    cache::{rewind, KvCache},
+    cancel::Cancel,
+    generate::{Control, GenerateRequest},
+    load::{self, gguf::GgufFile, LoadOptions},
+    models::{test_util::tol, Model},
+    prefix::{generate_with_store, PrefixLimits, PrefixStore},
+    seam::Precision,
+    synthetic::gguf::{vocab_gguf, Lcg},
+    tokenizer::Tokenizer,
+};
+
+#[derive(Deserialize)]
+struct Fixture {
+    seed: u64,
+    mlx_lm: String,
+    prompt: Vec<u32>,
+    positions: Vec<usize>,
+    variants: Vec<Variant>,
+}
+
+#[derive(Deserialize)]
+struct Variant {
+    name: String,
+    dtype: String,
+    quantization: Option<Quantization>,
+    config_json: serde_json::Value,
+    tensors: Vec<TensorSpec>,
+    saved: Vec<Saved>,
+    logits: Vec<Vec<f32>>,
+}
+
+#[derive(Deserialize)]
+struct Quantization {
+    group_size: i32,
+    bits: i32,
+}
+
+#[derive(Deserialize)]
+struct TensorSpec {
+    name: String,
+    shape: Vec<i32>,
+    scale: f32,
+    center: f32,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct Saved {
+    name: String,
+    shape: Vec<i32>,
+    dtype: String,
+}
+
+fn fixture() -> Fixture {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/qwen35-reference.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read the Qwen3.5 reference"))
+        .expect("parse the Qwen3.5 reference")
+}
+
+fn fnv1a64(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The tensor `spec` describes: `center + scale * u`, u from the LCG seeded with
+/// `seed ^ fnv1a64(name)` (the generator's `values`).
+fn dense(seed: u64, spec: &TensorSpec) -> Array {
+    let n = spec.shape.iter().product::<i32>() as usize;
+    let mut lcg = Lcg(seed ^ fnv1a64(&spec.name));
+    let v: Vec<f32> = (0..n)
+        .map(|_| spec.center + spec.scale * lcg.next_f32())
+        .collect();
+    Array::from_slice(&v, &spec.shape)
+}
+
+fn dtype_name(d: Dtype) -> String {
+    match d {
+        Dtype::Float32 => "float32",
+        Dtype::Bfloat16 => "bfloat16",
+        Dtype::Float16 => "float16",
+        Dtype::Uint32 => "uint32",
+        other => panic!("unexpected dtype {other:?}"),
+    }
+    .into()
+}
+
+/// The variant's tensors as mlx-lm saved them: floats cast to the variant's dtype (A_log
+/// kept f32, as mlx-lm's convert keeps it), then every linear and embedding matrix whose rows
+/// split into groups quantized (weight, scales, biases).
+fn saved_weights(f: &Fixture, v: &Variant) -> HashMap<String, Array> {
+    let mut out = HashMap::new();
+    for spec in &v.tensors {
+        let mut a = dense(f.seed, spec);
+        if v.dtype == "bfloat16" && !spec.name.ends_with(".A_log") {
+            a = a.as_dtype(Dtype::Bfloat16).unwrap();
+        }
+        let quantize = v
+            .quantization
+            .as_ref()
+            .filter(|q| spec.name.ends_with(".weight") && a.ndim() == 2 && a.dim(-1) % q.group_size == 0);
+        match quantize {
+            Some(q) => {
+                let (w, s, b) = ops::quantize(&a, q.group_size, q.bits).unwrap();
+                let stem = spec.name.trim_end_matches(".weight");
+                out.insert(format!("{stem}.scales"), s);
+                out.insert(format!("{stem}.biases"), b);
+                out.insert(spec.name.clone(), w);
+            }
+            None => {
+                out.insert(spec.name.clone(), a);
+            }
+        }
+    }
+    out
+}
+
+/// Writes the variant's folder (config.json as mlx-lm wrote it, model.safetensors,
+/// tokenizer.json of the tests' byte-level vocabulary) and checks its tensors are the ones
+/// mlx-lm saved.
+fn write_variant(dir: &Path, f: &Fixture, v: &Variant) {
+    let weights = saved_weights(f, v);
+    let mut layout: Vec<Saved> = weights
+        .iter()
+        .map(|(name, a)| Saved {
+            name: name.clone(),
+            shape: a.shape().to_vec(),
+            dtype: dtype_name(a.dtype()),
+        })
+        .collect();
+    layout.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(layout, v.saved, "{}: the folder's tensors are mlx-lm's", v.name);
+    std::fs::write(dir.join("config.json"), v.config_json.to_string()).unwrap();
+    Array::save_safetensors(&weights, None, dir.join("model.safetensors")).unwrap();
+    let vocab = dir.join("vocab.gguf");
+    let size = v.config_json["text_config"]["vocab_size"].as_u64().unwrap() as usize;
+    std::fs::write(&vocab, vocab_gguf(size)).unwrap();
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&vocab).unwrap()).unwrap();
+    tokenizer.save_json(dir.join("tokenizer.json")).unwrap();
+    std::fs::remove_file(vocab).unwrap();
+}
+
+/// Two bf16 computations of the same logits: 1e-3 on the CPU, where laya runs mlx-lm's ops in
+/// its order and the logits agree to ~1e-8; 0.1 on a GPU (bf16 rounds at 2⁻⁸ relative, and
+/// the kernels' order moves the rounding).
+fn bf16_tol() -> f32 {
+    if crate::models::on_gpu() {
+        0.1
+    } else {
+        1e-3
+    }
+}
+
+fn opts() -> LoadOptions {
+    LoadOptions {
+        precision: Precision::Native,
+        group_size: 64,
+        use_cache: false,
+        progress: false,
+        ..Default::default()
+    }
+}
+
+/// The variant `name` of the fixture, written and loaded by laya's loader.
+fn load_variant(f: &Fixture, name: &str) -> Model {
+    let v = f.variants.iter().find(|v| v.name == name).expect("variant");
+    let dir = tempfile::tempdir().unwrap();
+    write_variant(dir.path(), f, v);
+    load::load(dir.path(), &opts()).unwrap().model
+}
+
+fn tokens(ids: &[u32]) -> Array {
+    Array::from_slice(ids, &[1, ids.len() as i32])
+}
+
+fn all_logits(model: &Model, ids: &[u32]) -> Array {
+    let out = model.forward_all(&tokens(ids), &mut model.new_caches()).unwrap();
+    eval([&out]).unwrap();
+    out
+}
+
+fn max_abs_diff(a: &Array, b: &Array) -> f32 {
+    assert_eq!(a.shape(), b.shape());
+    let d = a.subtract(b).unwrap().abs().unwrap().max(None).unwrap();
+    d.item_exact::<f32>()
+}
+
+/// laya's logits of the prompt at the fixture's positions against mlx-lm's: the max |Δ|.
+fn diff_to_reference(f: &Fixture, name: &str) -> f32 {
+    let v = f.variants.iter().find(|v| v.name == name).unwrap();
+    let model = load_variant(f, name);
+    let cfg = model.config();
+    assert_eq!(cfg.arch, crate::models::Arch::Qwen35);
+    let hybrid = cfg.hybrid.as_ref().unwrap();
+    assert_eq!(hybrid.linear_layers, [true, false, true, false]);
+    assert_eq!(hybrid.rope_dims, 8);
+    let got = all_logits(&model, &f.prompt);
+    let mut worst = 0f32;
+    for (row, &p) in v.logits.iter().zip(&f.positions) {
+        let want = Array::from_slice(row, &[row.len() as i32]);
+        let have = got.try_index((0, p as i32)).unwrap();
+        worst = worst.max(max_abs_diff(&have, &want));
+    }
+    // Not a vacuous comparison: the logits vary.
+    let spread = ops::std(&got, None, None).unwrap().item_exact::<f32>();
+    assert!(spread > 0.5, "{name}: logits std {spread}");
+    eprintln!("{name}: max |Δ logit| against mlx-lm {} {worst:.2e}", f.mlx_lm);
+    worst
+}
+
+#[test]
+fn f32_logits_match_mlx_lm() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let d = diff_to_reference(&f, "f32");
+    assert!(d <= tol(1e-4), "max |Δ logit| {d}");
+}
+
+#[test]
+fn bf16_q4_and_q8_folders_match_mlx_lm() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    for name in ["bf16-q4", "bf16-q8"] {
+        let d = diff_to_reference(&f, name);
+        assert!(d <= bf16_tol(), "{name}: max |Δ logit| {d}");
+    }
+}
+
+/// The same weights in Hugging Face's layout (`model.language_model.`, conv1d `[C, 1, K]`,
+/// norms stored as `weight - 1`, an MTP head and a vision tower to skip) give the same model.
+#[test]
+fn a_hugging_face_layout_loads_as_mlx_community_s() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let v = &f.variants[0];
+    assert_eq!(v.name, "f32");
+    let mut hf = HashMap::new();
+    for spec in &v.tensors {
+        let mut a = dense(f.seed, spec);
+        let name = spec
+            .name
+            .replace("language_model.model.", "model.language_model.");
+        let name = name.replace("language_model.lm_head", "lm_head");
+        if name.ends_with(".conv1d.weight") {
+            a = a.swap_axes(1, 2).unwrap();
+        }
+        let norm = [
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+            "model.language_model.norm.weight",
+            "q_norm.weight",
+            "k_norm.weight",
+        ];
+        if norm.iter().any(|n| name.ends_with(n)) {
+            a = a.subtract(Array::from_f32(1.0)).unwrap();
+        }
+        hf.insert(name, a);
+    }
+    hf.insert("mtp.fc.weight".into(), Array::zeros::<f32>(&[64, 128]).unwrap());
+    hf.insert(
+        "model.visual.blocks.0.attn.qkv.weight".into(),
+        Array::zeros::<f32>(&[8, 8]).unwrap(),
+    );
+    let reference = load_variant(&f, "f32");
+    let model = Model::from_weights(reference.config().clone(), hf, 64).unwrap();
+    let d = max_abs_diff(&all_logits(&model, &f.prompt), &all_logits(&reference, &f.prompt));
+    assert!(d <= tol(1e-4), "max |Δ logit| {d}");
+}
+
+/// Logits of `ids` fed in chunks of the given sizes, `[1, L, V]`.
+fn chunked(model: &Model, ids: &[u32], sizes: &[usize]) -> Array {
+    let mut caches = model.new_caches();
+    let mut outs = vec![];
+    let mut at = 0;
+    for &n in sizes {
+        outs.push(model.forward_all(&tokens(&ids[at..at + n]), &mut caches).unwrap());
+        at += n;
+    }
+    assert_eq!(at, ids.len());
+    assert!(caches.iter().all(|c| c.offset() == ids.len()));
+    ops::concatenate(&outs, 1).unwrap()
+}
+
+/// Chunked prefill equals one prefill, with cuts inside the convolution's 3-row window (1,
+/// 2 and 3 tokens) and past it, on the f32 and the q4 model.
+#[test]
+fn chunked_prefill_equals_one_prefill() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    for name in ["f32", "bf16-q4"] {
+        let model = load_variant(&f, name);
+        let ids = &f.prompt;
+        let whole = all_logits(&model, ids);
+        let bf16 = name.starts_with("bf16");
+        for sizes in [
+            vec![1; 20],
+            vec![2; 10],
+            vec![3, 3, 3, 3, 3, 3, 2],
+            vec![1, 2, 3, 1, 13],
+            vec![5, 1, 1, 13],
+            vec![17, 3],
+        ] {
+            let d = max_abs_diff(&chunked(&model, ids, &sizes), &whole);
+            let limit = if bf16 { bf16_tol() } else { tol(1e-5) };
+            assert!(d <= limit, "{name} {sizes:?}: max |Δ| {d}");
+        }
+    }
+}
+
+/// Decode steps after a prefill give the logits of one forward over everything, and a
+/// rewind by one step (the recurrent checkpoint) then the same token again gives them too.
+#[test]
+fn cached_decode_equals_uncached_forward_and_rewinds_one_step() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let ids = &f.prompt;
+    let whole = all_logits(&model, ids);
+    let mut caches = model.new_caches();
+    let first = model.forward(&tokens(&ids[..12]), &mut caches).unwrap();
+    let at = |p: i32| whole.try_index((.., p)).unwrap();
+    assert!(max_abs_diff(&first, &at(11)) <= tol(1e-5));
+    for p in 12..ids.len() {
+        let step = model.forward(&tokens(&ids[p..=p]), &mut caches).unwrap();
+        let d = max_abs_diff(&step, &at(p as i32));
+        assert!(d <= tol(1e-5), "position {p}: max |Δ| {d}");
+    }
+    // One step back is a checkpoint; two are not: the nearest earlier state is the empty one.
+    let n = ids.len();
+    assert_eq!(crate::cache::restorable(&caches, n - 1), n - 1);
+    assert_eq!(crate::cache::restorable(&caches, n - 2), 0);
+    assert_eq!(rewind(&mut caches, n - 1), n - 1);
+    let again = model.forward(&tokens(&ids[n - 1..]), &mut caches).unwrap();
+    assert!(max_abs_diff(&again, &at(n as i32 - 1)) <= tol(1e-5));
+    // A rewind to a length between checkpoints goes to an earlier one, never a later one.
+    assert_eq!(rewind(&mut caches, n - 3), 0);
+    assert!(caches.iter().all(|c| c.offset() == 0));
+    let fresh = model.forward(&tokens(ids), &mut caches).unwrap();
+    assert!(max_abs_diff(&fresh, &at(n as i32 - 1)) <= tol(1e-5));
+}
+
+/// Several candidates share one prefill (the recurrent state repeated per row): each row's
+/// first decode step equals the batch-1 step.
+#[test]
+fn candidates_fork_the_recurrent_state() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let ids = &f.prompt;
+    let mut caches = model.new_caches();
+    model.forward(&tokens(&ids[..10]), &mut caches).unwrap();
+    let mut wide: Vec<KvCache> = caches.iter().map(|c| c.repeat(3).unwrap()).collect();
+    let step = Array::from_slice(&[ids[10]; 3], &[3, 1]);
+    let rows = model.forward(&step, &mut wide).unwrap();
+    let one = model.forward(&tokens(&ids[10..11]), &mut caches).unwrap();
+    for r in 0..3 {
+        let row = rows.try_index((r..r + 1, ..)).unwrap();
+        assert!(max_abs_diff(&row, &one) <= tol(1e-5));
+    }
+}
+
+/// Generation through the prefix store over random edits gives the tokens of generation
+/// without it: reuse stops at a length the recurrent states were kept at.
+#[test]
+fn prefix_store_reuse_gives_the_output_of_no_reuse() {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let store = std::sync::Mutex::new(PrefixStore::new(PrefixLimits::default()));
+    let req = GenerateRequest::greedy(4);
+    let no = Cancel::new();
+    let mut rng = StdRng::seed_from_u64(47);
+    let mut ids: Vec<u32> = f.prompt.clone();
+    let mut last: Vec<u32> = vec![];
+    let (mut reused_total, mut accepted) = (0, 0);
+    for step in 0..12 {
+        match step % 3 {
+            // The suggestion taken and typed on: the stored sequence is a prefix.
+            0 => {
+                if step > 0 {
+                    accepted += ids.len() + last.len() - 1;
+                }
+                ids.extend(&last);
+                ids.push(rng.gen_range(0..256));
+            }
+            // Edit inside: only an earlier state may serve.
+            1 => {
+                let at = rng.gen_range(1..ids.len());
+                ids[at] = rng.gen_range(0..256);
+            }
+            _ => ids.truncate(ids.len() - 2),
+        }
+        let (cached, reused) =
+            generate_with_store(&model, Some(&store), &ids, &req, &no, |_, _| Control::Continue).unwrap();
+        let (fresh, _) =
+            generate_with_store(&model, None, &ids, &req, &no, |_, _| Control::Continue).unwrap();
+        assert_eq!(
+            cached.candidates, fresh.candidates,
+            "step {step}: reused {reused}"
+        );
+        reused_total += reused;
+        last = cached.candidates[0].clone();
+    }
+    // Taken suggestions reuse all that the store held (the last generated token was never
+    // fed); an edit inside falls back to a state at or before it (here none: 0).
+    assert_eq!(
+        reused_total, accepted,
+        "reuse only where the stored state is whole"
+    );
+}
