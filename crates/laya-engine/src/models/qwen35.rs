@@ -247,11 +247,11 @@ impl GatedDeltaNet {
         let k = fast::rms_norm(&k, None, eps)?;
         let k = k.multiply(scalar(inv, &k)?)?;
 
-        // The gates: decay g (f32) and write strength beta, `[B, S, Hv]`.
+        // The gates: decay g = exp(log_g) (f32) and write strength beta, `[B, S, Hv]`.
         let beta = ops::sigmoid(&beta)?;
         let a = a.add(&self.dt_bias)?;
         let softplus = ops::logaddexp(&a, scalar(0.0, &a)?)?;
-        let g = ops::exp(self.neg_a.multiply(&softplus)?)?;
+        let log_g = self.neg_a.multiply(&softplus)?;
 
         let (q, k) = if hv > hk {
             (
@@ -261,24 +261,15 @@ impl GatedDeltaNet {
         } else {
             (q, k)
         };
-        let mut state = match cache.recurrent() {
+        let state = match cache.recurrent() {
             Some(r) => r.state.clone(),
             None => ops::zeros::<f32>(&[b, hv, dv, dk])?,
         };
-        let mut ys = Vec::with_capacity(s as usize);
-        for t in 0..s {
-            let qt = q.try_index((.., t))?.expand_dims(-2)?; // [B, Hv, 1, Dk]
-            let kt = k.try_index((.., t))?.expand_dims(-2)?;
-            let vt = v.try_index((.., t))?; // [B, Hv, Dv]
-            let gt = g.try_index((.., t))?.reshape(&[b, hv, 1, 1])?;
-            let bt = beta.try_index((.., t))?.expand_dims(-1)?; // [B, Hv, 1]
-            state = state.multiply(&gt)?;
-            let kv_mem = state.multiply(&kt)?.sum_axis(-1, false)?; // [B, Hv, Dv]
-            let delta = vt.subtract(&kv_mem)?.multiply(&bt)?;
-            state = state.add(kt.multiply(delta.expand_dims(-1)?)?)?;
-            ys.push(state.multiply(&qt)?.sum_axis(-1, false)?.as_dtype(q.dtype())?);
-        }
-        let y = ops::stack(&ys, 1)?; // [B, S, Hv, Dv]
+        let step = Step { q, k, v, beta, log_g };
+        let (y, state) = match chunk_size(s) {
+            Some(c) => step.chunked(state, c)?,
+            None => step.sequential(state)?,
+        };
         cache
             .update_recurrent(
                 Recurrent {
@@ -303,5 +294,248 @@ impl GatedDeltaNet {
         v.extend([&self.conv, &self.neg_a, &self.dt_bias, &self.norm.weight]);
         v.extend(self.out_proj.arrays());
         v
+    }
+}
+
+/// Tokens a chunk of the chunked recurrence holds at most (a power of two).
+const CHUNK: i32 = 64;
+
+/// The chunk of the chunked recurrence for a run of `s` tokens: none (a step a token) below 8
+/// tokens, where the chunked form's fixed ops cost more than the steps; else the power of two
+/// at least `s`, at most [`CHUNK`].
+fn chunk_size(s: i32) -> Option<i32> {
+    (s >= 8).then(|| (s as u32).next_power_of_two().min(CHUNK as u32) as i32)
+}
+
+/// The gated delta rule's inputs for a run of `S` tokens: `q`, `k` `[B, S, Hv, Dk]` (normed,
+/// repeated to the value heads), `v` `[B, S, Hv, Dv]`, `beta` and `log_g` (f32) `[B, S, Hv]`.
+struct Step {
+    q: Array,
+    k: Array,
+    v: Array,
+    beta: Array,
+    log_g: Array,
+}
+
+impl Step {
+    /// One step a token, as mlx-lm's ops path runs it (its dtypes too): returns the outputs
+    /// `[B, S, Hv, Dv]` (in q's dtype) and the state after the last token.
+    fn sequential(&self, mut state: Array) -> Result<(Array, Array)> {
+        let Step { q, k, v, beta, log_g } = self;
+        let (b, s, hv) = (q.dim(0), q.dim(1), q.dim(2));
+        let g = ops::exp(log_g)?;
+        let mut ys = Vec::with_capacity(s as usize);
+        for t in 0..s {
+            let qt = q.try_index((.., t))?.expand_dims(-2)?; // [B, Hv, 1, Dk]
+            let kt = k.try_index((.., t))?.expand_dims(-2)?;
+            let vt = v.try_index((.., t))?; // [B, Hv, Dv]
+            let gt = g.try_index((.., t))?.reshape(&[b, hv, 1, 1])?;
+            let bt = beta.try_index((.., t))?.expand_dims(-1)?; // [B, Hv, 1]
+            state = state.multiply(&gt)?;
+            let kv_mem = state.multiply(&kt)?.sum_axis(-1, false)?; // [B, Hv, Dv]
+            let delta = vt.subtract(&kv_mem)?.multiply(&bt)?;
+            state = state.add(kt.multiply(delta.expand_dims(-1)?)?)?;
+            ys.push(state.multiply(&qt)?.sum_axis(-1, false)?.as_dtype(q.dtype())?);
+        }
+        Ok((ops::stack(&ys, 1)?, state))
+    }
+
+    /// The same recurrence in chunks of `c` tokens (a power of two), in f32. Within a chunk
+    /// starting from state `S0`, with `γ_t` the decay from its start to `t`, the state is
+    /// `S_t = γ_t S0 + Σ_{i≤t} (γ_t/γ_i) u_i k_iᵀ` where the `u` solve a unit lower-triangular
+    /// system: `(I + A) U = β V - βγ K S0ᵀ`, `A_ti = β_t (γ_t/γ_i) k_t·k_i` for `i < t`. So
+    /// with `T = (I + A)⁻¹` (made for all chunks at once by doubling: each level joins blocks
+    /// of `b` rows into blocks of `2b`, `X ← X - X A_off X`), `W = T (βγ K)` and
+    /// `U' = T (β V)`, a chunk is `U = U' - W S0ᵀ`, `Y = (γ Q) S0ᵀ + (QKᵀ ⊙ Γ) U`,
+    /// `S_c = γ_c S0 + Uᵀ (K γ_c/γ)`: a few products a chunk instead of a few ops a token.
+    /// Decays are exponentials of differences of the cumulative log-decay, never above 1.
+    /// A run that is not a whole number of chunks is padded with tokens that change nothing
+    /// (k = v = 0, β = 0, g = 1).
+    fn chunked(&self, state: Array, c: i32) -> Result<(Array, Array)> {
+        let f32 = |x: &Array| x.as_dtype(Dtype::Float32);
+        let (b, s, hv, dk, dv) = (
+            self.q.dim(0),
+            self.q.dim(1),
+            self.q.dim(2),
+            self.q.dim(3),
+            self.v.dim(3),
+        );
+        let n = (s + c - 1) / c;
+        let pad = n * c - s;
+        // `[B, S, Hv, …]` → `[B, Hv, N, C, …]`, padded.
+        let chunks = |x: &Array, last: Option<i32>| -> Result<Array> {
+            let x = f32(x)?;
+            let x = if pad > 0 {
+                let mut shape = x.shape().to_vec();
+                shape[1] = pad;
+                ops::concatenate(&[x, ops::zeros::<f32>(&shape)?], 1)?
+            } else {
+                x
+            };
+            Ok(match last {
+                Some(d) => x.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, hv, n, c, d])?,
+                None => x.transpose_axes(&[0, 2, 1])?.reshape(&[b, hv, n, c])?,
+            })
+        };
+        let (q, k, v) = (
+            chunks(&self.q, Some(dk))?,
+            chunks(&self.k, Some(dk))?,
+            chunks(&self.v, Some(dv))?,
+        );
+        let (beta, log_g) = (chunks(&self.beta, None)?, chunks(&self.log_g, None)?);
+
+        let cum = ops::cumsum(&log_g, -1, None, None)?; // [B, Hv, N, C]: log γ_t
+        let cum_end = cum.try_index((.., .., .., c - 1..))?; // [B, Hv, N, 1]
+        let masks = Masks::new(c)?;
+        // Γ_ti = γ_t / γ_i for i ≤ t, 0 above: exp of a difference that is never positive.
+        let diff = cum.expand_dims(-1)?.subtract(cum.expand_dims(-2)?)?;
+        let neg_inf = Array::from_f32(f32::NEG_INFINITY);
+        let gamma = ops::exp(ops::select(&masks.lower, &diff, &neg_inf)?)?;
+        let kt = k.transpose_axes(&[0, 1, 2, 4, 3])?;
+        let a = beta.expand_dims(-1)?.multiply(k.matmul(&kt)?)?.multiply(&gamma)?;
+        let a = a.multiply(&masks.strict)?;
+        // T = (I + A)⁻¹ by doubling.
+        let mut t = masks.eye.clone();
+        for off in &masks.off_blocks {
+            let a_off = a.multiply(off)?;
+            t = t.subtract(t.matmul(&a_off)?.matmul(&t)?)?;
+        }
+        let decay = ops::exp(&cum)?.expand_dims(-1)?; // γ_t
+        let beta = beta.expand_dims(-1)?;
+        let w = t.matmul(beta.multiply(&decay)?.multiply(&k)?)?; // [.., C, Dk]
+        let u0 = t.matmul(beta.multiply(&v)?)?; // [.., C, Dv]
+        let qk = q.matmul(&kt)?.multiply(&gamma)?; // [.., C, C]
+        let q_decayed = q.multiply(&decay)?;
+        let k_to_end = k.multiply(ops::exp(cum_end.subtract(&cum)?)?.expand_dims(-1)?)?;
+        let decay_end = ops::exp(&cum_end)?.expand_dims(-1)?; // [B, Hv, N, 1, 1]
+
+        let mut state = state;
+        let mut ys = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let at = |x: &Array| x.try_index((.., .., i));
+            let st = state.transpose_axes(&[0, 1, 3, 2])?; // [B, Hv, Dk, Dv]
+            let u = at(&u0)?.subtract(at(&w)?.matmul(&st)?)?;
+            ys.push(at(&q_decayed)?.matmul(&st)?.add(at(&qk)?.matmul(&u)?)?);
+            let ut = u.transpose_axes(&[0, 1, 3, 2])?;
+            state = state.multiply(at(&decay_end)?)?.add(ut.matmul(at(&k_to_end)?)?)?;
+        }
+        // [B, Hv, N·C, Dv] → `[B, S, Hv, Dv]`.
+        let y = ops::stack(&ys, 2)?.reshape(&[b, hv, n * c, dv])?;
+        let y = y.try_index((.., .., ..s, ..))?.transpose_axes(&[0, 2, 1, 3])?;
+        Ok((y.as_dtype(self.q.dtype())?, state))
+    }
+}
+
+/// The constant masks of the chunked recurrence for chunks of `c` tokens.
+struct Masks {
+    /// `i ≤ t` (bool), `i < t` (f32), the identity (f32).
+    lower: Array,
+    strict: Array,
+    eye: Array,
+    /// For each doubling level `b` = 1, 2, 4, …, c/2: the lower-left `b × b` block of each
+    /// diagonal `2b × 2b` block (f32).
+    off_blocks: Vec<Array>,
+}
+
+impl Masks {
+    fn new(c: i32) -> Result<Masks> {
+        let grid = |f: &dyn Fn(i32, i32) -> bool| -> Vec<f32> {
+            (0..c)
+                .flat_map(|t| (0..c).map(move |i| (t, i)))
+                .map(|(t, i)| if f(t, i) { 1.0 } else { 0.0 })
+                .collect()
+        };
+        let shape = [c, c];
+        let lower = Array::from_slice(&grid(&|t, i| i <= t), &shape).as_dtype(Dtype::Bool)?;
+        let mut off_blocks = vec![];
+        let mut b = 1;
+        while b < c {
+            let off = grid(&|t, i| t / (2 * b) == i / (2 * b) && t / b != i / b && i < t);
+            off_blocks.push(Array::from_slice(&off, &shape));
+            b *= 2;
+        }
+        Ok(Masks {
+            lower,
+            strict: Array::from_slice(&grid(&|t, i| i < t), &shape),
+            eye: Array::from_slice(&grid(&|t, i| i == t), &shape),
+            off_blocks,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::test_util::{max_abs_diff, tol};
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// A recurrence's inputs as the layer makes them: q and k L2-normed (q scaled), beta in
+    /// (0, 1), log-decays of a strong and a weak gate.
+    fn random_step(rng: &mut StdRng, b: i32, s: i32, hv: i32, dk: i32, dv: i32) -> Step {
+        let mut rand = |shape: &[i32], lo: f32, hi: f32| {
+            let n = shape.iter().product::<i32>() as usize;
+            let v: Vec<f32> = (0..n).map(|_| rng.gen_range(lo..hi)).collect();
+            Array::from_slice(&v, shape)
+        };
+        let inv = 1.0 / (dk as f32).sqrt();
+        let q = fast::rms_norm(rand(&[b, s, hv, dk], -1.0, 1.0), None, 1e-6)
+            .unwrap()
+            .multiply(Array::from_f32(inv))
+            .unwrap();
+        let k = fast::rms_norm(rand(&[b, s, hv, dk], -1.0, 1.0), None, 1e-6)
+            .unwrap()
+            .multiply(Array::from_f32(inv))
+            .unwrap();
+        Step {
+            q,
+            k,
+            v: rand(&[b, s, hv, dv], -1.0, 1.0),
+            beta: rand(&[b, s, hv], 0.0, 1.0),
+            log_g: rand(&[b, s, hv], -3.0, 0.0),
+        }
+    }
+
+    /// The chunked recurrence gives the token-by-token one: outputs and final state, from a
+    /// zero state and from a random one, for runs of whole chunks, of a part of one, and of
+    /// several chunks and a part (padding), at chunk sizes 4, 8 and 64.
+    #[test]
+    fn chunked_recurrence_equals_the_sequential_one() {
+        let (_g, _b) = crate::testing::mlx();
+        let mut rng = StdRng::seed_from_u64(35);
+        for (s, c) in [(8, 8), (5, 8), (13, 4), (16, 4), (70, 64), (130, 64)] {
+            let (b, hv, dk, dv) = (1, 2, 16, 8);
+            let step = random_step(&mut rng, b, s, hv, dk, dv);
+            for start in [None, Some(0.5f32)] {
+                let state = match start {
+                    None => ops::zeros::<f32>(&[b, hv, dv, dk]).unwrap(),
+                    Some(x) => {
+                        let n = (b * hv * dv * dk) as usize;
+                        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-x..x)).collect();
+                        Array::from_slice(&v, &[b, hv, dv, dk])
+                    }
+                };
+                let (y1, s1) = step.sequential(state.clone()).unwrap();
+                let (y2, s2) = step.chunked(state, c).unwrap();
+                assert_eq!(y1.shape(), y2.shape());
+                let (dy, ds) = (max_abs_diff(&y1, &y2), max_abs_diff(&s1, &s2));
+                assert!(
+                    dy <= tol(1e-5) && ds <= tol(1e-5),
+                    "s {s} c {c}: Δy {dy} Δstate {ds}"
+                );
+                // Not vacuous: the outputs are not all small.
+                let big = y1.abs().unwrap().max(None).unwrap().item_exact::<f32>();
+                assert!(big > 0.05, "s {s}: max |y| {big}");
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_are_powers_of_two_from_8_tokens() {
+        assert_eq!(chunk_size(1), None);
+        assert_eq!(chunk_size(7), None);
+        assert_eq!(chunk_size(8), Some(8));
+        assert_eq!(chunk_size(20), Some(32));
+        assert_eq!(chunk_size(64), Some(64));
+        assert_eq!(chunk_size(512), Some(64));
     }
 }

@@ -11,8 +11,9 @@
 //!
 //! Tolerances (max |Δ logit|; the logits' standard deviation is about 1), on the CPU: f32
 //! 1e-4 (measured: 2.2e-6), bf16 q4 and q8 1e-3 (measured: 7.5e-9, the fixture's rounding;
-//! laya runs mlx-lm's ops with mlx-lm's dtypes); on a GPU [`tol`] and 0.1. Chunked prefill,
-//! decode steps and rewinds are laya against laya: 1e-5 on the CPU (bf16: as above).
+//! the bf16 outputs of the recurrence absorb the f32 differences); on a GPU [`tol`] and 0.1.
+//! Chunked prefill, decode steps and rewinds are laya against laya: 5e-5 on the CPU ([`PATHS`];
+//! bf16 as above).
 
 use std::{collections::HashMap, path::Path};
 
@@ -72,6 +73,10 @@ struct Saved {
     shape: Vec<i32>,
     dtype: String,
 }
+
+/// Two f32 computations of the same logits by laya whose recurrences take different forms (a
+/// run of 8 tokens or more in chunks, a shorter one token by token; measured up to 1.1e-5).
+const PATHS: f32 = 5e-5;
 
 fn fixture() -> Fixture {
     let path = concat!(
@@ -326,7 +331,7 @@ fn chunked_prefill_equals_one_prefill() {
             vec![17, 3],
         ] {
             let d = max_abs_diff(&chunked(&model, ids, &sizes), &whole);
-            let limit = if bf16 { bf16_tol() } else { tol(1e-5) };
+            let limit = if bf16 { bf16_tol() } else { tol(PATHS) };
             assert!(d <= limit, "{name} {sizes:?}: max |Δ| {d}");
         }
     }
@@ -344,11 +349,11 @@ fn cached_decode_equals_uncached_forward_and_rewinds_one_step() {
     let mut caches = model.new_caches();
     let first = model.forward(&tokens(&ids[..12]), &mut caches).unwrap();
     let at = |p: i32| whole.try_index((.., p)).unwrap();
-    assert!(max_abs_diff(&first, &at(11)) <= tol(1e-5));
+    assert!(max_abs_diff(&first, &at(11)) <= tol(PATHS));
     for p in 12..ids.len() {
         let step = model.forward(&tokens(&ids[p..=p]), &mut caches).unwrap();
         let d = max_abs_diff(&step, &at(p as i32));
-        assert!(d <= tol(1e-5), "position {p}: max |Δ| {d}");
+        assert!(d <= tol(PATHS), "position {p}: max |Δ| {d}");
     }
     // One step back is a checkpoint; two are not: the nearest earlier state is the empty one.
     let n = ids.len();
@@ -356,12 +361,12 @@ fn cached_decode_equals_uncached_forward_and_rewinds_one_step() {
     assert_eq!(crate::cache::restorable(&caches, n - 2), 0);
     assert_eq!(rewind(&mut caches, n - 1), n - 1);
     let again = model.forward(&tokens(&ids[n - 1..]), &mut caches).unwrap();
-    assert!(max_abs_diff(&again, &at(n as i32 - 1)) <= tol(1e-5));
+    assert!(max_abs_diff(&again, &at(n as i32 - 1)) <= tol(PATHS));
     // A rewind to a length between checkpoints goes to an earlier one, never a later one.
     assert_eq!(rewind(&mut caches, n - 3), 0);
     assert!(caches.iter().all(|c| c.offset() == 0));
     let fresh = model.forward(&tokens(ids), &mut caches).unwrap();
-    assert!(max_abs_diff(&fresh, &at(n as i32 - 1)) <= tol(1e-5));
+    assert!(max_abs_diff(&fresh, &at(n as i32 - 1)) <= tol(PATHS));
 }
 
 /// Several candidates share one prefill (the recurrent state repeated per row): each row's
