@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Generate tests/data/qwen35-reference.json: logits of mlx-lm's Qwen3.5 model (`qwen3_5`) for
-tiny models of deterministic weights, which laya's Qwen3.5 path must reproduce.
+"""Generate tests/data/qwen35-reference.json: logits of mlx-lm's Qwen3.5 models (`qwen3_5`, and
+`qwen3_5_moe` with its shared expert) for tiny models of deterministic weights, which laya's
+Qwen3.5 path must reproduce.
 
 The weights are not stored: every tensor is `center + scale * u`, u the uniform(-1, 1) numbers
 of the engine's LCG (`synthetic::gguf::Lcg`) seeded with `SEED ^ fnv1a64(name)`. The fixture
@@ -35,7 +36,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_map_with_path
-from mlx_lm.models import qwen3_5
+from mlx_lm.models import qwen3_5, qwen3_5_moe
 from mlx_lm.utils import load_model, quantize_model, save_config, save_model
 
 mx.set_default_device(mx.cpu)
@@ -83,6 +84,24 @@ CONFIG = {
     "text_config": TEXT_CONFIG,
 }
 
+# The mixture-of-experts model (`qwen3_5_moe`, as Qwen3.5-35B-A3B): the same layers with 4
+# experts of width 64 (2 a token) and a shared expert of width 64 in place of each dense MLP.
+MOE_TEXT_CONFIG = dict(
+    TEXT_CONFIG,
+    model_type="qwen3_5_moe_text",
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=64,
+    shared_expert_intermediate_size=64,
+    norm_topk_prob=True,
+)
+MOE_CONFIG = dict(
+    CONFIG,
+    architectures=["Qwen3_5MoeForConditionalGeneration"],
+    model_type="qwen3_5_moe",
+    text_config=MOE_TEXT_CONFIG,
+)
+
 # Byte tokens of "def add(a, b):\n    return a + b\n" cut to 20, a FIM control token first.
 PROMPT = [256 + 3] + list(b"def add(a, b):\n    return")[:19]
 
@@ -90,11 +109,14 @@ PROMPT = [256 + 3] + list(b"def add(a, b):\n    return")[:19]
 # of 4), and on to the last.
 POSITIONS = [0, 1, 2, 3, 4, 9, 14, 19]
 
-# (name, dtype the float tensors are cast to, (group_size, bits) or None)
+# (name, config, dtype the float tensors are cast to, (group_size, bits) or None). The
+# mixture is f32 only: mlx-lm 0.32.2's quantized experts call mx.gather_qmm with a
+# `global_scale` that mlx 0.32.2 does not take, and MLX's CPU gather_mm is f32 only.
 VARIANTS = [
-    ("f32", "float32", None),
-    ("bf16-q4", "bfloat16", (64, 4)),
-    ("bf16-q8", "bfloat16", (64, 8)),
+    ("f32", CONFIG, "float32", None),
+    ("bf16-q4", CONFIG, "bfloat16", (64, 4)),
+    ("bf16-q8", CONFIG, "bfloat16", (64, 8)),
+    ("moe-f32", MOE_CONFIG, "float32", None),
 ]
 
 
@@ -138,9 +160,10 @@ def values(name: str, shape, scale: float, center: float) -> np.ndarray:
     return (np.float32(center) + np.float32(scale) * u).reshape(shape)
 
 
-def build(dtype: str, quantization):
-    config = copy.deepcopy(CONFIG)
-    model = qwen3_5.Model(qwen3_5.ModelArgs.from_dict(copy.deepcopy(config)))
+def build(config: dict, dtype: str, quantization):
+    config = copy.deepcopy(config)
+    arch = qwen3_5_moe if config["model_type"] == "qwen3_5_moe" else qwen3_5
+    model = arch.Model(arch.ModelArgs.from_dict(copy.deepcopy(config)))
     tensors = []
     weights = []
     for name, p in sorted(tree_flatten(model.parameters())):
@@ -171,8 +194,8 @@ def main():
         os.path.dirname(__file__), "..", "tests", "data", "qwen35-reference.json"
     )
     variants = []
-    for name, dtype, quantization in VARIANTS:
-        model, config, tensors = build(dtype, quantization)
+    for name, config, dtype, quantization in VARIANTS:
+        model, config, tensors = build(config, dtype, quantization)
         with tempfile.TemporaryDirectory() as d:
             save_model(Path(d), model, donate_model=True)
             save_config(config, config_path=Path(d) / "config.json")

@@ -42,12 +42,12 @@ struct HfConfig {
     num_experts: Option<i32>,
     num_experts_per_tok: Option<i32>,
     moe_intermediate_size: Option<i32>,
-    #[serde(default)]
-    norm_topk_prob: bool,
+    norm_topk_prob: Option<bool>,
     #[serde(default = "default_sparse_step")]
     decoder_sparse_step: i32,
     #[serde(default)]
     mlp_only_layers: Vec<i32>,
+    shared_expert_intermediate_size: Option<i32>,
     // Qwen3.5: the Gated DeltaNet layers, which layers they are, and partial RoPE.
     linear_num_key_heads: Option<i32>,
     linear_num_value_heads: Option<i32>,
@@ -276,18 +276,19 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
         "qwen3_moe" => Arch::Qwen3Moe,
-        "qwen3_5" | "qwen3_5_text" => Arch::Qwen35,
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" => Arch::Qwen35,
         other => {
             return Err(invalid(format!(
-                "model_type `{other}` is not supported (qwen2, qwen3, qwen3_moe and qwen3_5 are)"
+                "model_type `{other}` is not supported (qwen2, qwen3, qwen3_moe, qwen3_5 and qwen3_5_moe are)"
             )))
         }
     };
     let moe = match arch {
-        Arch::Qwen3Moe => {
+        // Qwen3.5's experts replace every layer's MLP when it has any (mlx-lm's reading).
+        _ if arch == Arch::Qwen3Moe || (arch == Arch::Qwen35 && hf.num_experts.unwrap_or(0) > 0) => {
             let missing = |key: &str| EngineLoadError::Invalid {
                 file: config_path.clone(),
-                reason: format!("a qwen3_moe config needs `{key}`"),
+                reason: format!("a {} config needs `{key}`", hf.model_type),
             };
             Some(MoeConfig {
                 num_experts: hf.num_experts.ok_or_else(|| missing("num_experts"))?,
@@ -297,12 +298,14 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
                 moe_intermediate_size: hf
                     .moe_intermediate_size
                     .ok_or_else(|| missing("moe_intermediate_size"))?,
-                norm_topk_prob: hf.norm_topk_prob,
+                // Unstated: transformers' Qwen3-MoE default (no), mlx-lm's Qwen3.5 one (yes).
+                norm_topk_prob: hf.norm_topk_prob.unwrap_or(arch == Arch::Qwen35),
                 decoder_sparse_step: hf.decoder_sparse_step,
                 mlp_only_layers: hf.mlp_only_layers.clone(),
+                shared_expert_intermediate_size: hf.shared_expert_intermediate_size.filter(|&s| s > 0),
             })
         }
-        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 => None,
+        _ => None,
     };
     let head_dim = hf
         .head_dim
@@ -407,5 +410,107 @@ fn declared_eog(dir: &Path) -> Vec<u32> {
     match &config["eos_token_id"] {
         serde_json::Value::Array(ids) => ids.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
         v => v.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: serde_json::Value) -> Result<ModelConfig, EngineLoadError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), json.to_string()).unwrap();
+        config_of(dir.path())
+    }
+
+    fn qwen35_text() -> serde_json::Value {
+        serde_json::json!({
+            "model_type": "qwen3_5_text",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "linear_key_head_dim": 32, "linear_value_head_dim": 16,
+            "vocab_size": 265,
+        })
+    }
+
+    /// A Qwen3.5 config: the text model's settings nested or at the top level, the layer
+    /// kinds from `layer_types` before `full_attention_interval` (default 4), RoPE from
+    /// `rope_parameters` (mlx-lm's defaults: base 100,000, a quarter of each head).
+    #[test]
+    fn qwen35_configs_read_as_mlx_lm_reads_them() {
+        let nested = |text: serde_json::Value| serde_json::json!({"model_type": "qwen3_5", "tie_word_embeddings": true, "text_config": text});
+        let cfg = config(nested(qwen35_text())).unwrap();
+        let h = cfg.hybrid.as_ref().unwrap();
+        assert_eq!(cfg.arch, Arch::Qwen35);
+        assert_eq!(
+            h.linear_layers,
+            [true, true, true, false, true, true, true, false]
+        );
+        assert_eq!(
+            (h.rope_dims, h.linear_conv_kernel_dim, cfg.rope_theta),
+            (8, 4, 100_000.0)
+        );
+        assert!(
+            cfg.tie_word_embeddings,
+            "the top level's entry fills the text model's"
+        );
+        assert!(cfg.moe.is_none());
+
+        let mut text = qwen35_text();
+        text["full_attention_interval"] = 2.into();
+        let cfg = config(text.clone()).unwrap();
+        assert_eq!(
+            cfg.hybrid.unwrap().linear_layers,
+            [true, false, true, false, true, false, true, false]
+        );
+        // layer_types wins over the interval.
+        text["layer_types"] = serde_json::json!([
+            "full_attention",
+            "linear_attention",
+            "linear_attention",
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "linear_attention",
+            "linear_attention"
+        ]);
+        text["rope_parameters"] = serde_json::json!({"rope_theta": 1e7, "partial_rotary_factor": 0.5});
+        let cfg = config(nested(text.clone())).unwrap();
+        let h = cfg.hybrid.unwrap();
+        assert_eq!(
+            h.linear_layers,
+            [false, true, true, true, false, true, true, true]
+        );
+        assert_eq!((h.rope_dims, cfg.rope_theta), (16, 1e7));
+
+        // The mixture: experts in every layer, a shared expert, top-k renormalized unless
+        // stated otherwise.
+        text["num_experts"] = 8.into();
+        text["num_experts_per_tok"] = 2.into();
+        text["moe_intermediate_size"] = 32.into();
+        text["shared_expert_intermediate_size"] = 64.into();
+        let mut moe = nested(text.clone());
+        moe["model_type"] = "qwen3_5_moe".into();
+        let cfg = config(moe).unwrap();
+        let m = cfg.moe.as_ref().unwrap();
+        assert_eq!(
+            (m.num_experts, m.shared_expert_intermediate_size, m.norm_topk_prob),
+            (8, Some(64), true)
+        );
+        assert!((0..8).all(|l| m.is_sparse(l)));
+
+        // A wrong count of layer types, an unknown kind: errors naming them.
+        text["layer_types"] = serde_json::json!(["linear_attention"]);
+        text.as_object_mut().unwrap().remove("num_experts");
+        let cfg = config(text.clone()).unwrap();
+        let err = Model::from_weights(cfg, HashMap::new(), 64)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("1 layer types for 8 layers"), "{err}");
+        text["layer_types"] = serde_json::json!(["sliding_attention"]);
+        let err = config(text).err().unwrap().to_string();
+        assert!(err.contains("sliding_attention"), "{err}");
     }
 }

@@ -47,7 +47,7 @@ pub enum Arch {
     /// Qwen3-MoE (Qwen3-Coder-30B-A3B, …): Qwen3's attention, a mixture of experts as MLP.
     Qwen3Moe,
     /// Qwen3.5 / Qwen3.6: Gated DeltaNet layers and gated full-attention layers
-    /// ([`HybridConfig`]), a dense MLP.
+    /// ([`HybridConfig`]), a dense MLP or (Qwen3.5-MoE) experts with a shared expert.
     Qwen35,
 }
 
@@ -141,6 +141,9 @@ pub struct MoeConfig {
     pub(crate) decoder_sparse_step: i32,
     /// … and `i` is not listed here; the others keep a dense MLP of `intermediate_size`.
     pub(crate) mlp_only_layers: Vec<i32>,
+    /// A shared expert of this width beside the routed ones, every token through it and its
+    /// output scaled by `sigmoid(shared_expert_gate(x))` (Qwen3.5-MoE); `None` without.
+    pub(crate) shared_expert_intermediate_size: Option<i32>,
 }
 
 impl MoeConfig {
@@ -187,7 +190,10 @@ impl ModelConfig {
         let mlp = |layer: i32| match &self.moe {
             Some(m) if m.is_sparse(layer) => {
                 let (e, mi) = (m.num_experts.max(0) as u64, m.moe_intermediate_size.max(0) as u64);
-                e * h + 3 * e * h * mi
+                let shared = m
+                    .shared_expert_intermediate_size
+                    .map_or(0, |s| 3 * h * s.max(0) as u64 + h);
+                e * h + 3 * e * h * mi + shared
             }
             _ => 3 * h * i,
         };
@@ -253,7 +259,7 @@ impl ModelConfig {
         }
         match (&self.moe, self.arch) {
             (None, Arch::Qwen3Moe) => Err(ModelError::Config("a Qwen3-MoE model needs its experts".into())),
-            (Some(_), Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35) => Err(ModelError::Config(format!(
+            (Some(_), Arch::Qwen2 | Arch::Qwen3) => Err(ModelError::Config(format!(
                 "{:?} is a dense architecture, but experts are configured",
                 self.arch
             ))),
@@ -783,7 +789,12 @@ struct Mlp {
 
 impl Mlp {
     fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
-        let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
+        Self::load_width(cfg, cfg.intermediate_size, w, prefix)
+    }
+
+    /// An MLP of hidden width `inter` (a shared expert's).
+    fn load_width(cfg: &ModelConfig, inter: i32, w: &mut Weights, prefix: &str) -> Result<Self> {
+        let hidden = cfg.hidden_size;
         let gate = w.linear(&format!("{prefix}.gate_proj"), inter, hidden, false)?;
         let up = w.linear(&format!("{prefix}.up_proj"), inter, hidden, false)?;
         Ok(Mlp {
@@ -1233,6 +1244,7 @@ pub(crate) mod test_util {
                 norm_topk_prob: true,
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
+                shared_expert_intermediate_size: None,
             }),
             hybrid: None,
         }

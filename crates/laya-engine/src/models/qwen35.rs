@@ -24,8 +24,10 @@
 //!
 //! Weights come with mlx-community's names (`language_model.model.layers.{i}.linear_attn.*`)
 //! or Hugging Face's (`model.language_model.*`, conv1d as `[C, 1, K]`, norms stored as
-//! `weight - 1`): [`sanitize`] maps both to `model.layers.{i}.*` as mlx-lm does, and drops the
-//! vision tower and the multi-token-prediction head.
+//! `weight - 1`, Qwen3.5-MoE's experts as `experts.gate_up_proj` and `experts.down_proj`):
+//! [`sanitize`] maps both to `model.layers.{i}.*` as mlx-lm does, and drops the vision tower
+//! and the multi-token-prediction head. Qwen3.5-MoE's experts run through
+//! [`super::qwen3_moe`]'s block, with its shared expert.
 
 use std::collections::HashMap;
 
@@ -59,6 +61,17 @@ pub(super) fn sanitize(map: HashMap<String, Array>) -> Result<HashMap<String, Ar
         } else {
             name
         };
+        // Hugging Face's Qwen3.5-MoE experts: gate and up rows in one tensor, no `.weight`.
+        if let Some(mlp) = name.strip_suffix(".experts.gate_up_proj") {
+            let [gate, up] = pair(a.split_equal(2, -2)?)?;
+            out.insert(format!("{mlp}.switch_mlp.gate_proj.weight"), gate);
+            out.insert(format!("{mlp}.switch_mlp.up_proj.weight"), up);
+            continue;
+        }
+        if let Some(mlp) = name.strip_suffix(".experts.down_proj") {
+            out.insert(format!("{mlp}.switch_mlp.down_proj.weight"), a);
+            continue;
+        }
         out.insert(name, a);
     }
     let hf = out

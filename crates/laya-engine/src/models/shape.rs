@@ -45,6 +45,7 @@ impl Shape {
                 norm_topk_prob: true,
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
+                shared_expert_intermediate_size: None,
             }),
             hybrid: None,
         }

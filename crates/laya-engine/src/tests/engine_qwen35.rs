@@ -1,8 +1,9 @@
 //! Qwen3.5 (Gated DeltaNet and gated attention layers) against mlx-lm 0.32.2's `qwen3_5`.
 //!
 //! `tests/data/qwen35-reference.json` (written by `scripts/gen_qwen35_reference.py`) holds, for
-//! three variants of a tiny model (f32; bf16 quantized to q4 and to q8, group 64, as mlx-lm's
-//! convert makes them), each tensor's name, shape and spread, the tensors mlx-lm saved (names,
+//! four variants of a tiny model (f32; bf16 quantized to q4 and to q8, group 64, as mlx-lm's
+//! convert makes them; a mixture of experts with a shared expert, `qwen3_5_moe`, in f32),
+//! each tensor's name, shape and spread, the tensors mlx-lm saved (names,
 //! shapes, dtypes: the mlx-community layout), the config.json it wrote and its logits of a
 //! 20-token prompt at 8 positions. The weights are not stored: both sides make them from the
 //! engine's LCG (`Lcg`) seeded per tensor. Each test here makes them, writes the folder as
@@ -256,15 +257,35 @@ fn bf16_q4_and_q8_folders_match_mlx_lm() {
     }
 }
 
+/// The mixture of experts (`qwen3_5_moe`: routed experts and a shared one in every layer).
+#[test]
+fn moe_f32_logits_match_mlx_lm() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let d = diff_to_reference(&f, "moe-f32");
+    assert!(d <= tol(1e-4), "max |Δ logit| {d}");
+}
+
 /// The same weights in Hugging Face's layout (`model.language_model.`, conv1d `[C, 1, K]`,
-/// norms stored as `weight - 1`, an MTP head and a vision tower to skip) give the same model.
+/// norms stored as `weight - 1`, the experts' gate and up rows in one `experts.gate_up_proj`,
+/// an MTP head and a vision tower to skip) give the same model, dense and mixture.
 #[test]
 fn a_hugging_face_layout_loads_as_mlx_community_s() {
     let (_g, _b) = mlx();
     let f = fixture();
-    let v = &f.variants[0];
-    assert_eq!(v.name, "f32");
+    for name in ["f32", "moe-f32"] {
+        let v = f.variants.iter().find(|v| v.name == name).unwrap();
+        let reference = load_variant(&f, name);
+        let model = Model::from_weights(reference.config().clone(), hf_layout(&f, v), 64).unwrap();
+        let d = max_abs_diff(&all_logits(&model, &f.prompt), &all_logits(&reference, &f.prompt));
+        assert!(d <= tol(1e-4), "{name}: max |Δ logit| {d}");
+    }
+}
+
+/// The variant's (f32) tensors as a Hugging Face checkpoint stores them.
+fn hf_layout(f: &Fixture, v: &Variant) -> HashMap<String, Array> {
     let mut hf = HashMap::new();
+    let mut experts: HashMap<String, [Option<Array>; 2]> = HashMap::new();
     for spec in &v.tensors {
         let mut a = dense(f.seed, spec);
         let name = spec
@@ -284,17 +305,26 @@ fn a_hugging_face_layout_loads_as_mlx_community_s() {
         if norm.iter().any(|n| name.ends_with(n)) {
             a = a.subtract(Array::from_f32(1.0)).unwrap();
         }
-        hf.insert(name, a);
+        if let Some(mlp) = name.strip_suffix(".switch_mlp.down_proj.weight") {
+            hf.insert(format!("{mlp}.experts.down_proj"), a);
+        } else if let Some(mlp) = name.strip_suffix(".switch_mlp.gate_proj.weight") {
+            experts.entry(mlp.to_owned()).or_default()[0] = Some(a);
+        } else if let Some(mlp) = name.strip_suffix(".switch_mlp.up_proj.weight") {
+            experts.entry(mlp.to_owned()).or_default()[1] = Some(a);
+        } else {
+            hf.insert(name, a);
+        }
+    }
+    for (mlp, [gate, up]) in experts {
+        let gate_up = ops::concatenate(&[gate.unwrap(), up.unwrap()], -2).unwrap();
+        hf.insert(format!("{mlp}.experts.gate_up_proj"), gate_up);
     }
     hf.insert("mtp.fc.weight".into(), Array::zeros::<f32>(&[64, 128]).unwrap());
     hf.insert(
         "model.visual.blocks.0.attn.qkv.weight".into(),
         Array::zeros::<f32>(&[8, 8]).unwrap(),
     );
-    let reference = load_variant(&f, "f32");
-    let model = Model::from_weights(reference.config().clone(), hf, 64).unwrap();
-    let d = max_abs_diff(&all_logits(&model, &f.prompt), &all_logits(&reference, &f.prompt));
-    assert!(d <= tol(1e-4), "max |Δ logit| {d}");
+    hf
 }
 
 /// Logits of `ids` fed in chunks of the given sizes, `[1, L, V]`.
@@ -317,7 +347,7 @@ fn chunked(model: &Model, ids: &[u32], sizes: &[usize]) -> Array {
 fn chunked_prefill_equals_one_prefill() {
     let (_g, _b) = mlx();
     let f = fixture();
-    for name in ["f32", "bf16-q4"] {
+    for name in ["f32", "bf16-q4", "moe-f32"] {
         let model = load_variant(&f, name);
         let ids = &f.prompt;
         let whole = all_logits(&model, ids);
