@@ -10,8 +10,10 @@
 //! `kernel - 1` rows of its convolution's input and the delta rule's matrix per value head.
 //! Such a state cannot be cut back to an earlier position; it can only be replaced by a state
 //! kept from that position (a checkpoint). The cache keeps the state before its last update,
-//! so the last forward can be undone; [`restorable`] says which earlier lengths a set of a
-//! model's caches can return to and [`rewind`] returns them there, every layer alike.
+//! so the last forward can be undone, and the states [`checkpoint`] asked it to keep (at most
+//! [`KEPT`], spread out); [`restorable`] says which earlier lengths a set of a model's caches
+//! can return to and [`rewind`] returns them there, every layer alike: never a later state,
+//! never a zero state beside keys of a longer prefix.
 
 use mlx_rs::error::{Exception, Result};
 use mlx_rs::ops::indexing::TryIndexOp;
@@ -32,8 +34,13 @@ pub struct KvCache {
     /// A recurrent layer's state after `offset` positions, in place of keys and values.
     recurrent: Option<Recurrent>,
     /// The recurrent state before its last update, at the offset it held then.
-    checkpoint: Option<(usize, Recurrent)>,
+    previous: Option<(usize, Recurrent)>,
+    /// States kept on purpose ([`KvCache::keep`]), offsets ascending, at most [`KEPT`].
+    kept: Vec<(usize, Recurrent)>,
 }
+
+/// Checkpoints a recurrent layer keeps at most (besides the state before its last update).
+pub(crate) const KEPT: usize = 4;
 
 /// A Gated DeltaNet layer's state: the convolution's last inputs `[B, kernel - 1, channels]`
 /// and the recurrence's state `[B, value_heads, value_dim, key_dim]` (f32).
@@ -85,17 +92,46 @@ impl KvCache {
                 "kv cache: keys and a recurrent state in one layer",
             ));
         }
-        if let Some(prev) = self.recurrent.replace(next) {
-            self.checkpoint = Some((self.offset, prev));
-        } else {
-            self.checkpoint = None;
-        }
+        self.previous = self.recurrent.replace(next).map(|prev| (self.offset, prev));
         self.offset += len;
         Ok(())
     }
 
+    /// Keeps a recurrent layer's state at its offset as a checkpoint (nothing for keys and
+    /// values, nor at offset 0). Past [`KEPT`] checkpoints, the one closest to the one before
+    /// it goes (never the newest): they stay spread over the prompt.
+    pub(crate) fn keep(&mut self) {
+        let Some(state) = &self.recurrent else { return };
+        if self.offset == 0 || self.kept.last().is_some_and(|(at, _)| *at >= self.offset) {
+            return;
+        }
+        self.kept.push((self.offset, state.clone()));
+        if self.kept.len() > KEPT {
+            let gap = |i: usize| self.kept[i].0 - if i == 0 { 0 } else { self.kept[i - 1].0 };
+            let closest = (0..self.kept.len() - 1)
+                .min_by_key(|&i| gap(i))
+                .expect("two or more");
+            self.kept.remove(closest);
+        }
+    }
+
+    /// Drops the state before the last update (a store keeps only chosen checkpoints).
+    pub(crate) fn forget_previous(&mut self) {
+        self.previous = None;
+    }
+
+    /// Lengths below the offset this cache can go back to (a recurrent layer's checkpoints).
+    #[cfg(test)]
+    pub(crate) fn checkpoints(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.kept.iter().map(|(at, _)| *at).collect();
+        v.extend(self.previous.iter().map(|(at, _)| *at));
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// The longest length at most `len` this cache can be cut back to: `len` (at most the
-    /// offset) for keys and values; for a recurrent state the offset, the checkpoint's offset
+    /// offset) for keys and values; for a recurrent state the offset, a checkpoint's offset
     /// or 0, whichever is the longest not past `len`.
     pub(crate) fn restorable(&self, len: usize) -> usize {
         if self.recurrent.is_none() {
@@ -104,10 +140,13 @@ impl KvCache {
         if self.offset <= len {
             return self.offset;
         }
-        match &self.checkpoint {
-            Some((at, _)) if *at <= len => *at,
-            _ => 0,
-        }
+        self.previous
+            .iter()
+            .chain(&self.kept)
+            .map(|(at, _)| *at)
+            .filter(|&at| at <= len)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) at `offset` and returns all
@@ -166,19 +205,27 @@ impl KvCache {
             self.offset = self.offset.min(len);
             return;
         }
-        // `to` is the checkpoint's offset or 0 (a fresh, zero state).
+        // `to` is a checkpoint's offset or 0 (a fresh, zero state).
         let to = self.restorable(len);
-        self.recurrent = match self.checkpoint.take() {
-            Some((at, state)) if at == to && to > 0 => Some(state),
-            _ => None,
-        };
+        let previous = self.previous.take().filter(|(at, _)| *at <= to);
+        self.kept.retain(|(at, _)| *at <= to);
+        self.recurrent = previous
+            .iter()
+            .chain(&self.kept)
+            .find(|(at, _)| *at == to && to > 0)
+            .map(|(_, state)| state.clone());
+        self.previous = previous.filter(|(at, _)| *at < to);
         self.offset = to;
     }
 
     /// Bytes held by the buffers (whole capacity, like mlx-lm) and recurrent states.
     pub(crate) fn nbytes(&self) -> usize {
-        let checkpoint = self.checkpoint.iter().flat_map(|(_, r)| r.arrays());
-        self.arrays().chain(checkpoint).map(Array::nbytes).sum()
+        let kept = self
+            .previous
+            .iter()
+            .chain(&self.kept)
+            .flat_map(|(_, r)| r.arrays());
+        self.arrays().chain(kept).map(Array::nbytes).sum()
     }
 
     /// The buffers or the recurrent state, to evaluate after a prefill chunk.
@@ -223,7 +270,8 @@ impl KvCache {
             values: rep(&self.values)?,
             offset: self.offset,
             recurrent,
-            checkpoint: None,
+            previous: None,
+            kept: vec![],
         })
     }
 
@@ -256,6 +304,11 @@ impl KvCache {
 /// The longest length at most `len` that every one of a model's `caches` can go back to.
 pub(crate) fn restorable(caches: &[KvCache], len: usize) -> usize {
     caches.iter().map(|c| c.restorable(len)).min().unwrap_or(len)
+}
+
+/// Keeps every recurrent layer's state at its offset as a checkpoint ([`KvCache::keep`]).
+pub(crate) fn checkpoint(caches: &mut [KvCache]) {
+    caches.iter_mut().for_each(KvCache::keep);
 }
 
 /// Cuts a model's `caches` back to [`restorable`]`(caches, len)`, every layer to the same

@@ -215,6 +215,11 @@ pub(crate) struct GenerateRequest {
     /// The ids before `prompt_ids` (those the caches hold): drafts are looked up in them, in
     /// `prompt_ids` and in the output. May be empty.
     pub(crate) history: Vec<u32>,
+    /// A length of the whole sequence (the cached ids included) where a model with recurrent
+    /// layers keeps its state: a prompt chunk ends there. The caller's guess of where the next
+    /// request parts from this one (a few tokens before the cursor); `None`: only the chunks'
+    /// ends are kept.
+    pub(crate) anchor: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -228,6 +233,7 @@ impl GenerateRequest {
             branch_first: false,
             speculation: Speculation::Off,
             history: vec![],
+            anchor: None,
         }
     }
 }
@@ -359,7 +365,11 @@ pub(crate) fn generate_paced(
         decode_build_time: Duration::ZERO,
         decode_wait_time: Duration::ZERO,
     };
-    let p = prefill_paced(model, caches, prompt_ids, cancel, pacing)?;
+    let anchor = req
+        .anchor
+        .and_then(|a| a.checked_sub(base))
+        .filter(|&a| a > 0 && a < prompt_ids.len());
+    let p = prefill_anchored(model, caches, prompt_ids, cancel, pacing, anchor)?;
     out.prefill_tokens = p.tokens;
     out.prefill_time = start.elapsed();
     let Some(logits) = p.logits else {
@@ -624,6 +634,21 @@ pub(crate) fn prefill_paced(
     cancel: &Cancel,
     pacing: Pacing,
 ) -> Result<Prefilled, GenerateError> {
+    prefill_anchored(model, caches, ids, cancel, pacing, None)
+}
+
+/// [`prefill_paced`], a chunk also ending at `anchor` (a length of `ids`); a model with
+/// recurrent layers keeps its state at the end of each chunk but the last, up to the anchor
+/// ([`crate::cache::checkpoint`]): past the cursor a keystroke's prompt parts at the anchor,
+/// so states there would only push earlier ones out.
+pub(crate) fn prefill_anchored(
+    model: &Model,
+    caches: &mut [KvCache],
+    ids: &[u32],
+    cancel: &Cancel,
+    pacing: Pacing,
+    anchor: Option<usize>,
+) -> Result<Prefilled, GenerateError> {
     if ids.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
@@ -639,7 +664,11 @@ pub(crate) fn prefill_paced(
         if cancel.is_cancelled() {
             return Ok(cancelled);
         }
-        let chunk = &ids[done..(done + size).min(ids.len())];
+        let mut end = (done + size).min(ids.len());
+        if let Some(a) = anchor.filter(|&a| done < a && a < end) {
+            end = a;
+        }
+        let chunk = &ids[done..end];
         let started = Instant::now();
         metered(|m| {
             m.prefill_chunks.fetch_add(1, Ordering::Relaxed);
@@ -662,6 +691,9 @@ pub(crate) fn prefill_paced(
         } else {
             // Only the caches are needed from a middle chunk.
             eval(caches.iter().flat_map(KvCache::arrays))?;
+            if model.is_recurrent() && anchor.is_none_or(|a| done + chunk.len() <= a) {
+                crate::cache::checkpoint(caches);
+            }
         }
         done += chunk.len();
         chunks += 1;
@@ -754,6 +786,7 @@ mod tests {
             branch_first: false,
             speculation: Speculation::Off,
             history: vec![],
+            anchor: None,
         }
     }
 

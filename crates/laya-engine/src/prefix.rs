@@ -12,7 +12,7 @@
 use crate::{
     cache::{restorable, rewind, KvCache},
     cancel::Cancel,
-    generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
+    generate::{generate_paced, Control, GenerateError, GenerateOutput, GenerateRequest, Pacing},
     models::Model,
 };
 
@@ -51,6 +51,18 @@ pub(crate) struct PrefixStore {
     entries: Vec<Entry>,
     limits: PrefixLimits,
     clock: u64,
+}
+
+/// Tokens before the cursor that a recurrent model's anchor stays back: as a word is typed its
+/// last tokens turn into others (`pri` into `print`), so the state kept just before them is
+/// the one the next keystroke's prompt still shares.
+pub(crate) const ANCHOR_BEFORE_CURSOR: usize = 4;
+
+/// Where a fill-in-the-middle prompt's next keystroke will part from it: a few tokens before
+/// the end of its prefix (the last `fim_suffix` token), `None` without one.
+pub(crate) fn fim_anchor(ids: &[u32], fim_suffix: u32) -> Option<usize> {
+    let cursor = ids.iter().rposition(|&t| t == fim_suffix)?;
+    Some(cursor.saturating_sub(ANCHOR_BEFORE_CURSOR)).filter(|&a| a > 0)
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -114,6 +126,9 @@ impl PrefixStore {
         }
         let held = caches.first().map_or(0, KvCache::offset);
         ids.truncate(held);
+        // The state before the last decode step is no place a later prompt parts from.
+        let mut caches = caches;
+        caches.iter_mut().for_each(KvCache::forget_previous);
         if ids.is_empty() || caches.iter().any(|c| c.batch_size() != Some(1)) {
             return;
         }
@@ -154,6 +169,20 @@ pub(crate) fn generate_with_store(
     cancel: &Cancel,
     on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<(GenerateOutput, usize), GenerateError> {
+    let pacing = Pacing::for_model(model);
+    generate_with_store_paced(model, store, ids, req, cancel, pacing, on_token)
+}
+
+/// [`generate_with_store`] with the prompt's chunks cut as `pacing` says.
+pub(crate) fn generate_with_store_paced(
+    model: &Model,
+    store: Option<&std::sync::Mutex<PrefixStore>>,
+    ids: &[u32],
+    req: &GenerateRequest,
+    cancel: &Cancel,
+    pacing: Pacing,
+    on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<(GenerateOutput, usize), GenerateError> {
     let hit = store.and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take(ids));
     let (reused, mut caches) = match hit {
         Some(h) => (h.reused, h.caches),
@@ -170,7 +199,7 @@ pub(crate) fn generate_with_store(
     } else {
         req
     };
-    let out = generate(model, &mut caches, &ids[reused..], req, cancel, on_token)?;
+    let out = generate_paced(model, &mut caches, &ids[reused..], req, cancel, pacing, on_token)?;
     if let Some(s) = store {
         // The caches hold a prefix of this (`insert` cuts it to what they hold).
         let mut seq = ids.to_vec();
@@ -261,6 +290,7 @@ mod tests {
             branch_first: false,
             speculation: crate::draft::Speculation::Off,
             history: vec![],
+            anchor: None,
         };
         let no = crate::cancel::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);

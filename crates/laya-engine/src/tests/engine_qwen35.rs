@@ -25,10 +25,10 @@ use super::mlx;
 use crate::{
     cache::{rewind, KvCache},
     cancel::Cancel,
-    generate::{Control, GenerateRequest},
+    generate::{prefill_anchored, Chunking, Control, GenerateRequest, Pacing},
     load::{self, gguf::GgufFile, LoadOptions},
     models::{test_util::tol, Model},
-    prefix::{generate_with_store, PrefixLimits, PrefixStore},
+    prefix::{fim_anchor, generate_with_store, generate_with_store_paced, PrefixLimits, PrefixStore},
     seam::Precision,
     synthetic::gguf::{vocab_gguf, Lcg},
     tokenizer::Tokenizer,
@@ -433,24 +433,28 @@ fn prefix_store_reuse_gives_the_output_of_no_reuse() {
     let mut rng = StdRng::seed_from_u64(47);
     let mut ids: Vec<u32> = f.prompt.clone();
     let mut last: Vec<u32> = vec![];
-    let (mut reused_total, mut accepted) = (0, 0);
     for step in 0..12 {
-        match step % 3 {
-            // The suggestion taken and typed on: the stored sequence is a prefix.
+        // The most this step may reuse, and (taking a suggestion) what it must.
+        let (most, exactly) = match step % 3 {
+            // The suggestion taken and typed on: all the store held (the last generated
+            // token was never fed).
             0 => {
-                if step > 0 {
-                    accepted += ids.len() + last.len() - 1;
-                }
+                let held = ids.len() + last.len() - 1;
                 ids.extend(&last);
                 ids.push(rng.gen_range(0..256));
+                (held, (step > 0).then_some(held))
             }
-            // Edit inside: only an earlier state may serve.
+            // An edit inside: a state kept at or before it, never a later one.
             1 => {
                 let at = rng.gen_range(1..ids.len());
-                ids[at] = rng.gen_range(0..256);
+                ids[at] = (ids[at] + 1) % 256;
+                (at, None)
             }
-            _ => ids.truncate(ids.len() - 2),
-        }
+            _ => {
+                ids.truncate(ids.len() - 2);
+                (ids.len() - 1, None)
+            }
+        };
         let (cached, reused) =
             generate_with_store(&model, Some(&store), &ids, &req, &no, |_, _| Control::Continue).unwrap();
         let (fresh, _) =
@@ -459,13 +463,154 @@ fn prefix_store_reuse_gives_the_output_of_no_reuse() {
             cached.candidates, fresh.candidates,
             "step {step}: reused {reused}"
         );
-        reused_total += reused;
+        assert!(reused <= most, "step {step}: reused {reused} of at most {most}");
+        if let Some(n) = exactly {
+            assert_eq!(
+                reused, n,
+                "step {step}: a taken suggestion reuses what was stored"
+            );
+        }
         last = cached.candidates[0].clone();
     }
-    // Taken suggestions reuse all that the store held (the last generated token was never
-    // fed); an edit inside falls back to a state at or before it (here none: 0).
-    assert_eq!(
-        reused_total, accepted,
-        "reuse only where the stored state is whole"
+}
+
+/// Prompt chunks of 6 tokens (the anchor cutting one), on the CPU or a GPU alike.
+fn fixed(tokens: usize) -> Pacing {
+    Pacing {
+        chunking: Chunking::Fixed(tokens),
+        overlap: false,
+        layer_groups: None,
+    }
+}
+
+/// The states kept at chunk ends up to the anchor restore the nearest one at or before a
+/// length, never a later one; after a rewind the model diverts (other tokens) and comes back
+/// with the logits of a forward from nothing.
+#[test]
+fn checkpoints_restore_the_nearest_state_at_or_before_a_length() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let ids = &f.prompt;
+    let mut caches = model.new_caches();
+    // Chunks end at 6, 9 (the anchor), 15 and 20; states kept at 6 and 9, none past the
+    // anchor but the one before the last chunk (15).
+    let p = prefill_anchored(&model, &mut caches, ids, &Cancel::new(), fixed(6), Some(9)).unwrap();
+    assert_eq!((p.tokens, p.chunks), (20, 4));
+    assert_eq!(caches[0].checkpoints(), [6, 9, 15]);
+    assert!(
+        caches[1].checkpoints().is_empty(),
+        "an attention layer keeps keys, not states"
     );
+    let restorable = |caches: &[KvCache], len| crate::cache::restorable(caches, len);
+    assert_eq!(
+        [20, 19, 15, 12, 9, 8, 6, 5, 0].map(|len| restorable(&caches, len)),
+        [20, 15, 15, 9, 9, 6, 6, 0, 0]
+    );
+    // Divert at 12: back to 9, other tokens, the logits of that sequence from nothing.
+    assert_eq!(rewind(&mut caches, 12), 9);
+    let other = [300u32 % 265, 7, 99, 150, 42];
+    let diverted = model.forward_all(&tokens(&other), &mut caches).unwrap();
+    let mut seq = ids[..9].to_vec();
+    seq.extend(other);
+    let want = all_logits(&model, &seq).try_index((.., 9..)).unwrap();
+    assert!(max_abs_diff(&diverted, &want) <= tol(PATHS));
+    // Back before the divert: 6 is still kept, 9's successors are gone.
+    assert_eq!(caches[0].checkpoints(), [6, 9]);
+    assert_eq!(rewind(&mut caches, 8), 6);
+    let back = model.forward(&tokens(&ids[6..]), &mut caches).unwrap();
+    let whole = all_logits(&model, ids);
+    assert!(max_abs_diff(&back, &whole.try_index((.., 19)).unwrap()) <= tol(PATHS));
+}
+
+/// Past [`crate::cache::KEPT`] states, the one closest to the one before it goes: the newest
+/// (the anchor) stays, and the others stay spread over the prompt.
+#[test]
+fn kept_states_stay_spread_and_the_newest_stays() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let ids = &f.prompt;
+    let mut caches = model.new_caches();
+    for (at, n) in [(0, 2), (2, 1), (3, 5), (8, 6), (14, 1), (15, 2)] {
+        model.forward(&tokens(&ids[at..at + n]), &mut caches).unwrap();
+        crate::cache::checkpoint(&mut caches);
+    }
+    // Kept at 2, 3, 8, 14, 15, 17 in turn: 3 (1 after 2) went, then 15 (1 after 14); 15 is
+    // also the state before the last update, which the cache holds until it is stored.
+    assert_eq!(crate::cache::KEPT, 4);
+    assert_eq!(caches[0].checkpoints(), [2, 8, 14, 15, 17]);
+    caches.iter_mut().for_each(KvCache::forget_previous);
+    assert_eq!(caches[0].checkpoints(), [2, 8, 14, 17]);
+}
+
+/// `<|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>` in the fixture's byte-level
+/// vocabulary (specials after the 256 bytes: prefix 259, middle 260, suffix 261).
+fn fim(prefix: &str, suffix: &str) -> Vec<u32> {
+    let mut ids = vec![259];
+    ids.extend(prefix.bytes().map(u32::from));
+    ids.push(261);
+    ids.extend(suffix.bytes().map(u32::from));
+    ids.push(260);
+    ids
+}
+
+/// Keystrokes through the prefix store: a character typed at the cursor reuses the state kept
+/// a few tokens before it (the anchor); an edit above the cursor the nearest state kept before
+/// the edit; several candidates and a cancelled request after them answer as without reuse.
+#[test]
+fn keystrokes_reuse_the_anchor_and_an_edit_above_an_earlier_state() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let store = std::sync::Mutex::new(PrefixStore::new(PrefixLimits::default()));
+    let suffix = "\n\nprint(add(1, 2))\n";
+    let no = Cancel::new();
+    let run = |ids: &[u32], req: &GenerateRequest, store| {
+        let go = |_, _| Control::Continue;
+        generate_with_store_paced(&model, store, ids, req, &no, fixed(8), go).unwrap()
+    };
+    let request = |ids: &[u32], n: usize| GenerateRequest {
+        n,
+        branch_first: n > 1,
+        anchor: fim_anchor(ids, 261),
+        ..GenerateRequest::greedy(3)
+    };
+    let check = |ids: &[u32], n: usize| -> usize {
+        let (cached, reused) = run(ids, &request(ids, n), Some(&store));
+        let (fresh, _) = run(ids, &request(ids, n), None);
+        assert_eq!(cached.candidates, fresh.candidates, "reused {reused}");
+        reused
+    };
+    let first = fim("def add(a, b):\n    return a", suffix);
+    let cursor = first.iter().position(|&t| t == 261).unwrap();
+    let anchor = fim_anchor(&first, 261).unwrap();
+    assert_eq!(anchor, cursor - crate::prefix::ANCHOR_BEFORE_CURSOR);
+    assert_eq!(check(&first, 1), 0);
+    // Typed at the cursor: the anchor serves (chunks end at 8, 16, 24 and the anchor).
+    let typed = fim("def add(a, b):\n    return a +", suffix);
+    assert_eq!(check(&typed, 1), anchor);
+    // An edit above the cursor (token 12 of the prompt): the state kept at 8.
+    let edited = fim("def add(a, c):\n    return a +", suffix);
+    assert_eq!(
+        (first[..12] == edited[..12], first[12] == edited[12]),
+        (true, false)
+    );
+    assert_eq!(check(&edited, 1), 8);
+    // Three candidates from the store's state, as from nothing.
+    let more = fim("def add(a, c):\n    return a + c", suffix);
+    assert!(check(&more, 3) >= 8);
+    // A request cancelled at its first token leaves the store usable.
+    let cancel = Cancel::new();
+    let again = fim("def add(a, c):\n    return a - c", suffix);
+    let stop = |_, _| {
+        cancel.cancel();
+        Control::Continue
+    };
+    let req = request(&again, 1);
+    let (out, _) =
+        generate_with_store_paced(&model, Some(&store), &again, &req, &cancel, fixed(8), stop).unwrap();
+    assert_eq!(out.candidates[0].len(), 1);
+    assert_eq!(out.finish_reasons[0], crate::seam::FinishReason::Cancelled);
+    assert!(check(&again, 1) > 0);
 }
