@@ -218,13 +218,14 @@ impl KvCache {
         self.offset = to;
     }
 
-    /// Bytes held by the buffers (whole capacity, like mlx-lm) and recurrent states.
+    /// Bytes held by the buffers (whole capacity, like mlx-lm) and recurrent states (the
+    /// state before the last update once, when it is also kept).
     pub(crate) fn nbytes(&self) -> usize {
-        let kept = self
+        let previous = self
             .previous
             .iter()
-            .chain(&self.kept)
-            .flat_map(|(_, r)| r.arrays());
+            .filter(|(at, _)| !self.kept.iter().any(|(k, _)| k == at));
+        let kept = previous.chain(&self.kept).flat_map(|(_, r)| r.arrays());
         self.arrays().chain(kept).map(Array::nbytes).sum()
     }
 

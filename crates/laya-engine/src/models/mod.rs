@@ -95,6 +95,21 @@ impl HybridConfig {
             + self.linear_num_value_heads * self.linear_value_head_dim
     }
 
+    /// Bytes of one recurrent state of the whole model (every DeltaNet layer's f32 matrices
+    /// and its convolution's last rows in the activations' `dtype_bytes`): what a checkpoint
+    /// costs.
+    pub fn state_bytes(&self, dtype_bytes: usize) -> usize {
+        let layers = self.linear_layers.iter().filter(|&&l| l).count();
+        let [hv, dv, dk] = [
+            self.linear_num_value_heads,
+            self.linear_value_head_dim,
+            self.linear_key_head_dim,
+        ]
+        .map(|x| x.max(0) as usize);
+        let conv = (self.linear_conv_kernel_dim.max(1) - 1) as usize * self.conv_channels().max(0) as usize;
+        layers * (hv * dv * dk * 4 + conv * dtype_bytes)
+    }
+
     fn validate(&self, cfg: &ModelConfig) -> Result<(), ModelError> {
         all_positive(&[
             ("linear_num_key_heads", self.linear_num_key_heads),

@@ -523,6 +523,56 @@ fn checkpoints_restore_the_nearest_state_at_or_before_a_length() {
     assert!(max_abs_diff(&back, &whole.try_index((.., 19)).unwrap()) <= tol(PATHS));
 }
 
+/// What a store's byte limit counts: each recurrent state once (current, kept, the one
+/// before the last update), as [`crate::models::HybridConfig::state_bytes`] says a state
+/// weighs; and the 27B's and 4B's states at their shapes.
+#[test]
+fn a_checkpoint_weighs_one_state() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let hybrid = model.config().hybrid.clone().unwrap();
+    let state = hybrid.state_bytes(4);
+    // Two DeltaNet layers: 4 heads × 16 × 32 f32, 3 rows of 192 channels.
+    assert_eq!(state, 2 * (4 * 16 * 32 * 4 + 3 * 192 * 4));
+    let recurrent_bytes = |caches: &[KvCache]| -> usize {
+        caches
+            .iter()
+            .zip(&hybrid.linear_layers)
+            .filter(|(_, &l)| l)
+            .map(|(c, _)| c.nbytes())
+            .sum()
+    };
+    let mut caches = model.new_caches();
+    prefill_anchored(&model, &mut caches, &f.prompt, &Cancel::new(), fixed(6), Some(9)).unwrap();
+    // The state at 20, those kept at 6 and 9, the one before the last update (15).
+    assert_eq!(recurrent_bytes(&caches), 4 * state);
+    caches.iter_mut().for_each(KvCache::forget_previous);
+    assert_eq!(recurrent_bytes(&caches), 3 * state);
+    // Kept at the anchor and again before the last update: counted once.
+    let mut caches = model.new_caches();
+    prefill_anchored(&model, &mut caches, &f.prompt, &Cancel::new(), fixed(6), Some(15)).unwrap();
+    assert_eq!(caches[0].checkpoints(), [6, 12, 15]);
+    assert_eq!(recurrent_bytes(&caches), 4 * state);
+    // The shapes of Qwen3.5-27B (48 DeltaNet layers of 64, 48 value heads and 16 key heads of
+    // 128) and Qwen3.5-4B (24 of 32, 32 and 16 heads of 128), bf16 activations.
+    let shape = |layers: i32, hv, hk| crate::models::HybridConfig {
+        linear_layers: (0..layers).map(|i| (i + 1) % 4 != 0).collect(),
+        linear_num_key_heads: hk,
+        linear_num_value_heads: hv,
+        linear_key_head_dim: 128,
+        linear_value_head_dim: 128,
+        linear_conv_kernel_dim: 4,
+        rope_dims: 64,
+    };
+    let (big, small) = (shape(64, 48, 16).state_bytes(2), shape(32, 32, 16).state_bytes(2));
+    eprintln!("a state: 27B {big} bytes, 4B {small} bytes");
+    assert_eq!(
+        (big, small),
+        (48 * (3 << 20) + 48 * 61_440, 24 * (2 << 20) + 24 * 49_152)
+    );
+}
+
 /// Past [`crate::cache::KEPT`] states, the one closest to the one before it goes: the newest
 /// (the anchor) stays, and the others stay spread over the prompt.
 #[test]
