@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate tests/data/qwen35-reference.json: logits of mlx-lm's Qwen3.5 models (`qwen3_5`, and
-`qwen3_5_moe` with its shared expert) for tiny models of deterministic weights, which laya's
+`qwen3_5_moe` with its shared expert, and Qwen3-Next's `qwen3_next`) for tiny models of deterministic weights, which laya's
 Qwen3.5 path must reproduce.
 
 The weights are not stored: every tensor is `center + scale * u`, u the uniform(-1, 1) numbers
@@ -36,7 +36,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten, tree_map_with_path
-from mlx_lm.models import qwen3_5, qwen3_5_moe
+from mlx_lm.models import qwen3_5, qwen3_5_moe, qwen3_next
 from mlx_lm.utils import load_model, quantize_model, save_config, save_model
 
 mx.set_default_device(mx.cpu)
@@ -102,6 +102,24 @@ MOE_CONFIG = dict(
     text_config=MOE_TEXT_CONFIG,
 )
 
+# Qwen3-Next's layout (`qwen3_next`, as Qwen3-Coder-Next): the same layers, the DeltaNet's
+# projections interleaved per key head (`in_proj_qkvz`, `in_proj_ba`), settings at the top
+# level, experts in layers 0, 1 and 3 (layer 2 in `mlp_only_layers`).
+NEXT_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    **{k: v for k, v in TEXT_CONFIG.items() if k not in ("model_type", "rope_parameters", "layer_types")},
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 0.25,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [2],
+    "norm_topk_prob": True,
+}
+
 # Byte tokens of "def add(a, b):\n    return a + b\n" cut to 20, a FIM control token first.
 PROMPT = [256 + 3] + list(b"def add(a, b):\n    return")[:19]
 
@@ -117,6 +135,7 @@ VARIANTS = [
     ("bf16-q4", CONFIG, "bfloat16", (64, 4)),
     ("bf16-q8", CONFIG, "bfloat16", (64, 8)),
     ("moe-f32", MOE_CONFIG, "float32", None),
+    ("next-f32", NEXT_CONFIG, "float32", None),
 ]
 
 
@@ -162,7 +181,7 @@ def values(name: str, shape, scale: float, center: float) -> np.ndarray:
 
 def build(config: dict, dtype: str, quantization):
     config = copy.deepcopy(config)
-    arch = qwen3_5_moe if config["model_type"] == "qwen3_5_moe" else qwen3_5
+    arch = {"qwen3_5": qwen3_5, "qwen3_5_moe": qwen3_5_moe, "qwen3_next": qwen3_next}[config["model_type"]]
     model = arch.Model(arch.ModelArgs.from_dict(copy.deepcopy(config)))
     tensors = []
     weights = []

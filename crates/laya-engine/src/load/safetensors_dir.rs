@@ -276,15 +276,16 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
         "qwen3_moe" => Arch::Qwen3Moe,
-        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" => Arch::Qwen35,
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => Arch::Qwen35,
         other => {
             return Err(invalid(format!(
-                "model_type `{other}` is not supported (qwen2, qwen3, qwen3_moe, qwen3_5 and qwen3_5_moe are)"
+                "model_type `{other}` is not supported (qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe and qwen3_next are)"
             )))
         }
     };
     let moe = match arch {
-        // Qwen3.5's experts replace every layer's MLP when it has any (mlx-lm's reading).
+        // Qwen3.5's and Qwen3-Next's experts, in the layers `decoder_sparse_step` and
+        // `mlp_only_layers` leave them (every layer, as Qwen3.5's configs state them).
         _ if arch == Arch::Qwen3Moe || (arch == Arch::Qwen35 && hf.num_experts.unwrap_or(0) > 0) => {
             let missing = |key: &str| EngineLoadError::Invalid {
                 file: config_path.clone(),
@@ -298,8 +299,9 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
                 moe_intermediate_size: hf
                     .moe_intermediate_size
                     .ok_or_else(|| missing("moe_intermediate_size"))?,
-                // Unstated: transformers' Qwen3-MoE default (no), mlx-lm's Qwen3.5 one (yes).
-                norm_topk_prob: hf.norm_topk_prob.unwrap_or(arch == Arch::Qwen35),
+                // Unstated: transformers' Qwen3-MoE and mlx-lm's Qwen3-Next default (no),
+                // mlx-lm's Qwen3.5 one (yes).
+                norm_topk_prob: hf.norm_topk_prob.unwrap_or(hf.model_type.starts_with("qwen3_5")),
                 decoder_sparse_step: hf.decoder_sparse_step,
                 mlp_only_layers: hf.mlp_only_layers.clone(),
                 shared_expert_intermediate_size: hf.shared_expert_intermediate_size.filter(|&s| s > 0),

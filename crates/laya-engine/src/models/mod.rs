@@ -368,7 +368,7 @@ impl Model {
             )));
         }
         let mut weights = if cfg.arch == Arch::Qwen35 {
-            qwen35::sanitize(weights)?
+            qwen35::sanitize(weights, &cfg)?
         } else {
             weights
         };

@@ -35,7 +35,8 @@ use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{fast, ops, Array, Dtype};
 
 use super::{
-    pair, triple, AttentionCore, FusedLinear, Linear, ModelConfig, ModelError, Result, RmsNorm, Weights,
+    pair, triple, AttentionCore, FusedLinear, HybridConfig, Linear, ModelConfig, ModelError, Result, RmsNorm,
+    Weights,
 };
 use crate::cache::{KvCache, Recurrent};
 
@@ -43,7 +44,7 @@ use crate::cache::{KvCache, Recurrent};
 /// `sanitize` does: the `language_model.` / `model.language_model.` prefixes go, vision and
 /// MTP tensors are dropped, and a Hugging Face checkpoint (conv1d stored `[C, 1, K]`) gets its
 /// convolutions as `[C, K, 1]` and 1 added to its RMSNorm weights (stored as `weight - 1`).
-pub(super) fn sanitize(map: HashMap<String, Array>) -> Result<HashMap<String, Array>> {
+pub(super) fn sanitize(map: HashMap<String, Array>, cfg: &ModelConfig) -> Result<HashMap<String, Array>> {
     let mut out = HashMap::with_capacity(map.len());
     for (name, a) in map {
         if name.starts_with("vision_tower")
@@ -72,6 +73,16 @@ pub(super) fn sanitize(map: HashMap<String, Array>) -> Result<HashMap<String, Ar
             out.insert(format!("{mlp}.switch_mlp.down_proj.weight"), a);
             continue;
         }
+        if let Some(hy) = cfg
+            .hybrid
+            .as_ref()
+            .filter(|_| name.contains(".linear_attn.in_proj_"))
+        {
+            if let Some(parts) = deinterleave(&name, &a, hy)? {
+                out.extend(parts);
+                continue;
+            }
+        }
         out.insert(name, a);
     }
     let hf = out
@@ -94,6 +105,59 @@ pub(super) fn sanitize(map: HashMap<String, Array>) -> Result<HashMap<String, Ar
         }
     }
     Ok(out)
+}
+
+/// Qwen3-Next's DeltaNet projections (`in_proj_qkvz`, `in_proj_ba`: rows grouped per key head,
+/// `[q, k, v, z]` and `[b, a]` within each group) as Qwen3.5's (`in_proj_qkv` with all q rows,
+/// then k, then v; `in_proj_z`, `in_proj_b`, `in_proj_a`): a gather of rows, which holds for
+/// a quantized tensor's packed weight, scales and biases alike. `None` for another tensor.
+fn deinterleave(name: &str, a: &Array, hy: &HybridConfig) -> Result<Option<Vec<(String, Array)>>> {
+    let Some((stem, part)) = name.rsplit_once('.') else {
+        return Ok(None);
+    };
+    let (nk, dk, dv) = (
+        hy.linear_num_key_heads,
+        hy.linear_key_head_dim,
+        hy.linear_value_head_dim,
+    );
+    let r = hy.linear_num_value_heads / nk.max(1);
+    // Each output's parts, as (offset, width) within a key head's group of rows.
+    let (base, outputs): (&str, Vec<(&str, Vec<(i32, i32)>)>) =
+        if let Some(b) = stem.strip_suffix("in_proj_qkvz") {
+            let (v, z) = (2 * dk, 2 * dk + r * dv);
+            (
+                b,
+                vec![
+                    ("in_proj_qkv", vec![(0, dk), (dk, dk), (v, r * dv)]),
+                    ("in_proj_z", vec![(z, r * dv)]),
+                ],
+            )
+        } else if let Some(b) = stem.strip_suffix("in_proj_ba") {
+            (b, vec![("in_proj_b", vec![(0, r)]), ("in_proj_a", vec![(r, r)])])
+        } else {
+            return Ok(None);
+        };
+    let group: i32 = outputs.iter().flat_map(|(_, p)| p).map(|(_, w)| w).sum();
+    if a.ndim() == 0 || a.dim(0) != nk * group {
+        return Err(ModelError::ShapeMismatch {
+            name: name.to_owned(),
+            expected: vec![nk * group],
+            found: a.shape().to_vec(),
+        });
+    }
+    let mut out = vec![];
+    for (new, parts) in outputs {
+        // Every part's rows for every key head, part by part.
+        let rows: Vec<i32> = parts
+            .iter()
+            .flat_map(|&(offset, width)| {
+                (0..nk).flat_map(move |h| (0..width).map(move |i| h * group + offset + i))
+            })
+            .collect();
+        let rows = Array::from_slice(&rows, &[rows.len() as i32]);
+        out.push((format!("{base}{new}.{part}"), a.take_axis(&rows, 0)?));
+    }
+    Ok(Some(out))
 }
 
 /// `x` `[B, L, heads, D]` as `[B, heads, L, D]`, row-contiguous (a reshape at L = 1; MLX 0.32's

@@ -1,8 +1,9 @@
 //! Qwen3.5 (Gated DeltaNet and gated attention layers) against mlx-lm 0.32.2's `qwen3_5`.
 //!
 //! `tests/data/qwen35-reference.json` (written by `scripts/gen_qwen35_reference.py`) holds, for
-//! four variants of a tiny model (f32; bf16 quantized to q4 and to q8, group 64, as mlx-lm's
-//! convert makes them; a mixture of experts with a shared expert, `qwen3_5_moe`, in f32),
+//! five variants of a tiny model (f32; bf16 quantized to q4 and to q8, group 64, as mlx-lm's
+//! convert makes them; a mixture of experts with a shared expert, `qwen3_5_moe`, in f32;
+//! Qwen3-Next's layout, `qwen3_next`, in f32),
 //! each tensor's name, shape and spread, the tensors mlx-lm saved (names,
 //! shapes, dtypes: the mlx-community layout), the config.json it wrote and its logits of a
 //! 20-token prompt at 8 positions. The weights are not stored: both sides make them from the
@@ -164,7 +165,8 @@ fn write_variant(dir: &Path, f: &Fixture, v: &Variant) {
     std::fs::write(dir.join("config.json"), v.config_json.to_string()).unwrap();
     Array::save_safetensors(&weights, None, dir.join("model.safetensors")).unwrap();
     let vocab = dir.join("vocab.gguf");
-    let size = v.config_json["text_config"]["vocab_size"].as_u64().unwrap() as usize;
+    let text = v.config_json.get("text_config").unwrap_or(&v.config_json);
+    let size = text["vocab_size"].as_u64().unwrap() as usize;
     std::fs::write(&vocab, vocab_gguf(size)).unwrap();
     let tokenizer = Tokenizer::from_gguf(&GgufFile::open(&vocab).unwrap()).unwrap();
     tokenizer.save_json(dir.join("tokenizer.json")).unwrap();
@@ -264,6 +266,45 @@ fn moe_f32_logits_match_mlx_lm() {
     let f = fixture();
     let d = diff_to_reference(&f, "moe-f32");
     assert!(d <= tol(1e-4), "max |Δ logit| {d}");
+}
+
+/// Qwen3-Next's layout (`qwen3_next`: the DeltaNet's projections interleaved per key head,
+/// settings at the top level, a dense MLP in one layer of a mixture).
+#[test]
+fn qwen3_next_f32_logits_match_mlx_lm() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let d = diff_to_reference(&f, "next-f32");
+    assert!(d <= tol(1e-4), "max |Δ logit| {d}");
+}
+
+/// Qwen3-Next's interleaved projections quantized (q4, group 64) are regrouped row by row, packed
+/// weights, scales and biases alike: the model equals the one of their dequantized values.
+#[test]
+fn quantized_interleaved_projections_equal_their_dequantized_values() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let v = f.variants.iter().find(|v| v.name == "next-f32").unwrap();
+    let cfg = load_variant(&f, "next-f32").config().clone();
+    let (mut quantized, mut dequantized) = (HashMap::new(), HashMap::new());
+    for spec in &v.tensors {
+        let a = dense(f.seed, spec);
+        if spec.name.contains(".in_proj_") {
+            let (w, s, b) = ops::quantize(&a, 64, 4).unwrap();
+            dequantized.insert(spec.name.clone(), ops::dequantize(&w, &s, &b, 64, 4).unwrap());
+            let stem = spec.name.trim_end_matches(".weight");
+            quantized.insert(format!("{stem}.scales"), s);
+            quantized.insert(format!("{stem}.biases"), b);
+            quantized.insert(spec.name.clone(), w);
+        } else {
+            quantized.insert(spec.name.clone(), a.clone());
+            dequantized.insert(spec.name.clone(), a);
+        }
+    }
+    let q = Model::from_weights(cfg.clone(), quantized, 64).unwrap();
+    let d = Model::from_weights(cfg, dequantized, 64).unwrap();
+    let diff = max_abs_diff(&all_logits(&q, &f.prompt), &all_logits(&d, &f.prompt));
+    assert!(diff <= tol(1e-4), "max |Δ logit| {diff}");
 }
 
 /// The same weights in Hugging Face's layout (`model.language_model.`, conv1d `[C, 1, K]`,
