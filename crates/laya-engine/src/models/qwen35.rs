@@ -14,8 +14,10 @@
 //! o = (rmsnorm(y) * norm) silu(z);  out = o W_out
 //! ```
 //!
-//! The recurrence runs as MLX ops, one step a token (mlx-lm's ops path, which it takes off
-//! Metal); the projections, the convolution and the norms run over the whole chunk.
+//! The recurrence runs as MLX ops: a run of 8 tokens or more in chunks of up to 16
+//! ([`Step::chunked`]), a shorter one a step a token as mlx-lm's ops path (which it takes off
+//! Metal) runs it ([`Step::sequential`]); the projections, the convolution and the norms run
+//! over the whole run. A layer's cache is its recurrent state ([`crate::cache`]).
 //!
 //! Gated attention: `q_proj` gives each head its query and an output gate side by side
 //! (`[H, 2 D]`), q and k are RMS-normed per head, RoPE turns the first `rope_dims` dims of
@@ -26,8 +28,9 @@
 //! or Hugging Face's (`model.language_model.*`, conv1d as `[C, 1, K]`, norms stored as
 //! `weight - 1`, Qwen3.5-MoE's experts as `experts.gate_up_proj` and `experts.down_proj`):
 //! [`sanitize`] maps both to `model.layers.{i}.*` as mlx-lm does, and drops the vision tower
-//! and the multi-token-prediction head. Qwen3.5-MoE's experts run through
-//! [`super::qwen3_moe`]'s block, with its shared expert.
+//! and the multi-token-prediction head; Qwen3-Next's projections, interleaved per key head
+//! (`in_proj_qkvz`, `in_proj_ba`), are regrouped as Qwen3.5's. The experts of Qwen3.5-MoE
+//! and Qwen3-Next run through [`super::qwen3_moe`]'s block, with its shared expert.
 
 use std::collections::HashMap;
 
