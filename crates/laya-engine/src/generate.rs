@@ -585,13 +585,13 @@ fn decode_drafted(
         let accepted = input[1..].iter().zip(chosen).take_while(|(d, c)| d == c).count();
         // The fed token and the accepted draft have their keys and values in the caches.
         fed += 1 + accepted;
-        caches.iter_mut().for_each(|c| c.truncate_to(base + fed));
+        crate::cache::rewind(caches, base + fed);
         pending = chosen[..=accepted].to_vec();
     }
     out.decode_time = decode_start.elapsed();
     // Keep only a prefix of prompt ++ candidate: drop a fed stop token.
     let keep = base + fed.min(out.candidates[0].len());
-    caches.iter_mut().for_each(|c| c.truncate_to(keep));
+    crate::cache::rewind(caches, keep);
     Ok(())
 }
 

@@ -114,6 +114,10 @@ pub(super) fn sanitize(map: HashMap<String, Array>, cfg: &ModelConfig) -> Result
 /// `[q, k, v, z]` and `[b, a]` within each group) as Qwen3.5's (`in_proj_qkv` with all q rows,
 /// then k, then v; `in_proj_z`, `in_proj_b`, `in_proj_a`): a gather of rows, which holds for
 /// a quantized tensor's packed weight, scales and biases alike. `None` for another tensor.
+/// A regrouped projection: its name and its parts, as (offset, width) within a key head's
+/// group of rows.
+type Output<'a> = (&'a str, Vec<(i32, i32)>);
+
 fn deinterleave(name: &str, a: &Array, hy: &HybridConfig) -> Result<Option<Vec<(String, Array)>>> {
     let Some((stem, part)) = name.rsplit_once('.') else {
         return Ok(None);
@@ -125,21 +129,20 @@ fn deinterleave(name: &str, a: &Array, hy: &HybridConfig) -> Result<Option<Vec<(
     );
     let r = hy.linear_num_value_heads / nk.max(1);
     // Each output's parts, as (offset, width) within a key head's group of rows.
-    let (base, outputs): (&str, Vec<(&str, Vec<(i32, i32)>)>) =
-        if let Some(b) = stem.strip_suffix("in_proj_qkvz") {
-            let (v, z) = (2 * dk, 2 * dk + r * dv);
-            (
-                b,
-                vec![
-                    ("in_proj_qkv", vec![(0, dk), (dk, dk), (v, r * dv)]),
-                    ("in_proj_z", vec![(z, r * dv)]),
-                ],
-            )
-        } else if let Some(b) = stem.strip_suffix("in_proj_ba") {
-            (b, vec![("in_proj_b", vec![(0, r)]), ("in_proj_a", vec![(r, r)])])
-        } else {
-            return Ok(None);
-        };
+    let (base, outputs): (&str, Vec<Output>) = if let Some(b) = stem.strip_suffix("in_proj_qkvz") {
+        let (v, z) = (2 * dk, 2 * dk + r * dv);
+        (
+            b,
+            vec![
+                ("in_proj_qkv", vec![(0, dk), (dk, dk), (v, r * dv)]),
+                ("in_proj_z", vec![(z, r * dv)]),
+            ],
+        )
+    } else if let Some(b) = stem.strip_suffix("in_proj_ba") {
+        (b, vec![("in_proj_b", vec![(0, r)]), ("in_proj_a", vec![(r, r)])])
+    } else {
+        return Ok(None);
+    };
     let group: i32 = outputs.iter().flat_map(|(_, p)| p).map(|(_, w)| w).sum();
     if a.ndim() == 0 || a.dim(0) != nk * group {
         return Err(ModelError::ShapeMismatch {

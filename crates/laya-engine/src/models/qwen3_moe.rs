@@ -37,7 +37,7 @@ pub(super) struct SparseMoeBlock {
     top_k: i32,
     norm_topk_prob: bool,
     /// Qwen3.5-MoE's shared expert and its gate (`[1, hidden]`).
-    shared: Option<(Mlp, Linear)>,
+    shared: Option<Box<(Mlp, Linear)>>,
 }
 
 impl SparseMoeBlock {
@@ -66,10 +66,10 @@ impl SparseMoeBlock {
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
             shared: match moe.shared_expert_intermediate_size {
-                Some(width) => Some((
+                Some(width) => Some(Box::new((
                     Mlp::load_width(cfg, width, w, &format!("{prefix}.shared_expert"))?,
                     w.linear(&format!("{prefix}.shared_expert_gate"), 1, hidden, false)?,
-                )),
+                ))),
                 None => None,
             },
         })
@@ -97,7 +97,7 @@ impl SparseMoeBlock {
         let y = self.switch_mlp.forward(&x, &inds)?;
         let w = scores.as_dtype(y.dtype())?;
         let routed = w.matmul(&y)?.reshape(&[b, l, hidden])?;
-        let Some((mlp, gate)) = &self.shared else {
+        let Some((mlp, gate)) = self.shared.as_deref() else {
             return Ok(routed);
         };
         let x = x.reshape(&[b, l, hidden])?;
@@ -111,7 +111,7 @@ impl SparseMoeBlock {
         for p in [&m.gate_up, &m.down_proj] {
             v.extend(p.0.arrays());
         }
-        if let Some((mlp, gate)) = &self.shared {
+        if let Some((mlp, gate)) = self.shared.as_deref() {
             v.extend(mlp.gate_up.arrays());
             v.extend(mlp.down_proj.arrays());
             v.extend(gate.arrays());

@@ -705,3 +705,23 @@ fn keystrokes_reuse_the_anchor_and_an_edit_above_an_earlier_state() {
     assert_eq!(out.finish_reasons[0], crate::seam::FinishReason::Cancelled);
     assert!(check(&again, 1) > 0);
 }
+
+/// A state kept after a prefill brings the caches back there after any number of decode
+/// steps (as `laya bench engine` reruns its decode after one prompt).
+#[test]
+fn a_kept_prompt_state_outlives_decode_steps() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let ids = &f.prompt;
+    let mut caches = model.new_caches();
+    model.forward(&tokens(&ids[..12]), &mut caches).unwrap();
+    crate::cache::checkpoint(&mut caches);
+    let first = model.forward(&tokens(&ids[12..13]), &mut caches).unwrap();
+    for &t in &ids[13..18] {
+        model.forward(&tokens(&[t]), &mut caches).unwrap();
+    }
+    assert_eq!(rewind(&mut caches, 12), 12);
+    let again = model.forward(&tokens(&ids[12..13]), &mut caches).unwrap();
+    assert!(max_abs_diff(&first, &again) <= tol(1e-6));
+}
