@@ -5,6 +5,15 @@
 //! MLX arrays are values: a slice update makes a new array (done in place only when nothing
 //! else holds the buffer). So `clone()` is a cheap, independent copy: updating one clone
 //! never changes another, which is what a prefix store wants.
+//!
+//! A Gated DeltaNet layer (Qwen3.5) keeps no keys and values but a recurrent state: the last
+//! `kernel - 1` rows of its convolution's input and the delta rule's matrix per value head.
+//! Such a state cannot be cut back to an earlier position; it can only be replaced by a state
+//! kept from that position (a checkpoint). The cache keeps the state before its last update,
+//! so the last forward can be undone, and the states [`checkpoint`] asked it to keep (at most
+//! [`KEPT`], spread out); [`restorable`] says which earlier lengths a set of a model's caches
+//! can return to and [`rewind`] returns them there, every layer alike: never a later state,
+//! never a zero state beside keys of a longer prefix.
 
 use mlx_rs::error::{Exception, Result};
 use mlx_rs::ops::indexing::TryIndexOp;
@@ -22,6 +31,29 @@ pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
     offset: usize,
+    /// A recurrent layer's state after `offset` positions, in place of keys and values.
+    recurrent: Option<Recurrent>,
+    /// The recurrent state before its last update, at the offset it held then.
+    previous: Option<(usize, Recurrent)>,
+    /// States kept on purpose ([`KvCache::keep`]), offsets ascending, at most [`KEPT`].
+    kept: Vec<(usize, Recurrent)>,
+}
+
+/// Checkpoints a recurrent layer keeps at most (besides the state before its last update).
+pub(crate) const KEPT: usize = 4;
+
+/// A Gated DeltaNet layer's state: the convolution's last inputs `[B, kernel - 1, channels]`
+/// and the recurrence's state `[B, value_heads, value_dim, key_dim]` (f32).
+#[derive(Clone)]
+pub(crate) struct Recurrent {
+    pub(crate) conv: Array,
+    pub(crate) state: Array,
+}
+
+impl Recurrent {
+    fn arrays(&self) -> [&Array; 2] {
+        [&self.conv, &self.state]
+    }
 }
 
 impl KvCache {
@@ -41,12 +73,90 @@ impl KvCache {
 
     /// Batch size of the buffers, `None` while empty.
     pub(crate) fn batch_size(&self) -> Option<i32> {
-        self.keys.as_ref().map(|k| k.dim(0))
+        match &self.recurrent {
+            Some(r) => Some(r.conv.dim(0)),
+            None => self.keys.as_ref().map(|k| k.dim(0)),
+        }
+    }
+
+    /// A recurrent layer's state, `None` before its first update (a zero state).
+    pub(crate) fn recurrent(&self) -> Option<&Recurrent> {
+        self.recurrent.as_ref()
+    }
+
+    /// A recurrent layer's state after `len` more positions; the state it replaces becomes
+    /// the checkpoint.
+    pub(crate) fn update_recurrent(&mut self, next: Recurrent, len: usize) -> Result<()> {
+        if self.keys.is_some() {
+            return Err(Exception::custom(
+                "kv cache: keys and a recurrent state in one layer",
+            ));
+        }
+        self.previous = self.recurrent.replace(next).map(|prev| (self.offset, prev));
+        self.offset += len;
+        Ok(())
+    }
+
+    /// Keeps a recurrent layer's state at its offset as a checkpoint (nothing for keys and
+    /// values, nor at offset 0). Past [`KEPT`] checkpoints, the one closest to the one before
+    /// it goes (never the newest): they stay spread over the prompt.
+    pub(crate) fn keep(&mut self) {
+        let Some(state) = &self.recurrent else { return };
+        if self.offset == 0 || self.kept.last().is_some_and(|(at, _)| *at >= self.offset) {
+            return;
+        }
+        self.kept.push((self.offset, state.clone()));
+        if self.kept.len() > KEPT {
+            let gap = |i: usize| self.kept[i].0 - if i == 0 { 0 } else { self.kept[i - 1].0 };
+            let closest = (0..self.kept.len() - 1)
+                .min_by_key(|&i| gap(i))
+                .expect("two or more");
+            self.kept.remove(closest);
+        }
+    }
+
+    /// Drops the state before the last update (a store keeps only chosen checkpoints).
+    pub(crate) fn forget_previous(&mut self) {
+        self.previous = None;
+    }
+
+    /// Lengths below the offset this cache can go back to (a recurrent layer's checkpoints).
+    #[cfg(test)]
+    pub(crate) fn checkpoints(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.kept.iter().map(|(at, _)| *at).collect();
+        v.extend(self.previous.iter().map(|(at, _)| *at));
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The longest length at most `len` this cache can be cut back to: `len` (at most the
+    /// offset) for keys and values; for a recurrent state the offset, a checkpoint's offset
+    /// or 0, whichever is the longest not past `len`.
+    pub(crate) fn restorable(&self, len: usize) -> usize {
+        if self.recurrent.is_none() {
+            return len.min(self.offset);
+        }
+        if self.offset <= len {
+            return self.offset;
+        }
+        self.previous
+            .iter()
+            .chain(&self.kept)
+            .map(|(at, _)| *at)
+            .filter(|&at| at <= len)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) at `offset` and returns all
     /// keys and values so far, `[B, kv_heads, offset + L, head_dim]`.
     pub(crate) fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+        if self.recurrent.is_some() {
+            return Err(Exception::custom(
+                "kv cache: keys and a recurrent state in one layer",
+            ));
+        }
         if keys.ndim() != 4 || keys.shape() != values.shape() {
             return Err(Exception::custom(format!(
                 "kv cache: keys {:?} and values {:?} must be the same [B, heads, L, head_dim]",
@@ -87,19 +197,42 @@ impl KvCache {
         n
     }
 
-    /// Keeps at most the first `len` positions.
+    /// Keeps at most the first `len` positions. A recurrent state goes back to
+    /// [`KvCache::restorable`]`(len)`, which is shorter than `len` unless `len` is a length it
+    /// holds a state of: cut a model's caches with [`rewind`], which keeps them in step.
     pub(crate) fn truncate_to(&mut self, len: usize) {
-        self.offset = self.offset.min(len);
+        if self.recurrent.is_none() || len >= self.offset {
+            self.offset = self.offset.min(len);
+            return;
+        }
+        // `to` is a checkpoint's offset or 0 (a fresh, zero state).
+        let to = self.restorable(len);
+        let previous = self.previous.take().filter(|(at, _)| *at <= to);
+        self.kept.retain(|(at, _)| *at <= to);
+        self.recurrent = previous
+            .iter()
+            .chain(&self.kept)
+            .find(|(at, _)| *at == to && to > 0)
+            .map(|(_, state)| state.clone());
+        self.previous = previous.filter(|(at, _)| *at < to);
+        self.offset = to;
     }
 
-    /// Bytes held by the buffers (whole capacity, like mlx-lm).
+    /// Bytes held by the buffers (whole capacity, like mlx-lm) and recurrent states (the
+    /// state before the last update once, when it is also kept).
     pub(crate) fn nbytes(&self) -> usize {
-        self.arrays().map(Array::nbytes).sum()
+        let previous = self
+            .previous
+            .iter()
+            .filter(|(at, _)| !self.kept.iter().any(|(k, _)| k == at));
+        let kept = previous.chain(&self.kept).flat_map(|(_, r)| r.arrays());
+        self.arrays().chain(kept).map(Array::nbytes).sum()
     }
 
-    /// The buffers, to evaluate after a prefill chunk.
+    /// The buffers or the recurrent state, to evaluate after a prefill chunk.
     pub(crate) fn arrays(&self) -> impl Iterator<Item = &Array> {
-        self.keys.iter().chain(self.values.iter())
+        let recurrent = self.recurrent.iter().flat_map(Recurrent::arrays);
+        self.keys.iter().chain(self.values.iter()).chain(recurrent)
     }
 
     /// The valid keys and values, `[B, kv_heads, offset, head_dim]`; `None` while empty.
@@ -126,10 +259,20 @@ impl KvCache {
             shape[0] = n;
             broadcast_to(a, &shape)?.contiguous().map(Some)
         };
+        let recurrent = match &self.recurrent {
+            Some(r) => Some(Recurrent {
+                conv: rep(&Some(r.conv.clone()))?.expect("a state"),
+                state: rep(&Some(r.state.clone()))?.expect("a state"),
+            }),
+            None => None,
+        };
         Ok(KvCache {
             keys: rep(&self.keys)?,
             values: rep(&self.values)?,
             offset: self.offset,
+            recurrent,
+            previous: None,
+            kept: vec![],
         })
     }
 
@@ -157,6 +300,24 @@ impl KvCache {
             _ => unreachable!("buffers exist after growing"),
         }
     }
+}
+
+/// The longest length at most `len` that every one of a model's `caches` can go back to.
+pub(crate) fn restorable(caches: &[KvCache], len: usize) -> usize {
+    caches.iter().map(|c| c.restorable(len)).min().unwrap_or(len)
+}
+
+/// Keeps every recurrent layer's state at its offset as a checkpoint ([`KvCache::keep`]).
+pub(crate) fn checkpoint(caches: &mut [KvCache]) {
+    caches.iter_mut().for_each(KvCache::keep);
+}
+
+/// Cuts a model's `caches` back to [`restorable`]`(caches, len)`, every layer to the same
+/// length, and returns it: never a recurrent state of one length beside keys of another.
+pub(crate) fn rewind(caches: &mut [KvCache], len: usize) -> usize {
+    let to = restorable(caches, len);
+    caches.iter_mut().for_each(|c| c.truncate_to(to));
+    to
 }
 
 /// `buf` (valid up to `prev`) with `grow` more positions, in the dtype of `new`.

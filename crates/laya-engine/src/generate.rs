@@ -209,11 +209,17 @@ pub(crate) struct GenerateRequest {
     /// and [`GenerateOutput::logprobs`] is filled in.
     pub(crate) branch_first: bool,
     /// Draft tokens for the model to check several at a time; used for one greedy candidate
-    /// without `branch_first`, ignored otherwise. The output is the same either way.
+    /// without `branch_first` of a model without recurrent layers, ignored otherwise. The
+    /// output is the same either way.
     pub(crate) speculation: Speculation,
     /// The ids before `prompt_ids` (those the caches hold): drafts are looked up in them, in
     /// `prompt_ids` and in the output. May be empty.
     pub(crate) history: Vec<u32>,
+    /// A length of the whole sequence (the cached ids included) where a model with recurrent
+    /// layers keeps its state: a prompt chunk ends there. The caller's guess of where the next
+    /// request parts from this one (a few tokens before the cursor); `None`: only the chunks'
+    /// ends are kept.
+    pub(crate) anchor: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -227,6 +233,7 @@ impl GenerateRequest {
             branch_first: false,
             speculation: Speculation::Off,
             history: vec![],
+            anchor: None,
         }
     }
 }
@@ -358,7 +365,11 @@ pub(crate) fn generate_paced(
         decode_build_time: Duration::ZERO,
         decode_wait_time: Duration::ZERO,
     };
-    let p = prefill_paced(model, caches, prompt_ids, cancel, pacing)?;
+    let anchor = req
+        .anchor
+        .and_then(|a| a.checked_sub(base))
+        .filter(|&a| a > 0 && a < prompt_ids.len());
+    let p = prefill_anchored(model, caches, prompt_ids, cancel, pacing, anchor)?;
     out.prefill_tokens = p.tokens;
     out.prefill_time = start.elapsed();
     let Some(logits) = p.logits else {
@@ -374,7 +385,10 @@ pub(crate) fn generate_paced(
     }
 
     let mut sampler = Sampler::new(req.sampling.clone());
-    if n == 1 && !req.branch_first && req.speculation.is_on() && sampler.params().is_greedy() {
+    // Drafts need the caches cut back to the accepted tokens after each forward, which a
+    // recurrent state cannot do: a hybrid model decodes a token at a time.
+    let drafts = req.speculation.is_on() && !model.is_recurrent();
+    if n == 1 && !req.branch_first && drafts && sampler.params().is_greedy() {
         let mut history = req.history.clone();
         history.extend_from_slice(prompt_ids);
         decode_drafted(
@@ -480,9 +494,9 @@ pub(crate) fn generate_paced(
     out.decode_time = decode_start.map_or(Duration::ZERO, |t| t.elapsed());
     if n == 1 {
         // Keep only a prefix of prompt ++ candidate: drop a fed stop token or a step
-        // queued past the end.
+        // queued past the end (one step: a recurrent state's checkpoint).
         let keep = base + prompt_ids.len() + fed.min(out.candidates[0].len());
-        caches.iter_mut().for_each(|c| c.truncate_to(keep));
+        crate::cache::rewind(caches, keep);
     }
     Ok(out)
 }
@@ -571,13 +585,13 @@ fn decode_drafted(
         let accepted = input[1..].iter().zip(chosen).take_while(|(d, c)| d == c).count();
         // The fed token and the accepted draft have their keys and values in the caches.
         fed += 1 + accepted;
-        caches.iter_mut().for_each(|c| c.truncate_to(base + fed));
+        crate::cache::rewind(caches, base + fed);
         pending = chosen[..=accepted].to_vec();
     }
     out.decode_time = decode_start.elapsed();
     // Keep only a prefix of prompt ++ candidate: drop a fed stop token.
     let keep = base + fed.min(out.candidates[0].len());
-    caches.iter_mut().for_each(|c| c.truncate_to(keep));
+    crate::cache::rewind(caches, keep);
     Ok(())
 }
 
@@ -620,6 +634,21 @@ pub(crate) fn prefill_paced(
     cancel: &Cancel,
     pacing: Pacing,
 ) -> Result<Prefilled, GenerateError> {
+    prefill_anchored(model, caches, ids, cancel, pacing, None)
+}
+
+/// [`prefill_paced`], a chunk also ending at `anchor` (a length of `ids`); a model with
+/// recurrent layers keeps its state at the end of each chunk but the last, up to the anchor
+/// ([`crate::cache::checkpoint`]): past the cursor a keystroke's prompt parts at the anchor,
+/// so states there would only push earlier ones out.
+pub(crate) fn prefill_anchored(
+    model: &Model,
+    caches: &mut [KvCache],
+    ids: &[u32],
+    cancel: &Cancel,
+    pacing: Pacing,
+    anchor: Option<usize>,
+) -> Result<Prefilled, GenerateError> {
     if ids.is_empty() {
         return Err(GenerateError::EmptyPrompt);
     }
@@ -635,7 +664,11 @@ pub(crate) fn prefill_paced(
         if cancel.is_cancelled() {
             return Ok(cancelled);
         }
-        let chunk = &ids[done..(done + size).min(ids.len())];
+        let mut end = (done + size).min(ids.len());
+        if let Some(a) = anchor.filter(|&a| done < a && a < end) {
+            end = a;
+        }
+        let chunk = &ids[done..end];
         let started = Instant::now();
         metered(|m| {
             m.prefill_chunks.fetch_add(1, Ordering::Relaxed);
@@ -658,6 +691,9 @@ pub(crate) fn prefill_paced(
         } else {
             // Only the caches are needed from a middle chunk.
             eval(caches.iter().flat_map(KvCache::arrays))?;
+            if model.is_recurrent() && anchor.is_none_or(|a| done + chunk.len() <= a) {
+                crate::cache::checkpoint(caches);
+            }
         }
         done += chunk.len();
         chunks += 1;
@@ -750,6 +786,7 @@ mod tests {
             branch_first: false,
             speculation: Speculation::Off,
             history: vec![],
+            anchor: None,
         }
     }
 

@@ -151,6 +151,12 @@ impl LocalModel {
             branch_first: req.branch_first,
             speculation: self.speculation,
             history: vec![],
+            anchor: self
+                .loaded
+                .model
+                .is_recurrent()
+                .then(|| prefix::fim_anchor(&ids, self.specials.fim_suffix))
+                .flatten(),
         };
         let mut texts = StopScanner::new(tokenizer, req.n, &req.stop, &req.lines);
         let (out, reused) = prefix::generate_with_store(

@@ -266,12 +266,14 @@ fn cancel_to_free(model: &Model) -> Result<CancelFree, MeasureError> {
     let mut cached = model.new_caches();
     let no = Cancel::new();
     prefill(model, &mut cached, &prompt[..prompt.len() - 1], &no)?;
+    // A recurrent model goes back to the prompt through a state kept there.
+    crate::cache::checkpoint(&mut cached);
     let held = cached[0].offset();
     for i in 0..CANCEL_SAMPLES {
         let share = i as f64 / CANCEL_SAMPLES as f64;
         let (ms, piece, _) = cancel_sample(4, share, steps, |cancel| {
             let caches: &mut [KvCache] = &mut cached;
-            caches.iter_mut().for_each(|k| k.truncate_to(held));
+            crate::cache::rewind(caches, held);
             let last = &prompt[prompt.len() - 1..];
             generate(model, caches, last, &request(100_000), cancel, |_, _| {
                 Control::Continue
@@ -385,7 +387,8 @@ fn check_ms(model: &Model, positions: usize) -> Result<f64, MeasureError> {
         if run > 0 {
             total += t.elapsed();
         }
-        caches.iter_mut().for_each(|c| c.truncate_to(prompt.len()));
+        // One forward back: a recurrent state to the one before it.
+        crate::cache::rewind(&mut caches, prompt.len());
     }
     Ok(total.as_secs_f64() * 1e3 / runs as f64)
 }

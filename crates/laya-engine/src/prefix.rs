@@ -4,13 +4,15 @@
 //! Each entry's caches hold exactly its ids (`caches[0].offset() == ids.len()`). A lookup
 //! takes the entry with the longest common prefix *out* of the store (so the caller's updates
 //! happen in place, with no copy of the buffers), trimmed to that prefix; the caller puts the
-//! extended sequence back when it is done. Bounded by entry count and by bytes, least
-//! recently used first out.
+//! extended sequence back when it is done. A model with recurrent layers (Qwen3.5) can go
+//! back only to a length its states were kept at ([`crate::cache::restorable`]): its reuse is
+//! the longest such length within the common prefix, never a later one. Bounded by entry
+//! count and by bytes, least recently used first out.
 
 use crate::{
-    cache::KvCache,
+    cache::{restorable, rewind, KvCache},
     cancel::Cancel,
-    generate::{generate, Control, GenerateError, GenerateOutput, GenerateRequest},
+    generate::{generate_paced, Control, GenerateError, GenerateOutput, GenerateRequest, Pacing},
     models::Model,
 };
 
@@ -51,6 +53,18 @@ pub(crate) struct PrefixStore {
     clock: u64,
 }
 
+/// Tokens before the cursor that a recurrent model's anchor stays back: as a word is typed its
+/// last tokens turn into others (`pri` into `print`), so the state kept just before them is
+/// the one the next keystroke's prompt still shares.
+pub(crate) const ANCHOR_BEFORE_CURSOR: usize = 4;
+
+/// Where a fill-in-the-middle prompt's next keystroke will part from it: a few tokens before
+/// the end of its prefix (the last `fim_suffix` token), `None` without one.
+pub(crate) fn fim_anchor(ids: &[u32], fim_suffix: u32) -> Option<usize> {
+    let cursor = ids.iter().rposition(|&t| t == fim_suffix)?;
+    Some(cursor.saturating_sub(ANCHOR_BEFORE_CURSOR)).filter(|&a| a > 0)
+}
+
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -80,21 +94,22 @@ impl PrefixStore {
     }
 
     /// Take out the entry sharing the longest prefix with `ids`, trimmed to that prefix and
-    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits).
-    /// `None` when nothing shares even one id.
+    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits), and
+    /// further to a length its recurrent states can go back to. `None` when nothing shares
+    /// even one id.
     pub(crate) fn take(&mut self, ids: &[u32]) -> Option<Reuse> {
         let limit = ids.len().saturating_sub(1);
         let (best, len) = self
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, common_prefix(&e.ids, ids).min(limit)))
+            .map(|(i, e)| (i, restorable(&e.caches, common_prefix(&e.ids, ids).min(limit))))
             .max_by_key(|&(i, len)| (len, self.entries[i].last_used))?;
         if len == 0 {
             return None;
         }
         let mut entry = self.entries.swap_remove(best);
-        entry.caches.iter_mut().for_each(|c| c.truncate_to(len));
+        rewind(&mut entry.caches, len);
         Some(Reuse {
             reused: len,
             caches: entry.caches,
@@ -102,19 +117,25 @@ impl PrefixStore {
     }
 
     /// Keep `caches`, which hold `ids` (or a prefix of them: `ids` is cut to what they hold).
-    /// Entries that are a prefix of the new one go (it covers them); then the least recently
-    /// used go until the limits hold.
+    /// Entries that are a prefix of the new one go where it covers them (it can go back to
+    /// their length: always, without recurrent layers); then the least recently used go
+    /// until the limits hold.
     pub(crate) fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>) {
         if self.limits.max_entries == 0 {
             return;
         }
         let held = caches.first().map_or(0, KvCache::offset);
         ids.truncate(held);
+        // The state before the last decode step is no place a later prompt parts from.
+        let mut caches = caches;
+        caches.iter_mut().for_each(KvCache::forget_previous);
         if ids.is_empty() || caches.iter().any(|c| c.batch_size() != Some(1)) {
             return;
         }
-        self.entries
-            .retain(|e| !(e.ids.len() <= ids.len() && ids[..e.ids.len()] == e.ids[..]));
+        self.entries.retain(|e| {
+            let n = e.ids.len();
+            !(n <= ids.len() && ids[..n] == e.ids[..] && restorable(&caches, n) == n)
+        });
         self.clock += 1;
         let bytes = caches.iter().map(KvCache::nbytes).sum();
         self.entries.push(Entry {
@@ -148,6 +169,20 @@ pub(crate) fn generate_with_store(
     cancel: &Cancel,
     on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<(GenerateOutput, usize), GenerateError> {
+    let pacing = Pacing::for_model(model);
+    generate_with_store_paced(model, store, ids, req, cancel, pacing, on_token)
+}
+
+/// [`generate_with_store`] with the prompt's chunks cut as `pacing` says.
+pub(crate) fn generate_with_store_paced(
+    model: &Model,
+    store: Option<&std::sync::Mutex<PrefixStore>>,
+    ids: &[u32],
+    req: &GenerateRequest,
+    cancel: &Cancel,
+    pacing: Pacing,
+    on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<(GenerateOutput, usize), GenerateError> {
     let hit = store.and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take(ids));
     let (reused, mut caches) = match hit {
         Some(h) => (h.reused, h.caches),
@@ -164,7 +199,7 @@ pub(crate) fn generate_with_store(
     } else {
         req
     };
-    let out = generate(model, &mut caches, &ids[reused..], req, cancel, on_token)?;
+    let out = generate_paced(model, &mut caches, &ids[reused..], req, cancel, pacing, on_token)?;
     if let Some(s) = store {
         // The caches hold a prefix of this (`insert` cuts it to what they hold).
         let mut seq = ids.to_vec();
@@ -255,6 +290,7 @@ mod tests {
             branch_first: false,
             speculation: crate::draft::Speculation::Off,
             history: vec![],
+            anchor: None,
         };
         let no = crate::cancel::Cancel::new();
         let mut rng = StdRng::seed_from_u64(7);

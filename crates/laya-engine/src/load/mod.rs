@@ -148,7 +148,7 @@ pub fn tokenizer(path: &Path) -> Result<Tokenizer, EngineLoadError> {
 pub(crate) fn family(arch: Arch) -> Family {
     match arch {
         Arch::Qwen2 => Family::Qwen25Coder,
-        Arch::Qwen3 | Arch::Qwen3Moe => Family::Qwen3Coder,
+        Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen35 => Family::Qwen3Coder,
     }
 }
 
@@ -213,12 +213,14 @@ pub(crate) fn facts_in(path: &Path) -> FileFacts {
     }
 }
 
-/// The prompt family of an architecture as GGUF names it (`qwen2`, `qwen3`, `qwen3moe`).
+/// The prompt family of an architecture as GGUF names it (`qwen2`, `qwen3`, `qwen3moe`,
+/// `qwen35`, `qwen35moe`, `qwen3next`; a folder's `model_type` without its underscores).
 fn family_of_name(arch: &str) -> Option<Family> {
     Some(family(match arch {
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
         "qwen3moe" => Arch::Qwen3Moe,
+        "qwen35" | "qwen35moe" | "qwen3next" => Arch::Qwen35,
         _ => return None,
     }))
 }
@@ -269,9 +271,10 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
                 mlp_only_layers: (0..layers)
                     .filter(|i| g.tensor(&format!("blk.{i}.ffn_gate_inp.weight")).is_err())
                     .collect(),
+                shared_expert_intermediate_size: None,
             })
         }
-        Arch::Qwen2 | Arch::Qwen3 => None,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 => None,
     };
     Ok(ModelConfig {
         arch,
@@ -286,6 +289,7 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
         rms_norm_eps: g.get_f32(&k("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
         tie_word_embeddings: g.tensor("output.weight").is_err(),
         moe,
+        hybrid: None,
     })
 }
 
@@ -331,10 +335,11 @@ pub(crate) fn quantizable(shape: &[i32], group_size: i32) -> bool {
     shape.len() >= 2 && cols % group_size == 0 && cols >= group_size
 }
 
-/// The bits a weight is quantized to when the model is asked for `bits`: a MoE router keeps
-/// 8, as mlx-lm quantizes it (which experts run hangs on its small differences).
+/// The bits a weight is quantized to when the model is asked for `bits`: a MoE router (and a
+/// shared expert's gate) keeps 8, as mlx-lm quantizes it (which experts run hangs on its
+/// small differences).
 pub(crate) fn bits_for(name: &str, bits: i32) -> i32 {
-    if name.ends_with(".mlp.gate.weight") {
+    if name.ends_with(".mlp.gate.weight") || name.ends_with(".mlp.shared_expert_gate.weight") {
         bits.max(8)
     } else {
         bits
@@ -905,7 +910,13 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         };
         assert_eq!(facts_in(&file_of("qwen2")).family, Some(Family::Qwen25Coder));
         assert_eq!(facts_in(&file_of("qwen3moe")).family, Some(Family::Qwen3Coder));
+        assert_eq!(facts_in(&file_of("qwen35")).family, Some(Family::Qwen3Coder));
         assert_eq!(facts_in(&file_of("llama")).family, None);
+        // A Qwen3.5 folder: its model_type names the family.
+        let folder = dir.path().join("qwen35");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("config.json"), r#"{"model_type": "qwen3_5_moe"}"#).unwrap();
+        assert_eq!(facts_in(&folder).family, Some(Family::Qwen3Coder));
         assert_eq!(facts_in(&dir.path().join("absent.gguf")).family, None);
     }
 

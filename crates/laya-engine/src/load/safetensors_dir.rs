@@ -1,7 +1,9 @@
 //! Hugging Face (`config.json` + `*.safetensors`, bf16/f16) and mlx-community (the same, with
 //! MLX-quantized weights and a `quantization` entry in `config.json`) model folders. A
 //! Qwen3-MoE folder holds its experts one tensor each (HF) or already stacked (mlx-community);
-//! the model stacks the former as it loads. A folder asked for fewer bits than it stores is
+//! the model stacks the former as it loads. A Qwen3.5 folder (`qwen3_5`) nests its text
+//! model's settings in `text_config`, and names its layers' kinds in `layer_types` (or every
+//! `full_attention_interval`-th layer is full attention). A folder asked for fewer bits than it stores is
 //! converted (an mlx-community tensor dequantized first) and the result cached as a GGUF's is;
 //! asked for its own bits or more, it is read as stored.
 
@@ -15,7 +17,7 @@ use serde::Deserialize;
 
 use super::{bits_for, insert_weight, quantizable, EngineLoadError, LoadOptions};
 use crate::{
-    models::{Arch, Model, ModelConfig, MoeConfig},
+    models::{Arch, HybridConfig, Model, ModelConfig, MoeConfig},
     tokenizer::Tokenizer,
 };
 
@@ -29,8 +31,8 @@ struct HfConfig {
     num_key_value_heads: Option<i32>,
     head_dim: Option<i32>,
     vocab_size: i32,
-    #[serde(default = "default_theta")]
-    rope_theta: f32,
+    /// `None`: 1,000,000 (Qwen3.5: its `rope_parameters`' or 100,000, as mlx-lm reads it).
+    rope_theta: Option<f32>,
     #[serde(default = "default_eps")]
     rms_norm_eps: f32,
     #[serde(default)]
@@ -40,12 +42,29 @@ struct HfConfig {
     num_experts: Option<i32>,
     num_experts_per_tok: Option<i32>,
     moe_intermediate_size: Option<i32>,
-    #[serde(default)]
-    norm_topk_prob: bool,
+    norm_topk_prob: Option<bool>,
     #[serde(default = "default_sparse_step")]
     decoder_sparse_step: i32,
     #[serde(default)]
     mlp_only_layers: Vec<i32>,
+    shared_expert_intermediate_size: Option<i32>,
+    // Qwen3.5: the Gated DeltaNet layers, which layers they are, and partial RoPE.
+    linear_num_key_heads: Option<i32>,
+    linear_num_value_heads: Option<i32>,
+    linear_key_head_dim: Option<i32>,
+    linear_value_head_dim: Option<i32>,
+    linear_conv_kernel_dim: Option<i32>,
+    layer_types: Option<Vec<String>>,
+    full_attention_interval: Option<i32>,
+    partial_rotary_factor: Option<f32>,
+    rope_parameters: Option<RopeParameters>,
+}
+
+/// Qwen3.5's `rope_parameters` (what laya reads of them).
+#[derive(Deserialize)]
+struct RopeParameters {
+    rope_theta: Option<f32>,
+    partial_rotary_factor: Option<f32>,
 }
 
 #[derive(Deserialize)]
@@ -68,9 +87,6 @@ impl HfQuantization {
     }
 }
 
-fn default_theta() -> f32 {
-    1_000_000.0
-}
 fn default_eps() -> f32 {
     1e-6
 }
@@ -250,26 +266,30 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
         file: config_path.clone(),
         source,
     })?;
-    let hf: HfConfig = serde_json::from_str(&text).map_err(|e| EngineLoadError::Invalid {
+    let invalid = |reason: String| EngineLoadError::Invalid {
         file: config_path.clone(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let hf: HfConfig = serde_json::from_value(text_model_config(json)).map_err(|e| invalid(e.to_string()))?;
     let arch = match hf.model_type.as_str() {
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
         "qwen3_moe" => Arch::Qwen3Moe,
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" | "qwen3_5_moe_text" | "qwen3_next" => Arch::Qwen35,
         other => {
-            return Err(EngineLoadError::Invalid {
-                file: config_path,
-                reason: format!("model_type `{other}` is not supported (qwen2, qwen3 and qwen3_moe are)"),
-            })
+            return Err(invalid(format!(
+                "model_type `{other}` is not supported (qwen2, qwen3, qwen3_moe, qwen3_5, qwen3_5_moe and qwen3_next are)"
+            )))
         }
     };
     let moe = match arch {
-        Arch::Qwen3Moe => {
+        // Qwen3.5's and Qwen3-Next's experts, in the layers `decoder_sparse_step` and
+        // `mlp_only_layers` leave them (every layer, as Qwen3.5's configs state them).
+        _ if arch == Arch::Qwen3Moe || (arch == Arch::Qwen35 && hf.num_experts.unwrap_or(0) > 0) => {
             let missing = |key: &str| EngineLoadError::Invalid {
                 file: config_path.clone(),
-                reason: format!("a qwen3_moe config needs `{key}`"),
+                reason: format!("a {} config needs `{key}`", hf.model_type),
             };
             Some(MoeConfig {
                 num_experts: hf.num_experts.ok_or_else(|| missing("num_experts"))?,
@@ -279,12 +299,29 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
                 moe_intermediate_size: hf
                     .moe_intermediate_size
                     .ok_or_else(|| missing("moe_intermediate_size"))?,
-                norm_topk_prob: hf.norm_topk_prob,
+                // Unstated: transformers' Qwen3-MoE and mlx-lm's Qwen3-Next default (no),
+                // mlx-lm's Qwen3.5 one (yes).
+                norm_topk_prob: hf.norm_topk_prob.unwrap_or(hf.model_type.starts_with("qwen3_5")),
                 decoder_sparse_step: hf.decoder_sparse_step,
                 mlp_only_layers: hf.mlp_only_layers.clone(),
+                shared_expert_intermediate_size: hf.shared_expert_intermediate_size.filter(|&s| s > 0),
             })
         }
-        Arch::Qwen2 | Arch::Qwen3 => None,
+        _ => None,
+    };
+    let head_dim = hf
+        .head_dim
+        .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let rope = hf.rope_parameters.as_ref();
+    let hybrid = match arch {
+        Arch::Qwen35 => Some(hybrid_config(&hf, head_dim).map_err(invalid)?),
+        _ => None,
+    };
+    // Qwen3.5 states its RoPE base in `rope_parameters` (mlx-lm's default 100,000 without).
+    let rope_theta = match (rope.and_then(|r| r.rope_theta), hf.rope_theta, arch) {
+        (Some(theta), _, _) | (None, Some(theta), _) => theta,
+        (None, None, Arch::Qwen35) => 100_000.0,
+        (None, None, _) => 1_000_000.0,
     };
     let cfg = ModelConfig {
         arch,
@@ -293,16 +330,76 @@ fn read_config(dir: &Path) -> Result<(ModelConfig, HfConfig), EngineLoadError> {
         num_hidden_layers: hf.num_hidden_layers,
         num_attention_heads: hf.num_attention_heads,
         num_key_value_heads: hf.num_key_value_heads.unwrap_or(hf.num_attention_heads),
-        head_dim: hf
-            .head_dim
-            .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1)),
+        head_dim,
         vocab_size: hf.vocab_size,
-        rope_theta: hf.rope_theta,
+        rope_theta,
         rms_norm_eps: hf.rms_norm_eps,
         tie_word_embeddings: hf.tie_word_embeddings,
         moe,
+        hybrid,
     };
     Ok((cfg, hf))
+}
+
+/// The text model's settings of a config: a multimodal Qwen3.5 config's `text_config`, with
+/// the top level's entries it does not state (`quantization`, `tie_word_embeddings`, …);
+/// any other config as it is.
+fn text_model_config(mut json: serde_json::Value) -> serde_json::Value {
+    let Some(serde_json::Value::Object(mut text)) = json.get_mut("text_config").map(serde_json::Value::take)
+    else {
+        return json;
+    };
+    if let serde_json::Value::Object(top) = json {
+        for (k, v) in top {
+            if k != "text_config" && k != "vision_config" {
+                text.entry(k).or_insert(v);
+            }
+        }
+    }
+    // The folder's model type (`qwen3_5`) names the family; the text model's (`qwen3_5_text`)
+    // is its part.
+    serde_json::Value::Object(text)
+}
+
+/// Which layers are Gated DeltaNet layers and their shapes, as a Qwen3.5 config states them:
+/// `layer_types` when given, else every `full_attention_interval`-th layer (default 4) is
+/// full attention.
+fn hybrid_config(hf: &HfConfig, head_dim: i32) -> Result<HybridConfig, String> {
+    let need = |v: Option<i32>, key: &str| v.ok_or_else(|| format!("a qwen3_5 config needs `{key}`"));
+    let layers = hf.num_hidden_layers.max(0);
+    let linear_layers = match &hf.layer_types {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                "linear_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(format!("layer type `{other}` is not supported")),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => {
+            let every = hf.full_attention_interval.unwrap_or(4);
+            if every <= 0 {
+                return Err(format!("full_attention_interval must be positive, is {every}"));
+            }
+            (0..layers).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    let partial = hf
+        .rope_parameters
+        .as_ref()
+        .and_then(|r| r.partial_rotary_factor)
+        .or(hf.partial_rotary_factor)
+        .unwrap_or(0.25);
+    Ok(HybridConfig {
+        linear_layers,
+        linear_num_key_heads: need(hf.linear_num_key_heads, "linear_num_key_heads")?,
+        linear_num_value_heads: need(hf.linear_num_value_heads, "linear_num_value_heads")?,
+        linear_key_head_dim: need(hf.linear_key_head_dim, "linear_key_head_dim")?,
+        linear_value_head_dim: need(hf.linear_value_head_dim, "linear_value_head_dim")?,
+        linear_conv_kernel_dim: hf.linear_conv_kernel_dim.unwrap_or(4),
+        // As Python's int(): toward zero.
+        rope_dims: (head_dim as f32 * partial) as i32,
+    })
 }
 
 /// The end-of-generation ids `generation_config.json` states (`eos_token_id`: one id or a
@@ -315,5 +412,107 @@ fn declared_eog(dir: &Path) -> Vec<u32> {
     match &config["eos_token_id"] {
         serde_json::Value::Array(ids) => ids.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
         v => v.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: serde_json::Value) -> Result<ModelConfig, EngineLoadError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), json.to_string()).unwrap();
+        config_of(dir.path())
+    }
+
+    fn qwen35_text() -> serde_json::Value {
+        serde_json::json!({
+            "model_type": "qwen3_5_text",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 8,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "linear_key_head_dim": 32, "linear_value_head_dim": 16,
+            "vocab_size": 265,
+        })
+    }
+
+    /// A Qwen3.5 config: the text model's settings nested or at the top level, the layer
+    /// kinds from `layer_types` before `full_attention_interval` (default 4), RoPE from
+    /// `rope_parameters` (mlx-lm's defaults: base 100,000, a quarter of each head).
+    #[test]
+    fn qwen35_configs_read_as_mlx_lm_reads_them() {
+        let nested = |text: serde_json::Value| serde_json::json!({"model_type": "qwen3_5", "tie_word_embeddings": true, "text_config": text});
+        let cfg = config(nested(qwen35_text())).unwrap();
+        let h = cfg.hybrid.as_ref().unwrap();
+        assert_eq!(cfg.arch, Arch::Qwen35);
+        assert_eq!(
+            h.linear_layers,
+            [true, true, true, false, true, true, true, false]
+        );
+        assert_eq!(
+            (h.rope_dims, h.linear_conv_kernel_dim, cfg.rope_theta),
+            (8, 4, 100_000.0)
+        );
+        assert!(
+            cfg.tie_word_embeddings,
+            "the top level's entry fills the text model's"
+        );
+        assert!(cfg.moe.is_none());
+
+        let mut text = qwen35_text();
+        text["full_attention_interval"] = 2.into();
+        let cfg = config(text.clone()).unwrap();
+        assert_eq!(
+            cfg.hybrid.unwrap().linear_layers,
+            [true, false, true, false, true, false, true, false]
+        );
+        // layer_types wins over the interval.
+        text["layer_types"] = serde_json::json!([
+            "full_attention",
+            "linear_attention",
+            "linear_attention",
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "linear_attention",
+            "linear_attention"
+        ]);
+        text["rope_parameters"] = serde_json::json!({"rope_theta": 1e7, "partial_rotary_factor": 0.5});
+        let cfg = config(nested(text.clone())).unwrap();
+        let h = cfg.hybrid.unwrap();
+        assert_eq!(
+            h.linear_layers,
+            [false, true, true, true, false, true, true, true]
+        );
+        assert_eq!((h.rope_dims, cfg.rope_theta), (16, 1e7));
+
+        // The mixture: experts in every layer, a shared expert, top-k renormalized unless
+        // stated otherwise.
+        text["num_experts"] = 8.into();
+        text["num_experts_per_tok"] = 2.into();
+        text["moe_intermediate_size"] = 32.into();
+        text["shared_expert_intermediate_size"] = 64.into();
+        let mut moe = nested(text.clone());
+        moe["model_type"] = "qwen3_5_moe".into();
+        let cfg = config(moe).unwrap();
+        let m = cfg.moe.as_ref().unwrap();
+        assert_eq!(
+            (m.num_experts, m.shared_expert_intermediate_size, m.norm_topk_prob),
+            (8, Some(64), true)
+        );
+        assert!((0..8).all(|l| m.is_sparse(l)));
+
+        // A wrong count of layer types, an unknown kind: errors naming them.
+        text["layer_types"] = serde_json::json!(["linear_attention"]);
+        text.as_object_mut().unwrap().remove("num_experts");
+        let cfg = config(text.clone()).unwrap();
+        let err = Model::from_weights(cfg, HashMap::new(), 64)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("1 layer types for 8 layers"), "{err}");
+        text["layer_types"] = serde_json::json!(["sliding_attention"]);
+        let err = config(text).err().unwrap().to_string();
+        assert!(err.contains("sliding_attention"), "{err}");
     }
 }

@@ -5,8 +5,9 @@
 //! differ inside attention and in the MLP. `qwen2` adds a bias to q/k/v; `qwen3` has no
 //! bias but RMS-normalizes every query and key head and takes `head_dim` from its config;
 //! `qwen3_moe` is Qwen3's attention with a mixture of SwiGLU experts in place of the dense
-//! MLP in the layers its config makes sparse. The block dispatches on `Attention` and
-//! `FeedForward`, two enums.
+//! MLP in the layers its config makes sparse; `qwen35` (Qwen3.5 / Qwen3.6) mixes Gated
+//! DeltaNet layers, whose cache is a recurrent state, with gated full-attention layers. The
+//! block dispatches on `Attention` and `FeedForward`, two enums.
 //!
 //! Weights come in as a map with HF / mlx-community names (`model.layers.{i}.self_attn.q_proj.weight`,
 //! …). A linear layer (and the embedding) is either dense (`.weight` `[out, in]`, any float
@@ -17,6 +18,7 @@
 
 mod qwen2;
 mod qwen3;
+mod qwen35;
 mod qwen3_moe;
 mod shape;
 
@@ -44,6 +46,9 @@ pub enum Arch {
     Qwen3,
     /// Qwen3-MoE (Qwen3-Coder-30B-A3B, …): Qwen3's attention, a mixture of experts as MLP.
     Qwen3Moe,
+    /// Qwen3.5 / Qwen3.6: Gated DeltaNet layers and gated full-attention layers
+    /// ([`HybridConfig`]), a dense MLP or (Qwen3.5-MoE) experts with a shared expert.
+    Qwen35,
 }
 
 /// Hyper-parameters of a model, filled by the loader from GGUF metadata or `config.json`.
@@ -64,6 +69,77 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// The experts of a [`Arch::Qwen3Moe`] model; `None` for the dense ones.
     pub moe: Option<MoeConfig>,
+    /// The layer kinds and linear attention of an [`Arch::Qwen35`] model; `None` for the others.
+    pub hybrid: Option<HybridConfig>,
+}
+
+/// The Gated DeltaNet side of a Qwen3.5 model (`config.json`'s `text_config` names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HybridConfig {
+    /// Per layer: a Gated DeltaNet layer (`linear_attention`) or full attention.
+    pub linear_layers: Vec<bool>,
+    pub linear_num_key_heads: i32,
+    pub linear_num_value_heads: i32,
+    pub linear_key_head_dim: i32,
+    pub linear_value_head_dim: i32,
+    /// Width of the causal depthwise convolution (its state keeps one row fewer).
+    pub linear_conv_kernel_dim: i32,
+    /// Dimensions of each attention head RoPE turns (`head_dim × partial_rotary_factor`).
+    pub rope_dims: i32,
+}
+
+impl HybridConfig {
+    /// Channels of the convolution: q, k and v side by side.
+    pub(crate) fn conv_channels(&self) -> i32 {
+        2 * self.linear_num_key_heads * self.linear_key_head_dim
+            + self.linear_num_value_heads * self.linear_value_head_dim
+    }
+
+    /// Bytes of one recurrent state of the whole model (every DeltaNet layer's f32 matrices
+    /// and its convolution's last rows in the activations' `dtype_bytes`): what a checkpoint
+    /// costs.
+    pub fn state_bytes(&self, dtype_bytes: usize) -> usize {
+        let layers = self.linear_layers.iter().filter(|&&l| l).count();
+        let [hv, dv, dk] = [
+            self.linear_num_value_heads,
+            self.linear_value_head_dim,
+            self.linear_key_head_dim,
+        ]
+        .map(|x| x.max(0) as usize);
+        let conv = (self.linear_conv_kernel_dim.max(1) - 1) as usize * self.conv_channels().max(0) as usize;
+        layers * (hv * dv * dk * 4 + conv * dtype_bytes)
+    }
+
+    fn validate(&self, cfg: &ModelConfig) -> Result<(), ModelError> {
+        all_positive(&[
+            ("linear_num_key_heads", self.linear_num_key_heads),
+            ("linear_num_value_heads", self.linear_num_value_heads),
+            ("linear_key_head_dim", self.linear_key_head_dim),
+            ("linear_value_head_dim", self.linear_value_head_dim),
+            ("linear_conv_kernel_dim", self.linear_conv_kernel_dim),
+            ("rope_dims", self.rope_dims),
+        ])?;
+        if self.linear_layers.len() != cfg.num_hidden_layers as usize {
+            return Err(ModelError::Config(format!(
+                "{} layer types for {} layers",
+                self.linear_layers.len(),
+                cfg.num_hidden_layers
+            )));
+        }
+        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
+            return Err(ModelError::Config(format!(
+                "linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})",
+                self.linear_num_value_heads, self.linear_num_key_heads
+            )));
+        }
+        if self.rope_dims % 2 != 0 || self.rope_dims > cfg.head_dim {
+            return Err(ModelError::Config(format!(
+                "rope_dims ({}) must be even and at most head_dim ({})",
+                self.rope_dims, cfg.head_dim
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The mixture of experts of a Qwen3-MoE model (`config.json`'s names).
@@ -80,6 +156,9 @@ pub struct MoeConfig {
     pub(crate) decoder_sparse_step: i32,
     /// … and `i` is not listed here; the others keep a dense MLP of `intermediate_size`.
     pub(crate) mlp_only_layers: Vec<i32>,
+    /// A shared expert of this width beside the routed ones, every token through it and its
+    /// output scaled by `sigmoid(shared_expert_gate(x))` (Qwen3.5-MoE); `None` without.
+    pub(crate) shared_expert_intermediate_size: Option<i32>,
 }
 
 impl MoeConfig {
@@ -105,16 +184,36 @@ impl ModelConfig {
             self.vocab_size,
         ]
         .map(|x| x.max(0) as u64);
-        let attention = 2 * h * q * d + 2 * h * kv * d;
+        let attention = |layer: i32| match &self.hybrid {
+            Some(hy) if hy.linear_layers.get(layer as usize) == Some(&true) => {
+                let [hk, hv, dk, dv, kernel] = [
+                    hy.linear_num_key_heads,
+                    hy.linear_num_value_heads,
+                    hy.linear_key_head_dim,
+                    hy.linear_value_head_dim,
+                    hy.linear_conv_kernel_dim,
+                ]
+                .map(|x| x.max(0) as u64);
+                let channels = 2 * hk * dk + hv * dv;
+                // qkv, z, b and a; the convolution; A_log and dt_bias; out.
+                h * (channels + hv * dv + 2 * hv) + channels * kernel + 2 * hv + hv * dv * h
+            }
+            // A gated attention's q_proj gives each head's gate too.
+            Some(_) => 3 * h * q * d + 2 * h * kv * d,
+            None => 2 * h * q * d + 2 * h * kv * d,
+        };
         let mlp = |layer: i32| match &self.moe {
             Some(m) if m.is_sparse(layer) => {
                 let (e, mi) = (m.num_experts.max(0) as u64, m.moe_intermediate_size.max(0) as u64);
-                e * h + 3 * e * h * mi
+                let shared = m
+                    .shared_expert_intermediate_size
+                    .map_or(0, |s| 3 * h * s.max(0) as u64 + h);
+                e * h + 3 * e * h * mi + shared
             }
             _ => 3 * h * i,
         };
         let heads = if self.tie_word_embeddings { 1 } else { 2 };
-        let layers: u64 = (0..self.num_hidden_layers).map(|l| attention + mlp(l)).sum();
+        let layers: u64 = (0..self.num_hidden_layers).map(|l| attention(l) + mlp(l)).sum();
         layers + heads * v * h
     }
 
@@ -157,6 +256,21 @@ impl ModelConfig {
                 "head_dim ({}) must be even for RoPE",
                 self.head_dim
             )));
+        }
+        match (&self.hybrid, self.arch) {
+            (None, Arch::Qwen35) => {
+                return Err(ModelError::Config(
+                    "a Qwen3.5 model needs its layer types and linear attention".into(),
+                ))
+            }
+            (Some(h), Arch::Qwen35) => h.validate(self)?,
+            (Some(_), _) => {
+                return Err(ModelError::Config(format!(
+                    "{:?} has no linear attention, but it is configured",
+                    self.arch
+                )))
+            }
+            (None, _) => {}
         }
         match (&self.moe, self.arch) {
             (None, Arch::Qwen3Moe) => Err(ModelError::Config("a Qwen3-MoE model needs its experts".into())),
@@ -253,14 +367,19 @@ impl Model {
                 "group_size must be positive, is {group_size}"
             )));
         }
-        let mut weights = weights;
+        let mut weights = if cfg.arch == Arch::Qwen35 {
+            qwen35::sanitize(weights, &cfg)?
+        } else {
+            weights
+        };
         let float = crate::runtime::activation_dtype().map_err(|e| ModelError::Config(e.to_string()))?;
         if let Some(dtype) = float {
             // Quantized weights stay integers; their scales and biases and every float tensor
-            // take the type, and the activations follow them.
-            for a in weights.values_mut() {
+            // take the type, and the activations follow them (a DeltaNet's A_log stays f32).
+            for (name, a) in weights.iter_mut() {
                 if matches!(a.dtype(), Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
                     && a.dtype() != dtype
+                    && !name.ends_with(".A_log")
                 {
                     *a = a.as_dtype(dtype)?;
                 }
@@ -319,6 +438,12 @@ impl Model {
 
     pub(crate) fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// Some layers keep a recurrent state, which can go back only to the lengths it kept a
+    /// state of ([`crate::cache::rewind`]).
+    pub(crate) fn is_recurrent(&self) -> bool {
+        self.cfg.hybrid.is_some()
     }
 
     /// One empty KV cache per layer.
@@ -392,7 +517,7 @@ impl Model {
         mut keep_going: impl FnMut() -> bool,
     ) -> Result<Option<Array>> {
         self.check_input(tokens, caches)?;
-        let before: Vec<usize> = caches.iter().map(KvCache::offset).collect();
+        let before = caches.first().map_or(0, KvCache::offset);
         let per = self
             .layers
             .len()
@@ -412,9 +537,9 @@ impl Model {
             done += layers.len();
         }
         if done < self.layers.len() {
-            for (c, &offset) in caches.iter_mut().zip(&before) {
-                c.truncate_to(offset);
-            }
+            // The layers run went one update ahead: back to `before` (a recurrent state to
+            // its checkpoint).
+            crate::cache::rewind(caches, before);
             return Ok(None);
         }
         eval([&h])?;
@@ -482,11 +607,15 @@ impl DecoderLayer {
         let mlp_prefix = format!("{prefix}.mlp");
         Ok(DecoderLayer {
             input_layernorm: w.rms_norm(&format!("{prefix}.input_layernorm.weight"), hidden, eps)?,
-            self_attn: match cfg.arch {
-                Arch::Qwen2 => Attention::Qwen2(qwen2::Attention::load(cfg, w, &attn_prefix)?),
-                Arch::Qwen3 | Arch::Qwen3Moe => {
+            self_attn: match (cfg.arch, &cfg.hybrid) {
+                (Arch::Qwen2, _) => Attention::Qwen2(qwen2::Attention::load(cfg, w, &attn_prefix)?),
+                (Arch::Qwen3 | Arch::Qwen3Moe, _) => {
                     Attention::Qwen3(qwen3::Attention::load(cfg, w, &attn_prefix)?)
                 }
+                (Arch::Qwen35, Some(h)) if h.linear_layers[layer as usize] => Attention::DeltaNet(
+                    qwen35::GatedDeltaNet::load(cfg, w, &format!("{prefix}.linear_attn"))?,
+                ),
+                (Arch::Qwen35, _) => Attention::Gated(qwen35::GatedAttention::load(cfg, w, &attn_prefix)?),
             },
             post_attention_layernorm: w.rms_norm(
                 &format!("{prefix}.post_attention_layernorm.weight"),
@@ -507,6 +636,8 @@ impl DecoderLayer {
         let attn = match &self.self_attn {
             Attention::Qwen2(a) => a.forward(&normed, cache)?,
             Attention::Qwen3(a) => a.forward(&normed, cache)?,
+            Attention::Gated(a) => a.forward(&normed, cache)?,
+            Attention::DeltaNet(a) => a.forward(&normed, cache)?,
         };
         let h = x.add(&attn)?;
         let normed = self.post_attention_layernorm.forward(&h)?;
@@ -525,6 +656,8 @@ impl DecoderLayer {
         v.extend(match &self.self_attn {
             Attention::Qwen2(a) => a.arrays(),
             Attention::Qwen3(a) => a.arrays(),
+            Attention::Gated(a) => a.arrays(),
+            Attention::DeltaNet(a) => a.arrays(),
         });
         match &self.mlp {
             FeedForward::Dense(m) => {
@@ -537,10 +670,13 @@ impl DecoderLayer {
     }
 }
 
-/// Where the architectures differ: attention (Qwen3-MoE's is Qwen3's) …
+/// Where the architectures differ: attention (Qwen3-MoE's is Qwen3's; Qwen3.5 has two kinds
+/// of layer) …
 enum Attention {
     Qwen2(qwen2::Attention),
     Qwen3(qwen3::Attention),
+    Gated(qwen35::GatedAttention),
+    DeltaNet(qwen35::GatedDeltaNet),
 }
 
 /// … and the MLP: dense SwiGLU, or a mixture of SwiGLU experts.
@@ -565,6 +701,8 @@ struct AttentionCore {
     n_heads: i32,
     n_kv_heads: i32,
     head_dim: i32,
+    /// Leading dimensions of each head RoPE turns (all of them but in Qwen3.5).
+    rope_dims: i32,
     rope_theta: f32,
 }
 
@@ -574,6 +712,7 @@ impl AttentionCore {
             n_heads: cfg.num_attention_heads,
             n_kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
+            rope_dims: cfg.hybrid.as_ref().map_or(cfg.head_dim, |h| h.rope_dims),
             rope_theta: cfg.rope_theta,
         }
     }
@@ -624,7 +763,7 @@ impl AttentionCore {
         let offset = cache.offset() as i32;
         Ok(fast::rope(
             x,
-            self.head_dim,
+            self.rope_dims,
             false,
             self.rope_theta,
             1.0,
@@ -665,7 +804,12 @@ struct Mlp {
 
 impl Mlp {
     fn load(cfg: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self> {
-        let (hidden, inter) = (cfg.hidden_size, cfg.intermediate_size);
+        Self::load_width(cfg, cfg.intermediate_size, w, prefix)
+    }
+
+    /// An MLP of hidden width `inter` (a shared expert's).
+    fn load_width(cfg: &ModelConfig, inter: i32, w: &mut Weights, prefix: &str) -> Result<Self> {
+        let hidden = cfg.hidden_size;
         let gate = w.linear(&format!("{prefix}.gate_proj"), inter, hidden, false)?;
         let up = w.linear(&format!("{prefix}.up_proj"), inter, hidden, false)?;
         Ok(Mlp {
@@ -1115,7 +1259,9 @@ pub(crate) mod test_util {
                 norm_topk_prob: true,
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
+                shared_expert_intermediate_size: None,
             }),
+            hybrid: None,
         }
     }
 
@@ -1564,6 +1710,11 @@ mod tests {
             let qkv = match &layer.self_attn {
                 Attention::Qwen2(a) => &a.qkv,
                 Attention::Qwen3(a) => &a.qkv,
+                Attention::Gated(a) => &a.qkv,
+                Attention::DeltaNet(a) => {
+                    assert_eq!((a.proj.parts.len(), a.proj.splits.len()), (1, 3));
+                    continue;
+                }
             };
             assert_eq!((qkv.parts.len(), qkv.splits.len()), (1, 2));
             if let FeedForward::Dense(mlp) = &layer.mlp {
@@ -1632,7 +1783,7 @@ mod tests {
         let model = Model::from_weights(cfg.clone(), q4, 64).unwrap();
         match &model.layers[0].self_attn {
             Attention::Qwen2(a) => assert_eq!(a.qkv.parts.len(), 3),
-            Attention::Qwen3(_) => unreachable!(),
+            _ => unreachable!(),
         }
         let spec = |l: &Linear| match l {
             Linear::Quantized { spec, .. } => Some(*spec),

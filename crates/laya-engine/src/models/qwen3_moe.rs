@@ -19,13 +19,16 @@
 //! of experts' fused layer"). MLX's CPU `gather_mm` computes in f32 only: there, dense
 //! experts of another float dtype are widened to f32 when loaded, and their rows go in and out
 //! at the model's own dtype.
+//!
+//! Qwen3.5-MoE adds a shared expert, a dense SwiGLU every token runs through, its output
+//! scaled by `sigmoid(h' W_sg)` (one value a token) and added to the routed experts' sum.
 
 use std::cell::RefCell;
 
 use mlx_rs::ops::{self, gather_mm, gather_qmm, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
-use super::{on_gpu, pair, swiglu, Linear, ModelConfig, ModelError, MoeConfig, Result, Weights};
+use super::{on_gpu, pair, swiglu, Linear, Mlp, ModelConfig, ModelError, MoeConfig, Result, Weights};
 
 pub(super) struct SparseMoeBlock {
     /// The router, `[experts, hidden]`.
@@ -33,6 +36,8 @@ pub(super) struct SparseMoeBlock {
     switch_mlp: SwitchGlu,
     top_k: i32,
     norm_topk_prob: bool,
+    /// Qwen3.5-MoE's shared expert and its gate (`[1, hidden]`).
+    shared: Option<Box<(Mlp, Linear)>>,
 }
 
 impl SparseMoeBlock {
@@ -60,6 +65,13 @@ impl SparseMoeBlock {
             },
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
+            shared: match moe.shared_expert_intermediate_size {
+                Some(width) => Some(Box::new((
+                    Mlp::load_width(cfg, width, w, &format!("{prefix}.shared_expert"))?,
+                    w.linear(&format!("{prefix}.shared_expert_gate"), 1, hidden, false)?,
+                ))),
+                None => None,
+            },
         })
     }
 
@@ -84,7 +96,13 @@ impl SparseMoeBlock {
         // [B, L, k, hidden] weighted by [B, L, 1, k]: one product per token.
         let y = self.switch_mlp.forward(&x, &inds)?;
         let w = scores.as_dtype(y.dtype())?;
-        Ok(w.matmul(&y)?.reshape(&[b, l, hidden])?)
+        let routed = w.matmul(&y)?.reshape(&[b, l, hidden])?;
+        let Some((mlp, gate)) = self.shared.as_deref() else {
+            return Ok(routed);
+        };
+        let x = x.reshape(&[b, l, hidden])?;
+        let shared = mlp.forward(&x)?.multiply(ops::sigmoid(gate.forward(&x)?)?)?;
+        Ok(routed.add(shared.as_dtype(routed.dtype())?)?)
     }
 
     pub(super) fn arrays(&self) -> Vec<&Array> {
@@ -92,6 +110,11 @@ impl SparseMoeBlock {
         let m = &self.switch_mlp;
         for p in [&m.gate_up, &m.down_proj] {
             v.extend(p.0.arrays());
+        }
+        if let Some((mlp, gate)) = self.shared.as_deref() {
+            v.extend(mlp.gate_up.arrays());
+            v.extend(mlp.down_proj.arrays());
+            v.extend(gate.arrays());
         }
         v
     }

@@ -45,7 +45,9 @@ impl Shape {
                 norm_topk_prob: true,
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
+                shared_expert_intermediate_size: None,
             }),
+            hybrid: None,
         }
     }
 

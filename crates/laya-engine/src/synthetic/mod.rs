@@ -91,17 +91,50 @@ fn tensors(cfg: &ModelConfig) -> Vec<(String, Vec<i32>, bool)> {
     add("model.embed_tokens.weight".into(), &[cfg.vocab_size, h], false);
     for l in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{l}");
-        for (name, out) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+        let linear = cfg.hybrid.as_ref().filter(|h| h.linear_layers[l as usize]);
+        if let Some(hy) = linear {
+            // A Gated DeltaNet layer in mlx-community's layout (conv1d `[C, K, 1]`).
+            let a = format!("{p}.linear_attn");
+            let (c, vd, hv) = (
+                hy.conv_channels(),
+                hy.linear_num_value_heads * hy.linear_value_head_dim,
+                hy.linear_num_value_heads,
+            );
+            add(format!("{a}.in_proj_qkv.weight"), &[c, h], false);
+            add(format!("{a}.in_proj_z.weight"), &[vd, h], false);
+            add(format!("{a}.in_proj_b.weight"), &[hv, h], false);
+            add(format!("{a}.in_proj_a.weight"), &[hv, h], false);
+            add(
+                format!("{a}.conv1d.weight"),
+                &[c, hy.linear_conv_kernel_dim, 1],
+                false,
+            );
+            // A_log near 0 (decay rates near 1) and a dt_bias of ones.
+            add(format!("{a}.A_log"), &[hv], false);
+            add(format!("{a}.dt_bias"), &[hv], true);
+            add(format!("{a}.norm.weight"), &[hy.linear_value_head_dim], true);
+            add(format!("{a}.out_proj.weight"), &[h, vd], false);
+        }
+        // A gated attention's q_proj gives each head its gate too.
+        let q_rows = if cfg.hybrid.is_some() { 2 * q } else { q };
+        let attention = if linear.is_some() {
+            vec![]
+        } else {
+            vec![("q_proj", q_rows), ("k_proj", kv), ("v_proj", kv)]
+        };
+        for (name, out) in attention {
             add(format!("{p}.self_attn.{name}.weight"), &[out, h], false);
             if cfg.arch == Arch::Qwen2 {
                 add(format!("{p}.self_attn.{name}.bias"), &[out], false);
             }
         }
-        if cfg.arch != Arch::Qwen2 {
-            add(format!("{p}.self_attn.q_norm.weight"), &[hd], true);
-            add(format!("{p}.self_attn.k_norm.weight"), &[hd], true);
+        if linear.is_none() {
+            if cfg.arch != Arch::Qwen2 {
+                add(format!("{p}.self_attn.q_norm.weight"), &[hd], true);
+                add(format!("{p}.self_attn.k_norm.weight"), &[hd], true);
+            }
+            add(format!("{p}.self_attn.o_proj.weight"), &[h, q], false);
         }
-        add(format!("{p}.self_attn.o_proj.weight"), &[h, q], false);
         match cfg.moe.as_ref().filter(|m| m.is_sparse(l)) {
             Some(m) => {
                 let (e, mi) = (m.num_experts, m.moe_intermediate_size);
@@ -143,6 +176,7 @@ pub fn tiny() -> ModelConfig {
         rms_norm_eps: 1e-6,
         tie_word_embeddings: true,
         moe: None,
+        hybrid: None,
     }
 }
 
@@ -153,6 +187,7 @@ pub fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> Strin
         Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
         Arch::Qwen3Moe => ("Qwen3MoeForCausalLM", "qwen3_moe"),
+        Arch::Qwen35 => ("Qwen3_5ForConditionalGeneration", "qwen3_5"),
     };
     let mut v = serde_json::json!({
         "architectures": [arch.0],
@@ -176,6 +211,33 @@ pub fn config_json(cfg: &ModelConfig, quantization: Option<(i32, i32)>) -> Strin
         v["norm_topk_prob"] = m.norm_topk_prob.into();
         v["decoder_sparse_step"] = m.decoder_sparse_step.into();
         v["mlp_only_layers"] = m.mlp_only_layers.clone().into();
+    }
+    if let Some(h) = &cfg.hybrid {
+        // Qwen3.5's layout: the text model's settings nested, as its multimodal configs are.
+        let types: Vec<&str> = h
+            .linear_layers
+            .iter()
+            .map(|&l| if l { "linear_attention" } else { "full_attention" })
+            .collect();
+        let mut text = v.clone();
+        text["model_type"] = "qwen3_5_text".into();
+        text["linear_num_key_heads"] = h.linear_num_key_heads.into();
+        text["linear_num_value_heads"] = h.linear_num_value_heads.into();
+        text["linear_key_head_dim"] = h.linear_key_head_dim.into();
+        text["linear_value_head_dim"] = h.linear_value_head_dim.into();
+        text["linear_conv_kernel_dim"] = h.linear_conv_kernel_dim.into();
+        text["layer_types"] = types.into();
+        text["rope_parameters"] = serde_json::json!({
+            "rope_type": "default",
+            "rope_theta": cfg.rope_theta,
+            "partial_rotary_factor": h.rope_dims as f32 / cfg.head_dim as f32,
+        });
+        v = serde_json::json!({
+            "architectures": [arch.0],
+            "model_type": arch.1,
+            "tie_word_embeddings": cfg.tie_word_embeddings,
+            "text_config": text,
+        });
     }
     if let Some((group_size, bits)) = quantization {
         v["quantization"] = serde_json::json!({ "group_size": group_size, "bits": bits });

@@ -3,8 +3,9 @@
 //! rms_norm, RoPE, attention with causal masks and GQA, the strided inputs the model feeds MLX,
 //! decode steps over the KV cache), broken model files (`engine_load`: missing, truncated,
 //! corrupt, of the wrong kind), safetensors folders (`engine_safetensors`: HF bf16 and
-//! mlx-community quantized, sharded, in the pool), and agreement with llama.cpp on the real
-//! 0.5B (`engine_reference`, with `tests/data/reference-0.5b.json`).
+//! mlx-community quantized, sharded, in the pool), agreement with llama.cpp on the real 0.5B
+//! (`engine_reference`, with `tests/data/reference-0.5b.json`) and with mlx-lm's Qwen3.5 on
+//! tiny models (`engine_qwen35`, with `tests/data/qwen35-reference.json`).
 //!
 //! Invariants: every test that builds MLX graphs takes [`mlx`] first, which also selects the
 //! device `LAYA_DEVICE` names (default cpu), so `scripts/gpu/cuda-ops.sh` runs `mlx_ops::` on
@@ -12,6 +13,7 @@
 //! is skipped, saying so.
 
 mod engine_load;
+mod engine_qwen35;
 mod engine_reference;
 mod engine_safetensors;
 mod mlx_ops;
