@@ -155,12 +155,7 @@ fn run_typist(
     use super::typist::{self, Typist, Wire};
     let typist = Typist::default();
     let completion = settings_for(cfg, None)?;
-    let rt = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?,
-    );
+    let rt = Arc::new(runtime()?);
     let (server, label) = server(cfg, log.clone())?;
     let (mut process, engine) = match server {
         Server::Process(p) => (Some(p), None),
@@ -256,6 +251,13 @@ fn run_typist(
     })
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 /// The server for the typist and explicit runs: one in this process on `cfg.target`, or the
 /// LSP process `cfg.lsp_command`; its label.
 enum Server {
@@ -286,12 +288,7 @@ fn run_explicit(
     log: impl Fn(&str) + Clone + Send + 'static,
 ) -> Result<Report, String> {
     use super::typist::{self, Wire};
-    let rt = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?,
-    );
+    let rt = Arc::new(runtime()?);
     let (server, label) = server(cfg, log.clone())?;
     let (mut process, mut in_process) = match server {
         Server::Process(p) => (Some(p), None),

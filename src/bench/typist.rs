@@ -220,11 +220,9 @@ pub fn initialize(wire: &mut dyn Wire, completion: &Value) -> Result<(), String>
     wire.notify("initialized", json!({}))
 }
 
-/// An explicit request (triggerKind 1, the user's key for a suggestion) at the case's cursor,
-/// on the document opened for it as document `n`: the time from the request to its answer,
-/// and the first suggestion's text.
-pub fn explicit(wire: &mut dyn Wire, case: &Case, n: usize) -> Result<(f64, Option<String>), String> {
-    let uri = format!("file:///bench/{n}/{}", case.file_name);
+/// Open the case's document (its prefix and suffix) as `uri`; the cursor's line and UTF-8
+/// column.
+fn open(wire: &mut dyn Wire, uri: &str, case: &Case) -> Result<(u32, u32), String> {
     wire.notify(
         "textDocument/didOpen",
         json!({ "textDocument": { "uri": uri, "languageId": case.language, "version": 1,
@@ -232,6 +230,15 @@ pub fn explicit(wire: &mut dyn Wire, case: &Case, n: usize) -> Result<(f64, Opti
     )?;
     let line = case.prefix.matches('\n').count() as u32;
     let col = (case.prefix.len() - case.prefix.rfind('\n').map_or(0, |i| i + 1)) as u32;
+    Ok((line, col))
+}
+
+/// An explicit request (triggerKind 1, the user's key for a suggestion) at the case's cursor,
+/// on the document opened for it as document `n`: the time from the request to its answer,
+/// and the first suggestion's text.
+pub fn explicit(wire: &mut dyn Wire, case: &Case, n: usize) -> Result<(f64, Option<String>), String> {
+    let uri = format!("file:///bench/{n}/{}", case.file_name);
+    let (line, col) = open(wire, &uri, case)?;
     let sent = Instant::now();
     let id = wire.start(
         "textDocument/inlineCompletion",
@@ -352,13 +359,7 @@ pub fn replay(
     steps: &mut Vec<Step>,
 ) -> Result<Run, String> {
     let uri = format!("file:///bench/{}", case.file_name);
-    wire.notify(
-        "textDocument/didOpen",
-        json!({ "textDocument": { "uri": uri, "languageId": case.language, "version": 1,
-                "text": format!("{}{}", case.prefix, case.suffix) } }),
-    )?;
-    let line = case.prefix.matches('\n').count() as u32;
-    let col0 = (case.prefix.len() - case.prefix.rfind('\n').map_or(0, |i| i + 1)) as u32;
+    let (line, col0) = open(wire, &uri, case)?;
     let chars: Vec<char> = case.expected.chars().collect();
     let times = typist.schedule(&case.expected, seed_of(&case.id));
     let line_after = case.suffix.split('\n').next().unwrap_or("");
