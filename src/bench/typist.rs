@@ -459,9 +459,15 @@ pub fn replay(
                         "contentChanges": [{ "range": { "start": at(s), "end": at(e) }, "text": text }] }),
             )?;
             typed.push_str(&text);
+            // The cursor after the accepted text, on a later line when it holds line breaks.
+            let after = match text.rfind('\n') {
+                Some(i) => json!({ "line": line + text.matches('\n').count() as u32,
+                                   "character": text.len() - i - 1 }),
+                None => position(&typed),
+            };
             let id = wire.start(
                 "textDocument/inlineCompletion",
-                json!({ "textDocument": { "uri": uri }, "position": position(&typed), "context": { "triggerKind": 2 } }),
+                json!({ "textDocument": { "uri": uri }, "position": after, "context": { "triggerKind": 2 } }),
             )?;
             pending.insert(
                 id,
