@@ -204,20 +204,23 @@ pub fn initialize(wire: &mut dyn Wire, completion: &Value) -> Result<(), String>
             "initializationOptions": { "completion": completion },
         }),
     )?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match wire.next_answer(deadline)? {
-            Some((got, msg)) if got == id => {
-                if msg["result"]["capabilities"]["positionEncoding"] != "utf-8" {
-                    return Err(format!("the server did not take UTF-8 positions: {msg}"));
-                }
-                break;
-            }
-            Some(_) => {}
-            None => return Err("no answer to initialize within 60 s".into()),
-        }
+    let msg = answer(wire, id, Duration::from_secs(60))?.ok_or("no answer to initialize within 60 s")?;
+    if msg["result"]["capabilities"]["positionEncoding"] != "utf-8" {
+        return Err(format!("the server did not take UTF-8 positions: {msg}"));
     }
     wire.notify("initialized", json!({}))
+}
+
+/// The answer to request `id` within `within`, passing over answers to others; `None` when
+/// it did not come.
+fn answer(wire: &mut dyn Wire, id: u64, within: Duration) -> Result<Option<Value>, String> {
+    let deadline = Instant::now() + within;
+    while let Some((got, msg)) = wire.next_answer(deadline)? {
+        if got == id {
+            return Ok(Some(msg));
+        }
+    }
+    Ok(None)
 }
 
 /// Open the case's document (its prefix and suffix) as `uri`; the cursor's line and UTF-8
@@ -245,14 +248,8 @@ pub fn explicit(wire: &mut dyn Wire, case: &Case, n: usize) -> Result<(f64, Opti
         json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": col },
                 "context": { "triggerKind": 1 } }),
     )?;
-    let deadline = sent + Duration::from_secs(300);
-    let answer = loop {
-        match wire.next_answer(deadline)? {
-            Some((got, msg)) if got == id => break msg,
-            Some(_) => {}
-            None => return Err(format!("{}: no answer within 300 s", case.id)),
-        }
-    };
+    let answer = answer(wire, id, Duration::from_secs(300))?
+        .ok_or_else(|| format!("{}: no answer within 300 s", case.id))?;
     let ms = sent.elapsed().as_secs_f64() * 1e3;
     if let Some(e) = answer.get("error") {
         return Err(format!("{}: {e}", case.id));

@@ -146,11 +146,7 @@ impl Aheads {
         self.by_doc.clear();
     }
 
-    /// Answers ahead now held (computing or computed).
-    pub fn len(&self) -> usize {
-        self.by_doc.len()
-    }
-
+    /// Whether no answer ahead is held (computing or computed).
     pub fn is_empty(&self) -> bool {
         self.by_doc.is_empty()
     }
