@@ -10,8 +10,8 @@
 //! `kernel - 1` rows of its convolution's input and the delta rule's matrix per value head.
 //! Such a state cannot be cut back to an earlier position; it can only be replaced by a state
 //! kept from that position (a checkpoint). The cache keeps the state before its last update,
-//! so the last forward can be undone, and the states [`checkpoint`] asked it to keep (at most
-//! [`KEPT`], spread out); [`restorable`] says which earlier lengths a set of a model's caches
+//! so the last forward can be undone, the states [`checkpoint`] asked it to keep (at most
+//! [`KEPT`], spread out) and the one at its prompt's end ([`checkpoint_end`]); [`restorable`] says which earlier lengths a set of a model's caches
 //! can return to and [`rewind`] returns them there, every layer alike: never a later state,
 //! never a zero state beside keys of a longer prefix.
 
@@ -37,10 +37,14 @@ pub struct KvCache {
     previous: Option<(usize, Recurrent)>,
     /// States kept on purpose ([`KvCache::keep`]), offsets ascending, at most [`KEPT`].
     kept: Vec<(usize, Recurrent)>,
+    /// The state at the end of the last prompt ([`KvCache::keep_end`]), until the next's:
+    /// the same prompt again starts from it.
+    end: Option<(usize, Recurrent)>,
 }
 
-/// Checkpoints a recurrent layer keeps at most (besides the state before its last update).
-pub(crate) const KEPT: usize = 4;
+/// Checkpoints a recurrent layer keeps at most (besides the state before its last update and
+/// the one at its prompt's end).
+pub(crate) const KEPT: usize = 3;
 
 /// A Gated DeltaNet layer's state: the convolution's last inputs `[B, kernel - 1, channels]`
 /// and the recurrence's state `[B, value_heads, value_dim, key_dim]` (f32).
@@ -98,8 +102,8 @@ impl KvCache {
     }
 
     /// Keeps a recurrent layer's state at its offset as a checkpoint (nothing for keys and
-    /// values, nor at offset 0). Past [`KEPT`] checkpoints, the one closest to the one before
-    /// it goes (never the newest): they stay spread over the prompt.
+    /// values, nor at offset 0). Past [`KEPT`] checkpoints, the one whose neighbours are
+    /// closest goes (never the newest): they stay spread over the prompt.
     pub(crate) fn keep(&mut self) {
         let Some(state) = &self.recurrent else { return };
         if self.offset == 0 || self.kept.last().is_some_and(|(at, _)| *at >= self.offset) {
@@ -107,12 +111,26 @@ impl KvCache {
         }
         self.kept.push((self.offset, state.clone()));
         if self.kept.len() > KEPT {
-            let gap = |i: usize| self.kept[i].0 - if i == 0 { 0 } else { self.kept[i - 1].0 };
+            // The gap left where checkpoint `i` goes.
+            let gap = |i: usize| self.kept[i + 1].0 - if i == 0 { 0 } else { self.kept[i - 1].0 };
             let closest = (0..self.kept.len() - 1)
                 .min_by_key(|&i| gap(i))
                 .expect("two or more");
             self.kept.remove(closest);
         }
+    }
+
+    /// Keeps a recurrent layer's state at its offset as the prompt's end (nothing for keys and
+    /// values), in place of the last prompt's.
+    pub(crate) fn keep_end(&mut self) {
+        if let Some(state) = self.recurrent.as_ref().filter(|_| self.offset > 0) {
+            self.end = Some((self.offset, state.clone()));
+        }
+    }
+
+    /// The states besides the current one: before the last update, kept, at the prompt's end.
+    fn saved(&self) -> impl Iterator<Item = &(usize, Recurrent)> {
+        self.previous.iter().chain(&self.kept).chain(&self.end)
     }
 
     /// Drops the state before the last update (a store keeps only chosen checkpoints).
@@ -123,8 +141,7 @@ impl KvCache {
     /// Lengths below the offset this cache can go back to (a recurrent layer's checkpoints).
     #[cfg(test)]
     pub(crate) fn checkpoints(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = self.kept.iter().map(|(at, _)| *at).collect();
-        v.extend(self.previous.iter().map(|(at, _)| *at));
+        let mut v: Vec<usize> = self.saved().map(|(at, _)| *at).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -140,9 +157,7 @@ impl KvCache {
         if self.offset <= len {
             return self.offset;
         }
-        self.previous
-            .iter()
-            .chain(&self.kept)
+        self.saved()
             .map(|(at, _)| *at)
             .filter(|&at| at <= len)
             .max()
@@ -207,26 +222,29 @@ impl KvCache {
         }
         // `to` is a checkpoint's offset or 0 (a fresh, zero state).
         let to = self.restorable(len);
-        let previous = self.previous.take().filter(|(at, _)| *at <= to);
+        self.previous = self.previous.take().filter(|(at, _)| *at <= to);
         self.kept.retain(|(at, _)| *at <= to);
-        self.recurrent = previous
-            .iter()
-            .chain(&self.kept)
+        self.end = self.end.take().filter(|(at, _)| *at <= to);
+        let restored = self
+            .saved()
             .find(|(at, _)| *at == to && to > 0)
             .map(|(_, state)| state.clone());
-        self.previous = previous.filter(|(at, _)| *at < to);
+        self.recurrent = restored;
+        self.previous = self.previous.take().filter(|(at, _)| *at < to);
         self.offset = to;
     }
 
-    /// Bytes held by the buffers (whole capacity, like mlx-lm) and recurrent states (the
-    /// state before the last update once, when it is also kept).
+    /// Bytes held by the buffers (whole capacity, like mlx-lm) and recurrent states (a state
+    /// saved under two names, as the one before the last update and a kept one, once).
     pub(crate) fn nbytes(&self) -> usize {
-        let previous = self
-            .previous
-            .iter()
-            .filter(|(at, _)| !self.kept.iter().any(|(k, _)| k == at));
-        let kept = previous.chain(&self.kept).flat_map(|(_, r)| r.arrays());
-        self.arrays().chain(kept).map(Array::nbytes).sum()
+        let mut seen = vec![];
+        let saved = self.saved().filter(|(at, _)| {
+            let new = !seen.contains(at);
+            seen.push(*at);
+            new
+        });
+        let saved = saved.flat_map(|(_, r)| r.arrays());
+        self.arrays().chain(saved).map(Array::nbytes).sum()
     }
 
     /// The buffers or the recurrent state, to evaluate after a prefill chunk.
@@ -273,6 +291,7 @@ impl KvCache {
             recurrent,
             previous: None,
             kept: vec![],
+            end: None,
         })
     }
 
@@ -310,6 +329,12 @@ pub(crate) fn restorable(caches: &[KvCache], len: usize) -> usize {
 /// Keeps every recurrent layer's state at its offset as a checkpoint ([`KvCache::keep`]).
 pub(crate) fn checkpoint(caches: &mut [KvCache]) {
     caches.iter_mut().for_each(KvCache::keep);
+}
+
+/// Keeps every recurrent layer's state at its offset as the prompt's end
+/// ([`KvCache::keep_end`]).
+pub(crate) fn checkpoint_end(caches: &mut [KvCache]) {
+    caches.iter_mut().for_each(KvCache::keep_end);
 }
 
 /// Cuts a model's `caches` back to [`restorable`]`(caches, len)`, every layer to the same

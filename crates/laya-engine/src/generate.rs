@@ -246,7 +246,7 @@ pub(crate) enum Control {
     Stop,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(crate) struct GenerateOutput {
     pub(crate) candidates: Vec<Vec<u32>>,
     pub(crate) finish_reasons: Vec<FinishReason>,
@@ -270,6 +270,17 @@ pub(crate) struct GenerateOutput {
     pub(crate) decode_build_time: Duration,
     /// … and waiting for their tokens to reach the host; the rest is the token callbacks.
     pub(crate) decode_wait_time: Duration,
+    /// The last prompt position's logits (`[1, vocab]`), once the whole prompt has run.
+    pub(crate) prompt_logits: Option<Array>,
+}
+
+/// Where a generation's first logits come from.
+pub(crate) enum Start<'a> {
+    /// These ids run after what the caches hold.
+    Prefill(&'a [u32]),
+    /// The caches hold the whole prompt already, and these are its last position's logits
+    /// (`[1, vocab]`).
+    Ready(Array),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -331,6 +342,22 @@ pub(crate) fn generate_paced(
     req: &GenerateRequest,
     cancel: &Cancel,
     pacing: Pacing,
+    on_token: impl FnMut(usize, u32) -> Control,
+) -> Result<GenerateOutput, GenerateError> {
+    let first = Start::Prefill(prompt_ids);
+    generate_from(model, caches, first, req, cancel, pacing, on_token)
+}
+
+/// [`generate_paced`] from `first`: a prompt to run, or the logits of one the caches hold. A
+/// model with recurrent layers keeps its state at the prompt's end
+/// ([`crate::cache::checkpoint_end`]).
+pub(crate) fn generate_from(
+    model: &Model,
+    caches: &mut [KvCache],
+    first: Start<'_>,
+    req: &GenerateRequest,
+    cancel: &Cancel,
+    pacing: Pacing,
     mut on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<GenerateOutput, GenerateError> {
     let start = Instant::now();
@@ -338,7 +365,11 @@ pub(crate) fn generate_paced(
     if n == 0 {
         return Err(GenerateError::NoCandidates);
     }
-    if prompt_ids.is_empty() {
+    let (prompt_ids, ready) = match first {
+        Start::Prefill(ids) => (ids, None),
+        Start::Ready(logits) => (&[][..], Some(logits)),
+    };
+    if prompt_ids.is_empty() && ready.is_none() {
         return Err(GenerateError::EmptyPrompt);
     }
     // An id past the embedding table would read outside it.
@@ -364,18 +395,29 @@ pub(crate) fn generate_paced(
         decode_forwards: 0,
         decode_build_time: Duration::ZERO,
         decode_wait_time: Duration::ZERO,
+        prompt_logits: None,
     };
-    let anchor = req
-        .anchor
-        .and_then(|a| a.checked_sub(base))
-        .filter(|&a| a > 0 && a < prompt_ids.len());
-    let p = prefill_anchored(model, caches, prompt_ids, cancel, pacing, anchor)?;
-    out.prefill_tokens = p.tokens;
-    out.prefill_time = start.elapsed();
-    let Some(logits) = p.logits else {
-        out.finish_reasons = vec![FinishReason::Cancelled; n];
-        return Ok(out);
+    let logits = match ready {
+        Some(logits) => logits,
+        None => {
+            let anchor = req
+                .anchor
+                .and_then(|a| a.checked_sub(base))
+                .filter(|&a| a > 0 && a < prompt_ids.len());
+            let p = prefill_anchored(model, caches, prompt_ids, cancel, pacing, anchor)?;
+            out.prefill_tokens = p.tokens;
+            out.prefill_time = start.elapsed();
+            let Some(logits) = p.logits else {
+                out.finish_reasons = vec![FinishReason::Cancelled; n];
+                return Ok(out);
+            };
+            if model.is_recurrent() {
+                crate::cache::checkpoint_end(caches);
+            }
+            logits
+        }
     };
+    out.prompt_logits = Some(logits.clone());
     if req.max_tokens == 0 {
         return Ok(out);
     }

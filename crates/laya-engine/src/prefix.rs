@@ -6,13 +6,17 @@
 //! happen in place, with no copy of the buffers), trimmed to that prefix; the caller puts the
 //! extended sequence back when it is done. A model with recurrent layers (Qwen3.5) can go
 //! back only to a length its states were kept at ([`crate::cache::restorable`]): its reuse is
-//! the longest such length within the common prefix, never a later one. Bounded by entry
-//! count and by bytes, least recently used first out.
+//! the longest such length within the common prefix, never a later one. An entry also keeps
+//! its prompt's last logits, so the same prompt again runs no forward before its first token
+//! (a recurrent model keeps its state at the prompt's end for it). Bounded by entry count and
+//! by bytes, least recently used first out.
+
+use mlx_rs::Array;
 
 use crate::{
     cache::{restorable, rewind, KvCache},
     cancel::Cancel,
-    generate::{generate_paced, Control, GenerateError, GenerateOutput, GenerateRequest, Pacing},
+    generate::{generate_from, Control, GenerateError, GenerateOutput, GenerateRequest, Pacing, Start},
     models::Model,
 };
 
@@ -37,14 +41,35 @@ impl Default for PrefixLimits {
 struct Entry {
     ids: Vec<u32>,
     caches: Vec<KvCache>,
+    /// The logits after the first `len` ids (a prompt's last position), `[1, vocab]`.
+    end: Option<(usize, Array)>,
     bytes: usize,
     last_used: u64,
 }
 
-/// A hit: how many leading ids the caches already hold.
+impl Entry {
+    /// The length this entry's caches can give `ids`: all of them where it ran exactly that
+    /// prompt and kept its logits, else the longest length within the common prefix, short of
+    /// the last id, its recurrent states can go back to.
+    fn reuse_for(&self, ids: &[u32]) -> usize {
+        let common = common_prefix(&self.ids, ids);
+        let n = ids.len();
+        if self.end.as_ref().is_some_and(|(len, _)| *len == n)
+            && common >= n
+            && restorable(&self.caches, n) == n
+        {
+            return n;
+        }
+        restorable(&self.caches, common.min(n.saturating_sub(1)))
+    }
+}
+
+/// A hit: how many leading ids the caches already hold, and the logits after them when that
+/// is the whole prompt.
 pub(crate) struct Reuse {
     pub(crate) reused: usize,
     pub(crate) caches: Vec<KvCache>,
+    pub(crate) logits: Option<Array>,
 }
 
 pub(crate) struct PrefixStore {
@@ -94,33 +119,37 @@ impl PrefixStore {
     }
 
     /// Take out the entry sharing the longest prefix with `ids`, trimmed to that prefix and
-    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits), and
-    /// further to a length its recurrent states can go back to. `None` when nothing shares
-    /// even one id.
+    /// to at most `ids.len() - 1` (the last prompt id must run to give the next logits) unless
+    /// the entry kept the logits of exactly `ids`, and further to a length its recurrent
+    /// states can go back to. `None` when nothing shares even one id.
     pub(crate) fn take(&mut self, ids: &[u32]) -> Option<Reuse> {
-        let limit = ids.len().saturating_sub(1);
         let (best, len) = self
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, restorable(&e.caches, common_prefix(&e.ids, ids).min(limit))))
+            .map(|(i, e)| (i, e.reuse_for(ids)))
             .max_by_key(|&(i, len)| (len, self.entries[i].last_used))?;
         if len == 0 {
             return None;
         }
         let mut entry = self.entries.swap_remove(best);
         rewind(&mut entry.caches, len);
+        let logits = entry
+            .end
+            .filter(|(at, _)| *at == len && len == ids.len())
+            .map(|(_, l)| l);
         Some(Reuse {
             reused: len,
             caches: entry.caches,
+            logits,
         })
     }
 
-    /// Keep `caches`, which hold `ids` (or a prefix of them: `ids` is cut to what they hold).
-    /// Entries that are a prefix of the new one go where it covers them (it can go back to
-    /// their length: always, without recurrent layers); then the least recently used go
-    /// until the limits hold.
-    pub(crate) fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>) {
+    /// Keep `caches`, which hold `ids` (or a prefix of them: `ids` is cut to what they hold),
+    /// with `end`, the logits after a prompt's first ids, where known. Entries that are a
+    /// prefix of the new one go where it covers them (it can go back to their length: always,
+    /// without recurrent layers); then the least recently used go until the limits hold.
+    pub(crate) fn insert(&mut self, mut ids: Vec<u32>, caches: Vec<KvCache>, end: Option<(usize, Array)>) {
         if self.limits.max_entries == 0 {
             return;
         }
@@ -137,10 +166,13 @@ impl PrefixStore {
             !(n <= ids.len() && ids[..n] == e.ids[..] && restorable(&caches, n) == n)
         });
         self.clock += 1;
-        let bytes = caches.iter().map(KvCache::nbytes).sum();
+        let end = end.filter(|(len, _)| *len <= ids.len());
+        let bytes =
+            caches.iter().map(KvCache::nbytes).sum::<usize>() + end.as_ref().map_or(0, |(_, l)| l.nbytes());
         self.entries.push(Entry {
             ids,
             caches,
+            end,
             bytes,
             last_used: self.clock,
         });
@@ -184,9 +216,9 @@ pub(crate) fn generate_with_store_paced(
     on_token: impl FnMut(usize, u32) -> Control,
 ) -> Result<(GenerateOutput, usize), GenerateError> {
     let hit = store.and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take(ids));
-    let (reused, mut caches) = match hit {
-        Some(h) => (h.reused, h.caches),
-        None => (0, model.new_caches()),
+    let (reused, mut caches, ready) = match hit {
+        Some(h) => (h.reused, h.caches, h.logits),
+        None => (0, model.new_caches(), None),
     };
     // Drafts are looked up in the whole prompt: hand them the cached part too (only then).
     let drafting;
@@ -199,12 +231,19 @@ pub(crate) fn generate_with_store_paced(
     } else {
         req
     };
-    let out = generate_paced(model, &mut caches, &ids[reused..], req, cancel, pacing, on_token)?;
+    let first = match ready {
+        Some(logits) => Start::Ready(logits),
+        None => Start::Prefill(&ids[reused..]),
+    };
+    let out = generate_from(model, &mut caches, first, req, cancel, pacing, on_token)?;
     if let Some(s) = store {
         // The caches hold a prefix of this (`insert` cuts it to what they hold).
         let mut seq = ids.to_vec();
         seq.extend_from_slice(&out.candidates[0]);
-        s.lock().unwrap_or_else(|p| p.into_inner()).insert(seq, caches);
+        let end = out.prompt_logits.clone().map(|l| (ids.len(), l));
+        s.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(seq, caches, end);
     }
     Ok((out, reused))
 }
@@ -227,8 +266,8 @@ mod tests {
     fn takes_the_longest_shared_prefix_and_leaves_one_id_to_run() {
         let model = tiny_model(Arch::Qwen2, 3);
         let mut store = PrefixStore::new(PrefixLimits::default());
-        store.insert(vec![1, 2, 3, 4], filled(&model, &[1, 2, 3, 4]));
-        store.insert(vec![1, 2, 9], filled(&model, &[1, 2, 9]));
+        store.insert(vec![1, 2, 3, 4], filled(&model, &[1, 2, 3, 4]), None);
+        store.insert(vec![1, 2, 9], filled(&model, &[1, 2, 9]), None);
         assert_eq!(store.len(), 2);
         let hit = store.take(&[1, 2, 3, 7, 8]).unwrap();
         assert_eq!(hit.reused, 3);
@@ -247,28 +286,28 @@ mod tests {
             max_entries: 2,
             max_bytes: usize::MAX,
         });
-        store.insert(vec![1, 2], filled(&model, &[1, 2]));
-        store.insert(vec![1, 2, 3], filled(&model, &[1, 2, 3]));
+        store.insert(vec![1, 2], filled(&model, &[1, 2]), None);
+        store.insert(vec![1, 2, 3], filled(&model, &[1, 2, 3]), None);
         assert_eq!(store.len(), 1);
-        store.insert(vec![4], filled(&model, &[4]));
-        store.insert(vec![5], filled(&model, &[5]));
+        store.insert(vec![4], filled(&model, &[4]), None);
+        store.insert(vec![5], filled(&model, &[5]), None);
         assert_eq!(store.len(), 2);
         assert!(store.take(&[1, 2, 3, 4]).is_none(), "the oldest went first");
         // Ids longer than the caches are cut to what the caches hold.
-        store.insert(vec![7, 7, 7, 7], filled(&model, &[7, 7]));
+        store.insert(vec![7, 7, 7, 7], filled(&model, &[7, 7]), None);
         assert_eq!(store.take(&[7, 7, 7, 7]).unwrap().reused, 2);
         // A byte limit below one entry keeps nothing.
         let mut tiny = PrefixStore::new(PrefixLimits {
             max_entries: 8,
             max_bytes: 1,
         });
-        tiny.insert(vec![1], filled(&model, &[1]));
+        tiny.insert(vec![1], filled(&model, &[1]), None);
         assert!(tiny.is_empty());
         let mut off = PrefixStore::new(PrefixLimits {
             max_entries: 0,
             max_bytes: usize::MAX,
         });
-        off.insert(vec![1], filled(&model, &[1]));
+        off.insert(vec![1], filled(&model, &[1]), None);
         assert!(off.is_empty());
     }
 
@@ -332,7 +371,7 @@ mod tests {
         let model = tiny_model(Arch::Qwen2, 5);
         let ids: Vec<u32> = (1..30).collect();
         let mut store = PrefixStore::new(PrefixLimits::default());
-        store.insert(ids[..20].to_vec(), filled(&model, &ids[..20]));
+        store.insert(ids[..20].to_vec(), filled(&model, &ids[..20]), None);
         let hit = store.take(&ids).unwrap();
         let mut caches = hit.caches;
         let tail = &ids[hit.reused..];

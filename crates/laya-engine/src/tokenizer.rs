@@ -28,6 +28,10 @@ use crate::family::Family;
 /// Qwen2's pre-tokenizer split regex (as in its tokenizer.json and llama.cpp's `qwen2` pre type).
 pub(crate) const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5's: Qwen2's with combining marks (`\p{M}`) kept with the letters they mark
+/// (llama.cpp's `qwen35` pre type).
+const QWEN35_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// GGUF `tokenizer.ggml.token_type` values (llama.cpp `llama_token_type`).
 mod token_type {
     pub(crate) const UNKNOWN: i32 = 2;
@@ -52,7 +56,7 @@ pub enum TokenizerError {
     )]
     UnsupportedModel { path: PathBuf, found: String },
     #[error(
-        "{}: tokenizer.ggml.pre is {found:?}; laya supports only the \"qwen2\" pre-tokenizer",
+        "{}: tokenizer.ggml.pre is {found:?}; laya supports the \"qwen2\" and \"qwen35\" pre-tokenizers",
         path.display()
     )]
     UnsupportedPreTokenizer { path: PathBuf, found: String },
@@ -138,7 +142,7 @@ impl Tokenizer {
     }
 
     /// Build the tokenizer from a GGUF file's `tokenizer.ggml.*` metadata (`gpt2` model,
-    /// `qwen2` pre-tokenizer).
+    /// `qwen2` or `qwen35` pre-tokenizer).
     pub(crate) fn from_gguf(gguf: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         let path = gguf.path();
         let model = gguf.get_str("tokenizer.ggml.model")?;
@@ -148,13 +152,16 @@ impl Tokenizer {
                 found: model.to_owned(),
             });
         }
-        let pre = gguf.get_str("tokenizer.ggml.pre")?;
-        if pre != "qwen2" {
-            return Err(TokenizerError::UnsupportedPreTokenizer {
-                path: path.to_path_buf(),
-                found: pre.to_owned(),
-            });
-        }
+        let split_regex = match gguf.get_str("tokenizer.ggml.pre")? {
+            "qwen2" => QWEN2_SPLIT_REGEX,
+            "qwen35" => QWEN35_SPLIT_REGEX,
+            pre => {
+                return Err(TokenizerError::UnsupportedPreTokenizer {
+                    path: path.to_path_buf(),
+                    found: pre.to_owned(),
+                })
+            }
+        };
         let invalid = |reason: String| TokenizerError::Invalid {
             path: path.to_path_buf(),
             reason,
@@ -203,7 +210,7 @@ impl Tokenizer {
             .map_err(|e| invalid(format!("cannot build BPE: {e}")))?;
 
         let split = Split::new(
-            SplitPattern::Regex(QWEN2_SPLIT_REGEX.into()),
+            SplitPattern::Regex(split_regex.into()),
             SplitDelimiterBehavior::Isolated,
             false,
         )
@@ -889,6 +896,23 @@ pub(crate) mod tests {
             tok.special_tokens(Family::Qwen25Coder),
             Err(TokenizerError::MissingSpecialToken(_))
         ));
+    }
+
+    /// Qwen3.5's pre-tokenizer keeps a combining mark with its letter, Qwen2's splits it off:
+    /// `e` + U+0301 (bytes CC 81, byte-level `Ìģ`) merges into one token only with the first.
+    #[test]
+    fn the_qwen35_pre_tokenizer_keeps_marks_with_their_letters() {
+        let encode = |pre: &str| {
+            let mut w = GgufWriter::new();
+            w.str("tokenizer.ggml.model", "gpt2")
+                .str("tokenizer.ggml.pre", pre)
+                .str_array("tokenizer.ggml.tokens", &["e", "Ì", "ģ", "Ìģ", "eÌģ"])
+                .str_array("tokenizer.ggml.merges", &["Ì ģ", "e Ìģ"]);
+            let tok = Tokenizer::from_gguf(&GgufFile::from_bytes("marks.gguf", w.bytes()).unwrap()).unwrap();
+            tok.encode("e\u{301}", false).unwrap()
+        };
+        assert_eq!(encode("qwen35"), [4]);
+        assert_eq!(encode("qwen2"), [0, 3]);
     }
 
     /// A vocabulary laid out as Qwen3-Coder's (its control tokens at their ids after 151643,

@@ -614,7 +614,7 @@ fn a_checkpoint_weighs_one_state() {
     );
 }
 
-/// Past [`crate::cache::KEPT`] states, the one closest to the one before it goes: the newest
+/// Past [`crate::cache::KEPT`] states, the one whose neighbours are closest goes: the newest
 /// (the anchor) stays, and the others stay spread over the prompt.
 #[test]
 fn kept_states_stay_spread_and_the_newest_stays() {
@@ -627,12 +627,51 @@ fn kept_states_stay_spread_and_the_newest_stays() {
         model.forward(&tokens(&ids[at..at + n]), &mut caches).unwrap();
         crate::cache::checkpoint(&mut caches);
     }
-    // Kept at 2, 3, 8, 14, 15, 17 in turn: 3 (1 after 2) went, then 15 (1 after 14); 15 is
-    // also the state before the last update, which the cache holds until it is stored.
-    assert_eq!(crate::cache::KEPT, 4);
-    assert_eq!(caches[0].checkpoints(), [2, 8, 14, 15, 17]);
+    // Kept at 2, 3, 8, 14, 15, 17 in turn: 2 went (a gap of 3 from the start to 3), then 14
+    // (7 from 8 to 15), then 3 (8 from the start to 8); 15 is also the state before the last
+    // update, which the cache holds until it is stored.
+    assert_eq!(crate::cache::KEPT, 3);
+    assert_eq!(caches[0].checkpoints(), [8, 15, 17]);
     caches.iter_mut().for_each(KvCache::forget_previous);
-    assert_eq!(caches[0].checkpoints(), [2, 8, 14, 17]);
+    assert_eq!(caches[0].checkpoints(), [8, 15, 17]);
+}
+
+/// The same prompt again (an explicit request after an automatic one, a request cancelled
+/// while decoding and asked again) runs no forward before its first token: the store kept
+/// the state at the prompt's end and its logits. A prompt one token longer or shorter does
+/// not take them.
+#[test]
+fn the_same_prompt_again_starts_from_its_end() {
+    let (_g, _b) = mlx();
+    let f = fixture();
+    let model = load_variant(&f, "f32");
+    let store = std::sync::Mutex::new(PrefixStore::new(PrefixLimits::default()));
+    let no = Cancel::new();
+    let ids = fim("def add(a, b):\n    return a", "\n\nprint(add(1, 2))\n");
+    let req = GenerateRequest {
+        anchor: fim_anchor(&ids, 261),
+        ..GenerateRequest::greedy(4)
+    };
+    let run = |ids: &[u32], store| {
+        generate_with_store_paced(&model, store, ids, &req, &no, fixed(8), |_, _| Control::Continue).unwrap()
+    };
+    let (fresh, _) = run(&ids, None);
+    let (first, reused) = run(&ids, Some(&store));
+    assert_eq!((reused, first.prefill_tokens), (0, ids.len()));
+    for _ in 0..2 {
+        let (again, reused) = run(&ids, Some(&store));
+        assert_eq!((reused, again.prefill_tokens), (ids.len(), 0));
+        assert_eq!(again.candidates, fresh.candidates);
+    }
+    // One token fewer: the nearest kept state, and its last token runs.
+    let shorter = &ids[..ids.len() - 1];
+    let (out, reused) = run(shorter, Some(&store));
+    assert!(reused < shorter.len(), "reused {reused}");
+    assert_eq!(out.candidates, run(shorter, None).0.candidates);
+    // The end of the longer prompt was replaced by the shorter one's.
+    let (out, reused) = run(&ids, Some(&store));
+    assert!(reused < ids.len(), "reused {reused}");
+    assert_eq!(out.candidates, fresh.candidates);
 }
 
 /// `<|fim_prefix|>prefix<|fim_suffix|>suffix<|fim_middle|>` in the fixture's byte-level
