@@ -546,6 +546,13 @@ impl GgufFile {
         }
     }
 
+    pub(crate) fn get_bool_array(&self, key: &str) -> Result<&[bool], LoadError> {
+        match self.require(key)? {
+            MetaValue::Array(MetaArray::Bool(v)) => Ok(v),
+            v => Err(self.wrong_type(key, "array of bools", v)),
+        }
+    }
+
     pub(crate) fn get_str_array(&self, key: &str) -> Result<&[String], LoadError> {
         match self.require(key)? {
             MetaValue::Array(MetaArray::String(v)) => Ok(v),

@@ -18,6 +18,7 @@
 mod dequant;
 mod ggml_type;
 pub(crate) mod gguf;
+mod hybrid;
 mod safetensors_dir;
 
 use std::{
@@ -232,10 +233,13 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
         "qwen3moe" => Arch::Qwen3Moe,
+        "qwen35" | "qwen35moe" | "qwen3next" => Arch::Qwen35,
         other => {
             return Err(EngineLoadError::Invalid {
                 file: g.path().to_owned(),
-                reason: format!("architecture `{other}` is not supported (qwen2, qwen3 and qwen3moe are)"),
+                reason: format!(
+                    "architecture `{other}` is not supported (qwen2, qwen3, qwen3moe, qwen35, qwen35moe and qwen3next are)"
+                ),
             })
         }
     };
@@ -274,12 +278,32 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
                 shared_expert_intermediate_size: None,
             })
         }
+        // Qwen3.5-MoE and Qwen3-Next: experts in every layer, with a shared one.
+        Arch::Qwen35 if arch_name != "qwen35" => Some(MoeConfig {
+            num_experts: u("expert_count")?,
+            num_experts_per_tok: u("expert_used_count")?,
+            moe_intermediate_size: u("expert_feed_forward_length")?,
+            norm_topk_prob: true,
+            decoder_sparse_step: 1,
+            mlp_only_layers: vec![],
+            shared_expert_intermediate_size: u("expert_shared_feed_forward_length").ok().filter(|&s| s > 0),
+        }),
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 => None,
+    };
+    let hybrid = match arch {
+        Arch::Qwen35 => Some(hybrid::config(g, &arch_name, layers, head_dim)?),
+        _ => None,
+    };
+    // A mixture's GGUF may state no dense width.
+    let intermediate_size = match (u("feed_forward_length"), &moe) {
+        (Ok(v), _) => v,
+        (Err(_), Some(m)) => m.moe_intermediate_size,
+        (Err(e), None) => return Err(e),
     };
     Ok(ModelConfig {
         arch,
         hidden_size: hidden,
-        intermediate_size: u("feed_forward_length")?,
+        intermediate_size,
         num_hidden_layers: layers,
         num_attention_heads: heads,
         num_key_value_heads: u("attention.head_count_kv")?,
@@ -289,12 +313,19 @@ pub(crate) fn gguf_config(g: &GgufFile) -> Result<ModelConfig, EngineLoadError> 
         rms_norm_eps: g.get_f32(&k("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
         tie_word_embeddings: g.tensor("output.weight").is_err(),
         moe,
-        hybrid: None,
+        hybrid,
     })
 }
 
 /// GGUF tensor name → HF name (`None` for tensors the model does not use).
 pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
+    // The one tensor without a suffix: a DeltaNet layer's `ssm_a`.
+    if let Some(layer) = gguf_name
+        .strip_prefix("blk.")
+        .and_then(|r| r.strip_suffix(".ssm_a"))
+    {
+        return Some(format!("model.layers.{layer}.linear_attn.A_log"));
+    }
     let (base, suffix) = gguf_name.rsplit_once('.')?;
     let mapped = match base {
         "token_embd" => "model.embed_tokens".to_owned(),
@@ -303,6 +334,12 @@ pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
         _ => {
             let rest = base.strip_prefix("blk.")?;
             let (layer, part) = rest.split_once('.')?;
+            if let Some((name, keeps_suffix)) = hybrid::model_name(part) {
+                return Some(match keeps_suffix {
+                    true => format!("model.layers.{layer}.{name}.{suffix}"),
+                    false => format!("model.layers.{layer}.{name}"),
+                });
+            }
             let part = match part {
                 "attn_q" => "self_attn.q_proj",
                 "attn_k" => "self_attn.k_proj",
@@ -564,6 +601,8 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool)
     {
         return Ok((model, tokenizer, true));
     }
+    let arch = g.get_str("general.architecture")?;
+    let layout = cfg.hybrid.as_ref().map(|h| hybrid::Layout::new(arch, h));
     let mut weights = HashMap::new();
     let tensors: Vec<_> = g
         .tensors()
@@ -582,6 +621,10 @@ fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<(Model, Tokenizer, bool)
         let shape: Vec<i32> = info.dims().iter().rev().map(|&d| d as i32).collect();
         let w = Array::from_slice(&values, &shape);
         drop(values);
+        let w = match &layout {
+            Some(l) => l.to_model(&name, w).map_err(mlx_err(path))?,
+            None => w,
+        };
         insert_weight(&mut weights, name, w, opts, path)?;
         pb.inc(1);
     }

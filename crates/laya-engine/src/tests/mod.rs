@@ -4,8 +4,9 @@
 //! decode steps over the KV cache), broken model files (`engine_load`: missing, truncated,
 //! corrupt, of the wrong kind), safetensors folders (`engine_safetensors`: HF bf16 and
 //! mlx-community quantized, sharded, in the pool), agreement with llama.cpp on the real 0.5B
-//! (`engine_reference`, with `tests/data/reference-0.5b.json`) and with mlx-lm's Qwen3.5 on
-//! tiny models (`engine_qwen35`, with `tests/data/qwen35-reference.json`).
+//! (`engine_reference`, with `tests/data/reference-0.5b.json`), with mlx-lm's Qwen3.5 on
+//! tiny models (`engine_qwen35`, with `tests/data/qwen35-reference.json`) and with llama.cpp on
+//! tiny Qwen3.5 / Qwen3.5-MoE / Qwen3-Next GGUFs (`engine_qwen35_gguf`).
 //!
 //! Invariants: every test that builds MLX graphs takes [`mlx`] first, which also selects the
 //! device `LAYA_DEVICE` names (default cpu), so `scripts/gpu/cuda-ops.sh` runs `mlx_ops::` on
@@ -14,6 +15,7 @@
 
 mod engine_load;
 mod engine_qwen35;
+mod engine_qwen35_gguf;
 mod engine_reference;
 mod engine_safetensors;
 mod mlx_ops;
