@@ -16,6 +16,7 @@
 //! time q/k/v become one matrix and gate/up another (one matmul each instead of three and
 //! two), because decode on a GPU is bound by the number of kernels per token.
 
+mod delta_kernel;
 mod qwen2;
 mod qwen3;
 mod qwen35;

@@ -14,7 +14,8 @@
 //! o = (rmsnorm(y) * norm) silu(z);  out = o W_out
 //! ```
 //!
-//! The recurrence runs as MLX ops: a run of 8 tokens or more in chunks of up to 16
+//! On CUDA the recurrence is one kernel of laya's ([`super::delta_kernel`]). Elsewhere it
+//! runs as MLX ops: a run of 8 tokens or more in chunks of up to 16
 //! ([`Step::chunked`]), a shorter one a step a token as mlx-lm's ops path (which it takes off
 //! Metal) runs it ([`Step::sequential`]); the projections, the convolution and the norms run
 //! over the whole run. A layer's cache is its recurrent state ([`crate::cache`]).
@@ -38,8 +39,8 @@ use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{fast, ops, Array, Dtype};
 
 use super::{
-    pair, triple, AttentionCore, FusedLinear, HybridConfig, Linear, ModelConfig, ModelError, Result, RmsNorm,
-    Weights,
+    delta_kernel, pair, triple, AttentionCore, FusedLinear, HybridConfig, Linear, ModelConfig, ModelError,
+    Result, RmsNorm, Weights,
 };
 use crate::cache::{KvCache, Recurrent};
 
@@ -336,22 +337,26 @@ impl GatedDeltaNet {
         let softplus = ops::logaddexp(&a, scalar(0.0, &a)?)?;
         let log_g = self.neg_a.multiply(&softplus)?;
 
-        let (q, k) = if hv > hk {
-            (
-                ops::repeat_axis::<f32>(q, hv / hk, 2)?,
-                ops::repeat_axis::<f32>(k, hv / hk, 2)?,
-            )
-        } else {
-            (q, k)
-        };
         let state = match cache.recurrent() {
             Some(r) => r.state.clone(),
             None => ops::zeros::<f32>(&[b, hv, dv, dk])?,
         };
-        let step = Step { q, k, v, beta, log_g };
-        let (y, state) = match chunk_size(s) {
-            Some(c) => step.chunked(state, c)?,
-            None => step.sequential(state)?,
+        let (y, state) = if delta_kernel::on_cuda() && delta_kernel::fits(&q, &v) {
+            delta_kernel::recurrence(&q, &k, &v, &beta, &ops::exp(&log_g)?, &state)?
+        } else {
+            let (q, k) = if hv > hk {
+                (
+                    ops::repeat_axis::<f32>(q, hv / hk, 2)?,
+                    ops::repeat_axis::<f32>(k, hv / hk, 2)?,
+                )
+            } else {
+                (q, k)
+            };
+            let step = Step { q, k, v, beta, log_g };
+            match chunk_size(s) {
+                Some(c) => step.chunked(state, c)?,
+                None => step.sequential(state)?,
+            }
         };
         cache
             .update_recurrent(
@@ -612,6 +617,72 @@ mod tests {
                 let big = y1.abs().unwrap().max(None).unwrap().item_exact::<f32>();
                 assert!(big > 0.05, "s {s}: max |y| {big}");
             }
+        }
+    }
+
+    /// On CUDA, the kernel gives the ops' outputs and state (token by token, and chunked for
+    /// a long run): the 27B's layer shape (16 key and 48 value heads of 128) and a small one,
+    /// f32 and bf16, from a zero and a random state. Elsewhere there is no kernel to test
+    /// (it says so): `scripts/gpu/cuda-ops.sh run` runs it on a GPU.
+    #[test]
+    fn the_cuda_kernel_equals_the_ops() {
+        let (_g, _b) = crate::testing::mlx();
+        if !delta_kernel::on_cuda() {
+            eprintln!("skipped: MLX does not run on CUDA here (LAYA_DEVICE=gpu on a CUDA build runs it)");
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(48);
+        for (hk, hv, d, s, dtype) in [
+            (2, 4, 32, 1, Dtype::Float32),
+            (2, 4, 32, 37, Dtype::Float32),
+            (16, 48, 128, 1, Dtype::Bfloat16),
+            (16, 48, 128, 300, Dtype::Bfloat16),
+            (16, 48, 128, 300, Dtype::Float32),
+        ] {
+            let b = 1;
+            // q and k at the key heads, as the kernel reads them; the ops get them repeated.
+            let small = random_step(&mut rng, b, s, hk, d, d);
+            let cast = |x: &Array| x.as_dtype(dtype).unwrap();
+            let (q, k) = (cast(&small.q), cast(&small.k));
+            let v = cast(&random_step(&mut rng, b, s, hv, d, d).v);
+            let full = random_step(&mut rng, b, s, hv, d, d);
+            let (beta, log_g) = (cast(&full.beta), full.log_g);
+            let n = (b * hv * d * d) as usize;
+            let start: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.5..0.5)).collect();
+            let state = Array::from_slice(&start, &[b, hv, d, d]);
+            let (yk, sk) =
+                delta_kernel::recurrence(&q, &k, &v, &beta, &ops::exp(&log_g).unwrap(), &state).unwrap();
+            let step = Step {
+                q: ops::repeat_axis::<f32>(q, hv / hk, 2).unwrap(),
+                k: ops::repeat_axis::<f32>(k, hv / hk, 2).unwrap(),
+                v,
+                beta,
+                log_g,
+            };
+            let (yo, so) = match chunk_size(s) {
+                Some(c) => step.chunked(state, c).unwrap(),
+                None => step.sequential(state).unwrap(),
+            };
+            assert_eq!((yk.shape(), yk.dtype()), (yo.shape(), yo.dtype()));
+            let (dy, ds) = (max_abs_diff(&yk, &yo), max_abs_diff(&sk, &so));
+            let big = yo
+                .abs()
+                .unwrap()
+                .max(None)
+                .unwrap()
+                .as_dtype(Dtype::Float32)
+                .unwrap()
+                .item_exact::<f32>();
+            eprintln!(
+                "{hk}/{hv} heads of {d}, {s} tokens, {dtype:?}: Δy {dy:e} Δstate {ds:e} (max |y| {big})"
+            );
+            let bound = if dtype == Dtype::Float32 {
+                1e-4
+            } else {
+                2e-2 * big.max(1.0)
+            };
+            assert!(dy <= bound && ds <= 1e-3, "{dtype:?} {s}: Δy {dy} Δstate {ds}");
+            assert!(big > 0.05, "not vacuous: max |y| {big}");
         }
     }
 
