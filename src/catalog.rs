@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::{
     completion::router::RouterPolicy,
     engine::{
-        models::{Arch, Shape},
+        models::{Arch, HybridShape, Shape},
         Precision, PrefixLimits, Tier, DEFAULT_MAX_SEQ_LEN,
     },
     machine::Machine,
@@ -222,6 +222,47 @@ const fn qwen2(
         vocab_size: vocab,
         tied,
         experts: None,
+        shared_expert: None,
+        hybrid: None,
+    }
+}
+
+/// A Qwen3.5 / Qwen3.6 shape as its config states it: hidden size, MLP width, layers (every
+/// fourth full attention, of `heads` query and `kv_heads` KV heads of 256, a quarter of each
+/// turned by RoPE), the DeltaNet layers' 16 key heads and `value_heads` value heads of 128
+/// with a convolution of 4, vocabulary, tied embeddings.
+#[allow(clippy::too_many_arguments)]
+const fn qwen35(
+    hidden: i32,
+    intermediate: i32,
+    layers: i32,
+    heads: i32,
+    kv_heads: i32,
+    value_heads: i32,
+    vocab: i32,
+    tied: bool,
+) -> Shape {
+    Shape {
+        arch: Arch::Qwen35,
+        hidden_size: hidden,
+        intermediate_size: intermediate,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: 256,
+        vocab_size: vocab,
+        tied,
+        experts: None,
+        shared_expert: None,
+        hybrid: Some(HybridShape {
+            full_attention_interval: 4,
+            key_heads: 16,
+            value_heads,
+            key_dim: 128,
+            value_dim: 128,
+            conv_kernel: 4,
+            rope_dims: 64,
+        }),
     }
 }
 
@@ -419,6 +460,8 @@ pub const MODELS: &[CatalogModel] = &[
             vocab_size: 151936,
             tied: false,
             experts: Some((128, 8, 768)),
+            shared_expert: None,
+            hybrid: None,
         },
         license: "Apache-2.0",
     },
@@ -455,6 +498,59 @@ pub const MODELS: &[CatalogModel] = &[
         tiers: LARGE,
         family: Family::Qwen25Coder,
         shape: qwen2(5120, 27648, 64, 40, 8, 152064, false),
+        license: "Apache-2.0",
+    },
+    CatalogModel {
+        name: "qwen3.6-27b",
+        description: "Qwen3.6 27B, a hybrid of Gated DeltaNet and gated attention layers (large tier; its fill-in-the-middle quality is not published: `laya bench quality` measures it on your code)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen3.6-27B-4bit", "Qwen3.6-27B-4bit"),
+            mlx("q6", 6, "mlx-community/Qwen3.6-27B-6bit", "Qwen3.6-27B-6bit"),
+            mlx("q8", 8, "mlx-community/Qwen3.6-27B-8bit", "Qwen3.6-27B-8bit"),
+            gguf("q4_k_m", 4, "unsloth/Qwen3.6-27B-GGUF", "Qwen3.6-27B-Q4_K_M.gguf", None),
+            gguf("q6_k", 6, "unsloth/Qwen3.6-27B-GGUF", "Qwen3.6-27B-Q6_K.gguf", None),
+            gguf("q8_0", 8, "unsloth/Qwen3.6-27B-GGUF", "Qwen3.6-27B-Q8_0.gguf", None),
+            bf16("Qwen/Qwen3.6-27B", "Qwen3.6-27B", true),
+        ],
+        tiers: LARGE,
+        family: Family::Qwen3Coder,
+        shape: qwen35(5120, 17408, 64, 24, 4, 48, 248320, false),
+        license: "Apache-2.0",
+    },
+    CatalogModel {
+        name: "qwen3.5-4b",
+        description: "Qwen3.5 4B, a hybrid of Gated DeltaNet and gated attention layers (small tier; its fill-in-the-middle quality is not published: `laya bench quality` measures it on your code)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen3.5-4B-4bit", "Qwen3.5-4B-4bit"),
+            mlx("q6", 6, "mlx-community/Qwen3.5-4B-6bit", "Qwen3.5-4B-6bit"),
+            mlx("q8", 8, "mlx-community/Qwen3.5-4B-8bit", "Qwen3.5-4B-8bit"),
+            gguf("q4_k_m", 4, "unsloth/Qwen3.5-4B-GGUF", "Qwen3.5-4B-Q4_K_M.gguf", None),
+            gguf("q8_0", 8, "unsloth/Qwen3.5-4B-GGUF", "Qwen3.5-4B-Q8_0.gguf", None),
+            bf16("Qwen/Qwen3.5-4B", "Qwen3.5-4B", true),
+        ],
+        tiers: SMALL,
+        family: Family::Qwen3Coder,
+        shape: qwen35(2560, 9216, 32, 16, 4, 32, 248320, true),
+        license: "Apache-2.0",
+    },
+    CatalogModel {
+        name: "qwen3.6-35b-a3b",
+        description: "Qwen3.6 35B-A3B, a hybrid mixture of experts (8 of 256 experts and a shared one a token, ~3B parameters active; large tier; its fill-in-the-middle quality is not published: `laya bench quality` measures it on your code)",
+        variants: &[
+            mlx("q4", 4, "mlx-community/Qwen3.6-35B-A3B-4bit", "Qwen3.6-35B-A3B-4bit"),
+            mlx("q6", 6, "mlx-community/Qwen3.6-35B-A3B-6bit", "Qwen3.6-35B-A3B-6bit"),
+            mlx("q8", 8, "mlx-community/Qwen3.6-35B-A3B-8bit", "Qwen3.6-35B-A3B-8bit"),
+            gguf("q4_k_m", 4, "unsloth/Qwen3.6-35B-A3B-GGUF", "Qwen3.6-35B-A3B-Q4_K_M.gguf", None),
+            gguf("q8_0", 8, "unsloth/Qwen3.6-35B-A3B-GGUF", "Qwen3.6-35B-A3B-Q8_0.gguf", None),
+            bf16("Qwen/Qwen3.6-35B-A3B", "Qwen3.6-35B-A3B", true),
+        ],
+        tiers: LARGE,
+        family: Family::Qwen3Coder,
+        shape: Shape {
+            experts: Some((256, 8, 512)),
+            shared_expert: Some(512),
+            ..qwen35(2048, 512, 40, 16, 2, 32, 248320, false)
+        },
         license: "Apache-2.0",
     },
 ];
@@ -887,7 +983,11 @@ mod tests {
     #[test]
     fn every_shape_builds_and_runs_reduced() {
         for m in MODELS {
-            let (name, mut cfg) = (m.name, m.shape.config());
+            let shape = Shape {
+                shared_expert: m.shape.shared_expert.map(|_| 64),
+                ..m.shape
+            };
+            let (name, mut cfg) = (m.name, shape.config());
             cfg.num_hidden_layers = 2;
             cfg.vocab_size = 512;
             cfg.hidden_size = 256;
@@ -898,6 +998,11 @@ mod tests {
             if let Some(m) = cfg.moe.as_mut() {
                 m.num_experts = 16;
                 m.moe_intermediate_size = 128;
+            }
+            if let Some(h) = cfg.hybrid.as_mut() {
+                // One DeltaNet layer and one of gated attention.
+                h.linear_layers = vec![true, false];
+                h.rope_dims = 16;
             }
             let w =
                 crate::engine::synthetic::random_weights(&cfg, Precision::Q4, 64, mlx_rs::Dtype::Float32, 1)
@@ -1119,12 +1224,18 @@ mod tests {
             ("qwen2.5-coder-14b", 14.7, 0.1),
             ("qwen2.5-coder-32b", 32.5, 0.3),
             ("qwen3-coder-30b-a3b", 30.5, 0.1),
+            // Their names' sizes (the published counts include a vision tower laya drops).
+            ("qwen3.6-27b", 27.0, 0.5),
+            ("qwen3.5-4b", 4.0, 0.5),
+            ("qwen3.6-35b-a3b", 35.0, 1.0),
         ] {
             assert!(near(billions(name), want, tol), "{name}: {}", billions(name));
         }
         let moe = named("qwen3-coder-30b-a3b").shape;
         let active = moe.active_parameters() as f64 / 1e9;
         assert!(near(active, 3.3, 0.1), "{active}");
+        let hybrid = named("qwen3.6-35b-a3b").shape.active_parameters() as f64 / 1e9;
+        assert!(near(hybrid, 3.0, 0.5), "{hybrid}");
         let dense = named("qwen2.5-coder-7b").shape;
         assert_eq!(dense.active_parameters(), dense.parameters());
     }

@@ -25,8 +25,9 @@ size 64, every linear and the embedding whose input width the group divides).
 
   python3 scripts/gpu/bench_qwen35_mlx_lm.py --shape qwen3.6-27b,qwen3.5-4b --bits 4 \\
       --prefill 512,2048 --decode 64 --json OUT
-  (--layers, a multiple of 4, and --hidden shrink a shape for a check on a CPU; --ops counts the
-  primitives of one decode step's graph, as laya's bench does)
+  (--layers, a multiple of 4, --hidden, --intermediate and --vocab shrink a shape for a check on
+  a CPU, where MLX's bf16 quantized matmul is slow; --ops counts the primitives of one decode
+  step's graph, as laya's bench does)
 
 One JSON line per shape and precision goes to --json (appended) and to stdout.
 """
@@ -113,7 +114,7 @@ SHAPES = {
 }
 
 
-def shrink(shape: dict, layers, hidden) -> dict:
+def shrink(shape: dict, layers, hidden, intermediate, vocab) -> dict:
     shape = copy.deepcopy(shape)
     text = shape["text_config"]
     if layers:
@@ -126,6 +127,10 @@ def shrink(shape: dict, layers, hidden) -> dict:
         if hidden % 64:
             sys.exit(f"--hidden {hidden}: keep it a multiple of 64 (the quantization group)")
         text["hidden_size"] = hidden
+    if intermediate:
+        text["intermediate_size"] = intermediate
+    if vocab:
+        text["vocab_size"] = vocab
     return shape
 
 
@@ -166,8 +171,11 @@ def active_bytes(model, shape: dict) -> int:
     return total
 
 
+VOCAB = [248_320]  # the ids drawn: below the vocabulary of the shape being run
+
+
 def random_ids(n: int, seed: int) -> mx.array:
-    return mx.random.randint(0, 248_000, (n,), key=mx.random.key(seed)).astype(mx.uint32)
+    return mx.random.randint(0, VOCAB[0], (n,), key=mx.random.key(seed)).astype(mx.uint32)
 
 
 def prefill_s(model, n: int) -> float:
@@ -257,6 +265,8 @@ def main() -> None:
     ap.add_argument("--bandwidth-gbs", type=float, default=4800.0)
     ap.add_argument("--layers", type=int, help="fewer layers, a multiple of 4 (a check on a CPU)")
     ap.add_argument("--hidden", type=int, help="a narrower hidden size (a check on a CPU)")
+    ap.add_argument("--intermediate", type=int, help="a narrower MLP (a check on a CPU)")
+    ap.add_argument("--vocab", type=int, help="a smaller vocabulary (a check on a CPU)")
     ap.add_argument("--json", help="append one JSON line per shape and precision here")
     ap.add_argument("--ops", action="store_true", help="count the primitives of a decode step too")
     a = ap.parse_args()
@@ -269,8 +279,9 @@ def main() -> None:
     device = str(mx.default_device())
     print(f"mlx {mx.__version__}, device {device}", flush=True)
     for name in names:
-        shape = shrink(SHAPES[name], a.layers, a.hidden)
+        shape = shrink(SHAPES[name], a.layers, a.hidden, a.intermediate, a.vocab)
         text = shape["text_config"]
+        VOCAB[0] = text["vocab_size"]
         for bits in [int(b) for b in a.bits.split(",")]:
             mx.reset_peak_memory()
             t = time.perf_counter()
@@ -294,6 +305,8 @@ def main() -> None:
                 "precision": f"q{bits}",
                 "layers": text["num_hidden_layers"],
                 "hidden": text["hidden_size"],
+                "intermediate": text["intermediate_size"],
+                "vocab": text["vocab_size"],
                 "load_s": load_s,
                 "prefill_tok_s": second,
                 "prefill_first_tok_s": first,

@@ -178,7 +178,9 @@ mlx-lm)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/mlx-*.whl .whl/mlx_lm-*.whl
   for d in lib include; do rm -rf "${site:?}/mlx/$d" && ln -s "$STAGE/mlx/$d" "$site/mlx/$d"; done
   out=${OUT:-/tmp}
-  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/gpu/bench_mlx_lm_moe.py --json "$out/bench-h200-mlx-lm.jsonl" "$@"
+  # MLX_LM_BENCH=scripts/gpu/bench_qwen35_mlx_lm.py for the Qwen3.5 shapes.
+  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 "${MLX_LM_BENCH:-scripts/gpu/bench_mlx_lm_moe.py}" \
+    --json "$out/bench-h200-mlx-lm.jsonl" "$@"
   ;;
 bundle)
   shift

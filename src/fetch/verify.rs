@@ -19,7 +19,20 @@ pub const MODEL_TYPES: &[(&str, Arch)] = &[
     ("qwen2", Arch::Qwen2),
     ("qwen3", Arch::Qwen3),
     ("qwen3_moe", Arch::Qwen3Moe),
+    ("qwen3_5", Arch::Qwen35),
+    ("qwen3_5_moe", Arch::Qwen35),
+    ("qwen3_next", Arch::Qwen35),
 ];
+
+/// A tensor's name without the prefixes Qwen3.5's folders nest the text model under
+/// (mlx-community's `language_model.`, Hugging Face's `model.language_model.`).
+fn text_model_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if let Some(rest) = name.strip_prefix("model.language_model.") {
+        format!("model.{rest}").into()
+    } else {
+        name.strip_prefix("language_model.").unwrap_or(name).into()
+    }
+}
 
 const INDEX: &str = "model.safetensors.index.json";
 
@@ -46,7 +59,7 @@ pub fn verify_folder(dir: &Path, expect: Option<&Shape>) -> Result<(), String> {
     let mut by_file = HashMap::new();
     for file in &files {
         let header = safetensors_header(&dir.join(file))?;
-        names.extend(header.keys().cloned());
+        names.extend(header.keys().map(|k| text_model_name(k).into_owned()));
         by_file.insert(file.clone(), header);
     }
     if let Some(map) = index {
@@ -56,7 +69,12 @@ pub fn verify_folder(dir: &Path, expect: Option<&Shape>) -> Result<(), String> {
             }
         }
     }
-    let Some(embed) = by_file.values().find_map(|h| h.get("model.embed_tokens.weight")) else {
+    let embed = by_file.values().find_map(|h| {
+        h.iter()
+            .find(|(k, _)| text_model_name(k) == "model.embed_tokens.weight")
+            .map(|(_, t)| t)
+    });
+    let Some(embed) = embed else {
         return Err(format!(
             "{}: no model.embed_tokens.weight in its weight files",
             dir.display()
@@ -100,18 +118,21 @@ pub fn check_config(dir: &Path, expect: Option<&Shape>) -> Result<ConfigFacts, S
         serde_json::from_slice(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
     let model_type = c["model_type"].as_str().unwrap_or("");
     let Some(&(_, arch)) = MODEL_TYPES.iter().find(|(t, _)| *t == model_type) else {
+        let known: Vec<&str> = MODEL_TYPES.iter().map(|(t, _)| *t).collect();
         return Err(format!(
-            "{}: model_type `{model_type}` is not one laya runs (qwen2, qwen3, qwen3_moe)",
-            path.display()
+            "{}: model_type `{model_type}` is not one laya runs ({})",
+            path.display(),
+            known.join(", ")
         ));
     };
-    let int = |key: &str| c[key].as_i64();
+    // A Qwen3.5 folder states its text model's shape in `text_config`.
+    let text = c.get("text_config").filter(|t| t.is_object()).unwrap_or(&c);
+    let int = |key: &str| text[key].as_i64().or_else(|| c[key].as_i64());
     let layers = int("num_hidden_layers").unwrap_or(0) as i32;
     if let Some(s) = expect {
         let heads = int("num_attention_heads");
         let mut want = vec![
             ("hidden_size", s.hidden_size),
-            ("intermediate_size", s.intermediate_size),
             ("num_hidden_layers", s.layers),
             ("num_attention_heads", s.heads),
             ("vocab_size", s.vocab_size),
@@ -121,6 +142,21 @@ pub fn check_config(dir: &Path, expect: Option<&Shape>) -> Result<ConfigFacts, S
                 ("num_experts", experts),
                 ("num_experts_per_tok", used),
                 ("moe_intermediate_size", width),
+            ]);
+        }
+        // Qwen3.5-MoE's configs state no dense width that a layer uses.
+        if s.experts.is_none() || s.hybrid.is_none() {
+            want.push(("intermediate_size", s.intermediate_size));
+        }
+        if let Some(width) = s.shared_expert {
+            want.push(("shared_expert_intermediate_size", width));
+        }
+        if let Some(h) = s.hybrid {
+            want.extend([
+                ("linear_num_key_heads", h.key_heads),
+                ("linear_num_value_heads", h.value_heads),
+                ("linear_key_head_dim", h.key_dim),
+                ("linear_value_head_dim", h.value_dim),
             ]);
         }
         let mut got: Vec<(&str, i32, Option<i64>)> = want.into_iter().map(|(k, v)| (k, v, int(k))).collect();
@@ -487,6 +523,56 @@ mod tests {
         .unwrap();
         let err = check_quantization(dir.path(), Some(8)).unwrap_err();
         assert!(err.contains("`quantization` names no bits"), "{err}");
+    }
+
+    /// A Qwen3.5 folder as mlx-community writes it: the text model's shape in `text_config`,
+    /// its tensors under `language_model.`; the catalog's hybrid shape is checked against it,
+    /// DeltaNet heads included.
+    #[test]
+    fn a_qwen35_folder_is_checked_in_its_text_config() {
+        use crate::engine::models::HybridShape;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let config = |value_heads: u32| {
+            format!(
+                r#"{{"model_type": "qwen3_5", "tie_word_embeddings": true, "text_config": {{
+                    "model_type": "qwen3_5_text", "hidden_size": 8, "intermediate_size": 16,
+                    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+                    "vocab_size": 32, "linear_num_key_heads": 1, "linear_num_value_heads": {value_heads},
+                    "linear_key_head_dim": 4, "linear_value_head_dim": 4}}}}"#
+            )
+        };
+        std::fs::write(d.join("config.json"), config(2)).unwrap();
+        std::fs::write(d.join("tokenizer.json"), "{}").unwrap();
+        write_safetensors(
+            &d.join("model.safetensors"),
+            &[
+                ("language_model.model.embed_tokens.weight", &[32, 8]),
+                (
+                    "language_model.model.layers.0.linear_attn.out_proj.weight",
+                    &[8, 8],
+                ),
+                ("language_model.model.layers.1.self_attn.o_proj.weight", &[8, 4]),
+            ],
+        );
+        let shape = Shape {
+            arch: Arch::Qwen35,
+            head_dim: 4,
+            hybrid: Some(HybridShape {
+                full_attention_interval: 2,
+                key_heads: 1,
+                value_heads: 2,
+                key_dim: 4,
+                value_dim: 4,
+                conv_kernel: 4,
+                rope_dims: 1,
+            }),
+            ..TINY_SHAPE
+        };
+        verify_folder(d, Some(&shape)).unwrap();
+        std::fs::write(d.join("config.json"), config(4)).unwrap();
+        let err = verify_folder(d, Some(&shape)).unwrap_err();
+        assert!(err.contains("linear_num_value_heads is 4"), "{err}");
     }
 
     #[test]

@@ -407,6 +407,8 @@ const TINY_Q_SHAPE: Shape = Shape {
     vocab_size: 265,
     tied: true,
     experts: None,
+    shared_expert: None,
+    hybrid: None,
 };
 
 const fn mlx(label: &'static str, bits: u32, hub_repo: &'static str, local_name: &'static str) -> Variant {

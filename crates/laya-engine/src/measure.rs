@@ -147,6 +147,72 @@ pub struct Row {
     /// where this is close to one decode step.
     #[serde(default)]
     pub(crate) draft_check: Option<(usize, f64)>,
+    /// A keystroke at the cursor of a [`KEYSTROKE_PROMPT`]-token fill-in-the-middle prompt, to
+    /// its first token: through the prefix store after the prompt before it ran, and from
+    /// nothing (see [`keystroke`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) keystroke: Option<Keystroke>,
+}
+
+/// [`Row::keystroke`].
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Keystroke {
+    /// ms to the first token with reuse, and prompt tokens run.
+    pub(crate) reuse_ms: f64,
+    pub(crate) reuse_tokens: usize,
+    /// The same without reuse.
+    pub(crate) fresh_ms: f64,
+    pub(crate) fresh_tokens: usize,
+}
+
+/// The prompt a keystroke row types into, and the suffix after its cursor.
+const KEYSTROKE_PROMPT: usize = 2048;
+const KEYSTROKE_SUFFIX: usize = 40;
+
+/// A character typed at the cursor of a fill-in-the-middle prompt of [`KEYSTROKE_PROMPT`]
+/// random tokens whose cursor is [`KEYSTROKE_SUFFIX`] tokens before the end (the anchor a few
+/// tokens before it, as a FIM prompt's): the prompt runs once through a prefix store, then the
+/// same prompt with its last prefix token changed runs through the store (from the state or
+/// keys kept at the anchor) and without it, to the first token; the median of 3 each.
+fn keystroke(model: &Model) -> Result<Keystroke, MeasureError> {
+    use crate::prefix::{generate_with_store, PrefixStore, ANCHOR_BEFORE_CURSOR};
+    let cursor = KEYSTROKE_PROMPT - KEYSTROKE_SUFFIX;
+    let base = random_ids(KEYSTROKE_PROMPT, 11);
+    let req = GenerateRequest {
+        anchor: Some(cursor - ANCHOR_BEFORE_CURSOR),
+        ..GenerateRequest::greedy(1)
+    };
+    let (mut with, mut without) = (vec![], vec![]);
+    let (mut reuse_tokens, mut fresh_tokens) = (0, 0);
+    for i in 0..3u32 {
+        let store = std::sync::Mutex::new(PrefixStore::new(crate::prefix::PrefixLimits::default()));
+        generate_with_store(model, Some(&store), &base, &req, &Cancel::new(), |_, _| {
+            Control::Continue
+        })?;
+        let mut typed = base.clone();
+        typed[cursor - 1] = (typed[cursor - 1] + 1 + i) % 1000;
+        for (store, times, tokens) in [
+            (Some(&store), &mut with, &mut reuse_tokens),
+            (None, &mut without, &mut fresh_tokens),
+        ] {
+            let t = Instant::now();
+            let (out, _) = generate_with_store(model, store, &typed, &req, &Cancel::new(), |_, _| {
+                Control::Continue
+            })?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            *tokens = out.prefill_tokens;
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(Keystroke {
+        reuse_ms: median(&mut with),
+        reuse_tokens,
+        fresh_ms: median(&mut without),
+        fresh_tokens,
+    })
 }
 
 /// How long a cancelled generation keeps the model: from its flag being set to the model
@@ -482,6 +548,7 @@ pub fn measure(
             let decode_step_ops = decode_step_ops(&model)?;
             let cancel = cancel_to_free(&model)?;
             let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
+            let keystroke = Some(keystroke(&model)?);
             let bytes = model.weight_bytes_per_token() as u64;
             let floor = bytes as f64 / (bandwidth * 1e9) * 1e3;
             let row = Row {
@@ -502,6 +569,7 @@ pub fn measure(
                 share_of_floor: floor / decode,
                 cancel: Some(cancel),
                 draft_check,
+                keystroke,
             };
             on_row(&row);
             rows.push(row);
@@ -567,6 +635,16 @@ pub fn format_row(r: &Row) -> String {
             )
         })
         .unwrap_or_default();
+    let keystroke = r
+        .keystroke
+        .map(|k| {
+            format!(
+                "\n  a keystroke at the cursor of a {KEYSTROKE_PROMPT}-token prompt, to its first token: {:.1} ms \
+                 ({} prompt tokens run) with reuse, {:.1} ms ({}) without",
+                k.reuse_ms, k.reuse_tokens, k.fresh_ms, k.fresh_tokens
+            )
+        })
+        .unwrap_or_default();
     format!(
         "{:<34} {:<9} {:<6} {:>7.2}  {:<28} {:>6.2} ms {:>9.1} {:>9.3} {:>6.1}%",
         if r.synthetic {
@@ -587,6 +665,7 @@ pub fn format_row(r: &Row) -> String {
         + &long
         + &cancel
         + &check
+        + &keystroke
 }
 
 /// The dense dtype of synthetic weights and of [`small_op`]'s chain on `device` (a
@@ -634,6 +713,8 @@ mod tests {
             vocab_size: 151936,
             tied: false,
             experts: Some((128, 8, 768)),
+            shared_expert: None,
+            hybrid: None,
         }
         .config();
         let mut steps = vec![];

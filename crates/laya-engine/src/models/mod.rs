@@ -23,7 +23,7 @@ mod qwen35;
 mod qwen3_moe;
 mod shape;
 
-pub use shape::Shape;
+pub use shape::{HybridShape, Shape};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

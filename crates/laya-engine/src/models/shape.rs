@@ -2,7 +2,7 @@
 //! before a byte is downloaded (parameters, KV cache), what a downloaded folder's
 //! configuration is checked against, and what synthetic models are built in.
 
-use super::{Arch, ModelConfig, MoeConfig};
+use super::{Arch, HybridConfig, ModelConfig, MoeConfig};
 
 /// A model's shape as its configuration states it: enough for its parameter count and KV
 /// cache, and to tell that a downloaded folder holds this model and not another.
@@ -20,6 +20,43 @@ pub struct Shape {
     pub tied: bool,
     /// A mixture of experts in every layer: (experts, experts a token, an expert's width).
     pub experts: Option<(i32, i32, i32)>,
+    /// The width of a shared expert beside the routed ones (Qwen3.5-MoE).
+    pub shared_expert: Option<i32>,
+    /// Gated DeltaNet layers between the full-attention ones (Qwen3.5).
+    pub hybrid: Option<HybridShape>,
+}
+
+/// A hybrid model's layers as its configuration states them: every
+/// `full_attention_interval`-th layer is (gated) full attention, the others Gated DeltaNet
+/// layers of these heads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HybridShape {
+    pub full_attention_interval: i32,
+    pub key_heads: i32,
+    pub value_heads: i32,
+    pub key_dim: i32,
+    pub value_dim: i32,
+    pub conv_kernel: i32,
+    /// Dimensions of each attention head RoPE turns.
+    pub rope_dims: i32,
+}
+
+impl HybridShape {
+    fn is_linear(&self, layer: i32) -> bool {
+        (layer + 1) % self.full_attention_interval.max(1) != 0
+    }
+
+    fn config(&self, layers: i32) -> HybridConfig {
+        HybridConfig {
+            linear_layers: (0..layers).map(|l| self.is_linear(l)).collect(),
+            linear_num_key_heads: self.key_heads,
+            linear_num_value_heads: self.value_heads,
+            linear_key_head_dim: self.key_dim,
+            linear_value_head_dim: self.value_dim,
+            linear_conv_kernel_dim: self.conv_kernel,
+            rope_dims: self.rope_dims,
+        }
+    }
 }
 
 impl Shape {
@@ -45,9 +82,9 @@ impl Shape {
                 norm_topk_prob: true,
                 decoder_sparse_step: 1,
                 mlp_only_layers: vec![],
-                shared_expert_intermediate_size: None,
+                shared_expert_intermediate_size: self.shared_expert,
             }),
-            hybrid: None,
+            hybrid: self.hybrid.map(|h| h.config(self.layers)),
         }
     }
 
@@ -61,8 +98,12 @@ impl Shape {
         self.config().active_parameters()
     }
 
-    /// Values the KV cache holds per token: keys and values of every layer's KV heads.
+    /// Values the KV cache holds per token: keys and values of every attention layer's KV
+    /// heads (a hybrid model's DeltaNet layers keep a state of fixed size instead).
     pub fn kv_values_per_token(&self) -> u64 {
-        2 * self.layers.max(0) as u64 * self.kv_heads.max(0) as u64 * self.head_dim.max(0) as u64
+        let attention = (0..self.layers)
+            .filter(|&l| !self.hybrid.is_some_and(|h| h.is_linear(l)))
+            .count() as u64;
+        2 * attention * self.kv_heads.max(0) as u64 * self.head_dim.max(0) as u64
     }
 }

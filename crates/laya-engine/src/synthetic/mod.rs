@@ -142,6 +142,12 @@ fn tensors(cfg: &ModelConfig) -> Vec<(String, Vec<i32>, bool)> {
                 add(format!("{p}.mlp.switch_mlp.gate_proj.weight"), &[e, mi, h], false);
                 add(format!("{p}.mlp.switch_mlp.up_proj.weight"), &[e, mi, h], false);
                 add(format!("{p}.mlp.switch_mlp.down_proj.weight"), &[e, h, mi], false);
+                if let Some(si) = m.shared_expert_intermediate_size {
+                    add(format!("{p}.mlp.shared_expert.gate_proj.weight"), &[si, h], false);
+                    add(format!("{p}.mlp.shared_expert.up_proj.weight"), &[si, h], false);
+                    add(format!("{p}.mlp.shared_expert.down_proj.weight"), &[h, si], false);
+                    add(format!("{p}.mlp.shared_expert_gate.weight"), &[1, h], false);
+                }
             }
             None => {
                 add(format!("{p}.mlp.gate_proj.weight"), &[i, h], false);
@@ -342,6 +348,8 @@ pub const TINY_SHAPE: crate::models::Shape = crate::models::Shape {
     vocab_size: 32,
     tied: true,
     experts: None,
+    shared_expert: None,
+    hybrid: None,
 };
 
 /// A safetensors file of bf16 `tensors` (name, shape), its bytes a pattern (so that a byte
