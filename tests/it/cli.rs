@@ -416,3 +416,57 @@ fn the_typist_types_through_laya_lsp_on_the_real_05b() {
         "{model}"
     );
 }
+
+/// A Qwen3.5 folder (random weights in mlx-community's layout, the real vocabulary) named by
+/// path serves `laya complete`, as a downloaded Qwen3.6 folder does: it loads, prefills the
+/// fill-in-the-middle prompt through its DeltaNet and gated attention layers and decodes.
+#[test]
+fn a_qwen35_folder_completes_from_the_command_line() {
+    use laya::engine::{
+        models::{Arch, HybridShape, Shape},
+        synthetic, Precision,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("Qwen3.5-tiny");
+    {
+        let (_mlx, _backend) = crate::support::mlx();
+        let vocab = crate::support::gguf::write_vocab(dir.path()).unwrap();
+        let cfg = Shape {
+            arch: Arch::Qwen35,
+            hidden_size: 128,
+            intermediate_size: 256,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            vocab_size: 151936,
+            tied: true,
+            experts: None,
+            shared_expert: None,
+            hybrid: Some(HybridShape {
+                full_attention_interval: 2,
+                key_heads: 2,
+                value_heads: 4,
+                key_dim: 32,
+                value_dim: 32,
+                conv_kernel: 4,
+                rope_dims: 8,
+            }),
+        }
+        .config();
+        let weights =
+            synthetic::random_weights(&cfg, Precision::Native, 64, synthetic::Dtype::Float32, 5).unwrap();
+        synthetic::write_folder(&folder, &cfg, &weights, None, &vocab).unwrap();
+    }
+    let file = dir.path().join("a.py");
+    std::fs::write(&file, "def add(a, b):\n    return \n\nprint(add(1, 2))\n").unwrap();
+    let (code, _, err) = run(laya()
+        .arg("complete")
+        .arg(format!("{}:2:12", file.display()))
+        .args(["--device", "cpu", "--max-tokens", "6"])
+        .arg("--model")
+        .arg(&folder)
+        .env("LAYA_CACHE_DIR", dir.path().join("cache")));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("| decode "), "a timing line: {err}");
+}
