@@ -676,9 +676,8 @@ pub(crate) fn save_converted(weights: &HashMap<String, Array>, entry: &CacheEntr
 
 #[cfg(test)]
 mod tests {
-    use std::process::Command;
 
-    use mlx_rs::{ops::indexing::argmax_axis, Dtype};
+    use mlx_rs::Dtype;
 
     use super::gguf::tests::GgufWriter;
     use super::gguf::GgmlType;
@@ -796,29 +795,10 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         const N: usize = 24;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tiny-qwen3moe.gguf");
-        let Some(python) = crate::testing::peer_python() else {
+        let n = N.to_string();
+        let Some(peer) = crate::tests::llama_cpp_peer(LLAMA_CPP_PEER, &[file.to_str().unwrap(), PROMPT, &n])
+        else {
             return;
-        };
-        let out = Command::new(python)
-            .arg("-c")
-            .arg(LLAMA_CPP_PEER)
-            .arg(&file)
-            .arg(PROMPT)
-            .arg(N.to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the peer failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let peer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let ids_of = |v: &serde_json::Value| -> Vec<u32> {
-            v.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
         };
 
         let local = LocalModel::load(&file, &native()).unwrap();
@@ -838,33 +818,14 @@ json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out},
         assert!(moe.norm_topk_prob && moe.mlp_only_layers.is_empty());
 
         let ids = local.loaded.tokenizer.encode(PROMPT, true).unwrap();
-        assert_eq!(ids, ids_of(&peer["prompt_ids"]));
-        let got = model.forward_all(&tokens(&ids), &mut model.new_caches()).unwrap();
-        let want: Vec<f32> = peer["prompt_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-            .collect();
-        let want = Array::from_slice(&want, got.shape());
-        let diff = max_abs_diff(&got, &want);
-        let spread = ops::std(&want, None, None).unwrap().item_exact::<f32>();
-        eprintln!(
-            "{} prompt positions: max |laya - llama.cpp| = {diff:e} (logits' std {spread})",
-            ids.len()
-        );
+        assert_eq!(ids, peer.prompt_ids);
+        let (diff, _) = crate::tests::logits_against_peer(model, &ids, &peer, "qwen3moe");
         assert!(diff <= 2e-3, "max |laya - llama.cpp| {diff}");
+        let got = model.forward_all(&tokens(&ids), &mut model.new_caches()).unwrap();
 
         // Greedy through the KV cache, one token at a time.
-        let mut caches = model.new_caches();
-        let mut logits = model.forward(&tokens(&ids), &mut caches).unwrap();
-        let mut greedy = vec![];
-        for _ in 0..N {
-            let t = argmax_axis(&logits, -1, None).unwrap().item_exact::<u32>();
-            greedy.push(t);
-            logits = model.forward(&tokens(&[t]), &mut caches).unwrap();
-        }
-        let want_ids = ids_of(&peer["generated"]);
+        let greedy = crate::tests::greedy_tokens(model, &ids, N);
+        let want_ids = peer.generated.clone();
         assert_eq!(greedy, want_ids);
         // Not a degenerate continuation, and none of it ends generation.
         let distinct: std::collections::BTreeSet<_> = greedy.iter().collect();

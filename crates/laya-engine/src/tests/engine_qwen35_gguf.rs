@@ -7,16 +7,12 @@
 //! position and 16 greedy tokens. laya loads the same file. Peer tests: they run with
 //! `LAYA_TEST_REAL_MODELS=1`.
 
-use std::process::Command;
-
-use mlx_rs::{ops, ops::indexing::argmax_axis, Array};
-
-use super::mlx;
+use super::{greedy_tokens, llama_cpp_peer, logits_against_peer, mlx};
 use crate::{
     family::Family,
     load::{facts_in, LoadOptions},
     local::LocalModel,
-    models::{test_util::max_abs_diff, test_util::tokens, Arch},
+    models::Arch,
     seam::Precision,
 };
 
@@ -170,30 +166,12 @@ const PROMPT: &str =
 #[test]
 fn hybrid_ggufs_run_as_llama_cpp_runs_them() {
     const N: usize = 16;
-    let Some(python) = crate::testing::peer_python() else {
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
     for arch in ["qwen35", "qwen35moe", "qwen3next"] {
         let file = dir.path().join(format!("tiny-{arch}.gguf"));
-        let out = Command::new(&python)
-            .arg("-c")
-            .arg(PEER)
-            .args([arch, file.to_str().unwrap(), PROMPT, &N.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{arch}: the peer failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let peer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let ids_of = |v: &serde_json::Value| -> Vec<u32> {
-            v.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
+        let n = N.to_string();
+        let Some(peer) = llama_cpp_peer(PEER, &[arch, file.to_str().unwrap(), PROMPT, &n]) else {
+            return;
         };
 
         let (_g, _b) = mlx();
@@ -233,35 +211,14 @@ fn hybrid_ggufs_run_as_llama_cpp_runs_them() {
         }
 
         let ids = local.loaded.tokenizer.encode(PROMPT, true).unwrap();
-        assert_eq!(ids, ids_of(&peer["prompt_ids"]), "{arch}");
-        let got = model.forward_all(&tokens(&ids), &mut model.new_caches()).unwrap();
-        let want: Vec<f32> = peer["prompt_logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
-            .collect();
-        let want = Array::from_slice(&want, got.shape());
-        let diff = max_abs_diff(&got, &want);
-        let spread = ops::std(&want, None, None).unwrap().item_exact::<f32>();
-        eprintln!(
-            "{arch}: {} prompt positions, max |laya - llama.cpp| = {diff:e} (logits' std {spread})",
-            ids.len()
-        );
+        assert_eq!(ids, peer.prompt_ids, "{arch}");
+        let (diff, _) = logits_against_peer(model, &ids, &peer, arch);
         // Measured 1.7e-5 to 2.7e-5 (logits' std about 3); a value head read from the wrong key
         // head, or `ssm_a` taken for `A_log`, is off by about the logits' spread.
         assert!(diff <= 1e-3, "{arch}: max |laya - llama.cpp| {diff}");
-
         // Greedy through the recurrent state and the KV cache, one token at a time.
-        let mut caches = model.new_caches();
-        let mut logits = model.forward(&tokens(&ids), &mut caches).unwrap();
-        let mut greedy = vec![];
-        for _ in 0..N {
-            let t = argmax_axis(&logits, -1, None).unwrap().item_exact::<u32>();
-            greedy.push(t);
-            logits = model.forward(&tokens(&[t]), &mut caches).unwrap();
-        }
-        assert_eq!(greedy, ids_of(&peer["generated"]), "{arch}");
+        let greedy = greedy_tokens(model, &ids, N);
+        assert_eq!(greedy, peer.generated, "{arch}");
         let distinct: std::collections::BTreeSet<_> = greedy.iter().collect();
         assert!(distinct.len() >= 4, "{arch}: {greedy:?}");
     }

@@ -34,6 +34,80 @@ fn real_05b() -> Option<PathBuf> {
 
 use crate::synthetic::gguf::Lcg;
 
+/// What a llama.cpp peer script printed: the prompt's ids, llama.cpp's logits at every prompt
+/// position (row after row) and its greedy tokens.
+pub(crate) struct PeerRun {
+    pub(crate) prompt_ids: Vec<u32>,
+    pub(crate) logits: Vec<f32>,
+    pub(crate) generated: Vec<u32>,
+}
+
+/// Runs `script` (`python -c`) with the llama.cpp peer's Python and `args`, and reads the JSON
+/// it prints (`prompt_ids`, `prompt_logits`, `generated`); `None`, the test skipped, without
+/// the peer ([`crate::testing::peer_python`]).
+pub(crate) fn llama_cpp_peer(script: &str, args: &[&str]) -> Option<PeerRun> {
+    let python = crate::testing::peer_python()?;
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the peer failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        let a = v.as_array().unwrap();
+        a.iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    };
+    let rows = v["prompt_logits"].as_array().unwrap().iter();
+    Some(PeerRun {
+        prompt_ids: ids(&v["prompt_ids"]),
+        logits: rows
+            .flat_map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .collect(),
+        generated: ids(&v["generated"]),
+    })
+}
+
+/// `model`'s logits at every position of `ids` against `peer`'s: the largest difference and
+/// the peer logits' standard deviation, printed under `what`.
+pub(crate) fn logits_against_peer(
+    model: &crate::models::Model,
+    ids: &[u32],
+    peer: &PeerRun,
+    what: &str,
+) -> (f32, f32) {
+    use crate::models::test_util::{max_abs_diff, tokens};
+    let got = model.forward_all(&tokens(ids), &mut model.new_caches()).unwrap();
+    let want = mlx_rs::Array::from_slice(&peer.logits, got.shape());
+    let diff = max_abs_diff(&got, &want);
+    let spread = mlx_rs::ops::std(&want, None, None).unwrap().item_exact::<f32>();
+    eprintln!(
+        "{what}: {} prompt positions, max |laya - llama.cpp| = {diff:e} (logits' std {spread})",
+        ids.len()
+    );
+    (diff, spread)
+}
+
+/// `model`'s `n` greedy tokens after `ids`, a forward a token through its caches.
+pub(crate) fn greedy_tokens(model: &crate::models::Model, ids: &[u32], n: usize) -> Vec<u32> {
+    use crate::models::test_util::tokens;
+    use mlx_rs::ops::indexing::argmax_axis;
+    let mut caches = model.new_caches();
+    let mut logits = model.forward(&tokens(ids), &mut caches).unwrap();
+    let mut out = vec![];
+    for _ in 0..n {
+        let t = argmax_axis(&logits, -1, None).unwrap().item_exact::<u32>();
+        out.push(t);
+        logits = model.forward(&tokens(&[t]), &mut caches).unwrap();
+    }
+    out
+}
+
 fn max_abs(a: &[f32]) -> f32 {
     a.iter().fold(0f32, |m, x| m.max(x.abs()))
 }
