@@ -33,38 +33,25 @@ One JSON line per shape and precision goes to --json (appended) and to stdout.
 """
 import argparse
 import copy
-import importlib.util
 import json
 import os
-import re
 import statistics
 import sys
-import tempfile
 import time
-import types
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
-# mlx_lm/__init__.py imports the converter and tokenizers (transformers); the model code and
-# the decode loop need neither, so the package is entered without running it.
-_spec = importlib.util.find_spec("mlx_lm")
-if _spec is None:
-    sys.exit("mlx_lm is not installed (carry its wheel: python3 -m pip download mlx-lm)")
-_pkg = types.ModuleType("mlx_lm")
-_pkg.__path__ = list(_spec.submodule_search_locations)
-sys.modules["mlx_lm"] = _pkg
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mlx_lm_common import VIEWS, decode_ms as _decode_ms, decode_step_ops as _decode_step_ops  # noqa: E402
+from mlx_lm_common import prefill_s as _prefill_s, random_ids as _random_ids  # noqa: E402
+
 try:
     from mlx_lm.models import qwen3_5  # noqa: E402
 except ImportError as e:  # mlx-lm before 0.30.7 has no Qwen3.5
     sys.exit(f"mlx_lm.models.qwen3_5 does not import here: {e}")
-from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
-
-try:
-    from mlx_lm.generate import generate_step  # noqa: E402
-except ImportError as e:  # generate.py's imports need transformers
-    sys.exit(f"mlx_lm.generate does not import here: {e}")
+from mlx_lm.generate import generate_step  # noqa: E402
 
 
 def _qwen35(hidden, layers, inter, heads, kv, v_heads, tie):
@@ -175,54 +162,19 @@ VOCAB = [248_320]  # the ids drawn: below the vocabulary of the shape being run
 
 
 def random_ids(n: int, seed: int) -> mx.array:
-    return mx.random.randint(0, VOCAB[0], (n,), key=mx.random.key(seed)).astype(mx.uint32)
+    return _random_ids(n, seed, VOCAB[0])
 
 
 def prefill_s(model, n: int) -> float:
-    ids = random_ids(n, n)
-    mx.eval(ids)
-    cache = make_prompt_cache(model)
-    t = time.perf_counter()
-    logits = model(ids[None], cache=cache)
-    mx.eval(logits)
-    return time.perf_counter() - t
-
-
-VIEWS = {"AsStrided", "Broadcast", "ExpandDims", "Reshape", "Slice", "Split", "Squeeze", "Transpose"}
+    return _prefill_s(model, n, random_ids)
 
 
 def decode_step_ops(model) -> dict:
-    """The primitives of one decode step's graph (mlx-lm's `_step`: the forward, log-softmax
-    and argmax after a 128-token prompt), by name, counted before evaluation as laya's bench
-    counts its own (MLX's export_to_dot, one line per application of a primitive)."""
-    cache = make_prompt_cache(model)
-    mx.eval(model(random_ids(128, 5)[None], cache=cache))
-    step = random_ids(1, 8)
-    mx.eval(step)
-    logits = model(step[None], cache=cache)[:, -1, :]
-    logprobs = logits - mx.logsumexp(logits, keepdims=True)
-    y = mx.argmax(logprobs, axis=-1)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "step.dot")
-        mx.export_to_dot(path, y)
-        with open(path) as f:
-            dot = f.read()
-    counts = {}
-    for line in dot.splitlines():
-        m = re.match(r'\{ \S+ \[label ="([^"]+)", shape=rectangle\]', line)
-        if m:  # one line per application of a primitive
-            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-    return counts
+    return _decode_step_ops(model, random_ids)
 
 
 def decode_ms(model, tokens: int) -> float:
-    prompt = random_ids(128, 7)
-    mx.eval(prompt)
-    stamps = []
-    for _ in generate_step(prompt, model, max_tokens=tokens):
-        stamps.append(time.perf_counter())
-    assert len(stamps) == tokens, len(stamps)
-    return (stamps[-1] - stamps[0]) * 1e3 / (len(stamps) - 1)
+    return _decode_ms(model, tokens, random_ids)
 
 
 def first_token_ms(model, prompt: mx.array) -> float:
