@@ -10,7 +10,8 @@
 #                                   # (64 MiB a call)
 #   scripts/gpu/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
 #                                   # /tmp/laya-cuda, points the loader at them and at the machine's
-#                                   # NVIDIA libraries, runs the tests with LAYA_DEVICE=gpu, then
+#                                   # NVIDIA libraries, runs the tests (mlx_ops:: and the CUDA
+#                                   # recurrence kernel's) with LAYA_DEVICE=gpu, then
 #                                   # the same binary on the CPU for reference
 #   scripts/gpu/cuda-ops.sh stage N # on the GPU machine: copy part N to /tmp/laya-cuda (for
 #                                   # transports that carry one part per call)
@@ -23,8 +24,9 @@
 #   scripts/gpu/cuda-ops.sh wheels  # here: mlx 0.32.2's Python bindings and mlx-lm 0.32.0 into .whl/
 #   scripts/gpu/cuda-ops.sh mlx-lm [ARGS...]
 #                                   # on the GPU machine: mlx-lm's Qwen3-MoE on random weights of the same
-#                                   # shape (scripts/gpu/bench_mlx_lm_moe.py ARGS), rows to
-#                                   # $OUT/bench-h200-mlx-lm.jsonl
+#                                   # shape (scripts/gpu/bench_mlx_lm_moe.py ARGS; with
+#                                   # MLX_LM_BENCH=scripts/gpu/bench_qwen35_mlx_lm.py its Qwen3.5 at the
+#                                   # 27B's and 4B's shapes), rows to $OUT/bench-h200-mlx-lm.jsonl
 #   scripts/gpu/cuda-ops.sh bundle GGUF...
 #                                   # here, after `build`: packs the laya binary (xz) and the GGUF
 #                                   # files (libmlx's parts too with LAYA_BUNDLE_MLX=1, and the files
