@@ -502,6 +502,7 @@ fn every_process_laya_starts_is_a_reviewed_site_and_none_runs_a_shell() {
         ("src/bench/memory.rs", "Command::new(program)", "this laya binary (`serve` / `lsp`) for the benchmarks, argv from the bench's own flags"),
         ("src/service.rs", "Command::new(&cmd[0])", "systemctl / launchctl with fixed arguments and the unit path; no shell"),
         ("src/bench/engine.rs", "std::process::Command::new(python)", "the llama.cpp peer: the user's --peer-python, our script and numbers; a local bench, no client input"),
+        ("crates/laya-engine/src/tests/mod.rs", "std::process::Command::new(python)", "the engine's tests only (a cfg(test) module): the llama.cpp peer's Python from scripts/peer-setup.sh, the tests' own scripts and a temporary file's path; not in any binary"),
         ("src/machine.rs", "Command::new(\"nvidia-smi\")", "`nvidia-smi` with fixed arguments (the first GPU's total memory), only where MLX states no memory for a CUDA GPU; no client input"),
         ("src/bench/typing.rs", "let mut c = std::process::Command::new(prog);", "`laya bench typing --lsp-command`: the user's own LSP server command, split on whitespace into argv; no shell, a local bench, no client input"),
         ("src/bench/quality.rs", "Command::new(\"tar\")", "`tar -xJf ARCHIVE -C SCRATCH` for a repository case's workspace, its name checked to be plain; a local bench, no client input"),

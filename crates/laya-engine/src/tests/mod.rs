@@ -42,14 +42,16 @@ pub(crate) struct PeerRun {
     pub(crate) generated: Vec<u32>,
 }
 
-/// Runs `script` (`python -c`) with the llama.cpp peer's Python and `args`, and reads the JSON
-/// it prints (`prompt_ids`, `prompt_logits`, `generated`); `None`, the test skipped, without
-/// the peer ([`crate::testing::peer_python`]).
+/// Runs `script` (written to a file) with the llama.cpp peer's Python and `args`, and reads the
+/// JSON it prints (`prompt_ids`, `prompt_logits`, `generated`); `None`, the test skipped,
+/// without the peer ([`crate::testing::peer_python`]).
 pub(crate) fn llama_cpp_peer(script: &str, args: &[&str]) -> Option<PeerRun> {
     let python = crate::testing::peer_python()?;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("peer.py");
+    std::fs::write(&file, script).unwrap();
     let out = std::process::Command::new(python)
-        .arg("-c")
-        .arg(script)
+        .arg(&file)
         .args(args)
         .output()
         .unwrap();
