@@ -692,26 +692,8 @@ mod tests {
     /// llama-cpp-python: prints the prompt's ids, llama.cpp's logits at every prompt position
     /// and the greedy continuation (argmax of llama.cpp's logits, one token at a time).
     /// Arguments: the GGUF path, the prompt, the tokens to generate.
-    const LLAMA_CPP_PEER: &str = r##"import json, sys
-import numpy as np
-import gguf
-
+    const LLAMA_CPP_PEER: &str = r##"
 path, prompt, n_gen = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-def byte_chars():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b); cs.append(256 + n); n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-chars = byte_chars()
-specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>",
-            "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
-# Printable ASCII and the newline: every token decodes to one ASCII character.
-tokens = [chars[b] for b in [0x0A] + list(range(0x20, 0x7F))] + ["\u0120\u0120"] + specials
-types = [1] * (len(tokens) - len(specials)) + [3] * len(specials)
 V, H, L, NH, NKV, D, E, K, M, FF = len(tokens), 64, 2, 4, 2, 32, 8, 2, 64, 128
 
 rng = np.random.default_rng(1234)
@@ -762,19 +744,6 @@ w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()
 w.close()
-
-import llama_cpp
-# An f32 KV cache (ggml type 0), not llama.cpp's default f16: the comparison is of f32 math.
-llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=2, logits_all=True, verbose=False, type_k=0, type_v=0)
-ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
-llm.eval(ids)
-prompt_logits = llm.scores[: len(ids)].tolist()
-out = []
-for _ in range(n_gen):
-    t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    out.append(t)
-    llm.eval([t])
-json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out}, sys.stdout)
 "##;
 
     const PROMPT: &str =

@@ -42,14 +42,53 @@ pub(crate) struct PeerRun {
     pub(crate) generated: Vec<u32>,
 }
 
-/// Runs `script` (written to a file) with the llama.cpp peer's Python and `args`, and reads the
-/// JSON it prints (`prompt_ids`, `prompt_logits`, `generated`); `None`, the test skipped,
-/// without the peer ([`crate::testing::peer_python`]).
+/// What a peer script starts with: its imports and a vocabulary of printable ASCII, the newline,
+/// one merge (`ĠĠ`) and Qwen's control tokens (`tokens`, `types`, `specials`), every token
+/// decoding to one ASCII character.
+const PEER_HEAD: &str = r##"import json, sys
+import numpy as np
+import gguf
+
+def byte_chars():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b); cs.append(256 + n); n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+chars = byte_chars()
+specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>", "<|fim_middle|>",
+            "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+tokens = [chars[b] for b in [0x0A] + list(range(0x20, 0x7F))] + ["\u0120\u0120"] + specials
+types = [1] * (len(tokens) - len(specials)) + [3] * len(specials)
+"##;
+
+/// What a peer script ends with, once it has written the GGUF at `path`: llama.cpp runs it on
+/// `prompt` and greedily for `n_gen` tokens, with an f32 KV cache (ggml type 0, not llama.cpp's
+/// default f16: the comparison is of f32 math), and prints the JSON [`llama_cpp_peer`] reads.
+const PEER_RUN: &str = r##"
+import llama_cpp
+llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_threads=2, logits_all=True, verbose=False, type_k=0, type_v=0)
+ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+llm.eval(ids)
+prompt_logits = llm.scores[: len(ids)].tolist()
+out = []
+for _ in range(n_gen):
+    t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    out.append(t)
+    llm.eval([t])
+json.dump({"prompt_ids": ids, "prompt_logits": prompt_logits, "generated": out}, sys.stdout)
+"##;
+
+/// Runs `script` (between [`PEER_HEAD`] and [`PEER_RUN`], written to a file) with the llama.cpp
+/// peer's Python and `args`, and reads the JSON it prints (`prompt_ids`, `prompt_logits`,
+/// `generated`); `None`, the test skipped, without the peer ([`crate::testing::peer_python`]).
 pub(crate) fn llama_cpp_peer(script: &str, args: &[&str]) -> Option<PeerRun> {
     let python = crate::testing::peer_python()?;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("peer.py");
-    std::fs::write(&file, script).unwrap();
+    std::fs::write(&file, format!("{PEER_HEAD}{script}{PEER_RUN}")).unwrap();
     let out = std::process::Command::new(python)
         .arg(&file)
         .args(args)
