@@ -12,7 +12,7 @@ use std::{
     path::Path,
 };
 
-use crate::engine::models::{Arch, Shape};
+use crate::engine::models::{text_model_name, Arch, Shape};
 
 /// The architectures laya loads, by `config.json`'s `model_type`.
 pub const MODEL_TYPES: &[(&str, Arch)] = &[
@@ -23,16 +23,6 @@ pub const MODEL_TYPES: &[(&str, Arch)] = &[
     ("qwen3_5_moe", Arch::Qwen35),
     ("qwen3_next", Arch::Qwen35),
 ];
-
-/// A tensor's name without the prefixes Qwen3.5's folders nest the text model under
-/// (mlx-community's `language_model.`, Hugging Face's `model.language_model.`).
-fn text_model_name(name: &str) -> std::borrow::Cow<'_, str> {
-    if let Some(rest) = name.strip_prefix("model.language_model.") {
-        format!("model.{rest}").into()
-    } else {
-        name.strip_prefix("language_model.").unwrap_or(name).into()
-    }
-}
 
 const INDEX: &str = "model.safetensors.index.json";
 

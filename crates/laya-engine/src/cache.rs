@@ -11,9 +11,10 @@
 //! Such a state cannot be cut back to an earlier position; it can only be replaced by a state
 //! kept from that position (a checkpoint). The cache keeps the state before its last update,
 //! so the last forward can be undone, the states [`checkpoint`] asked it to keep (at most
-//! [`KEPT`], spread out) and the one at its prompt's end ([`checkpoint_end`]); [`restorable`] says which earlier lengths a set of a model's caches
-//! can return to and [`rewind`] returns them there, every layer alike: never a later state,
-//! never a zero state beside keys of a longer prefix.
+//! [`KEPT`], spread out) and the one at its prompt's end ([`checkpoint_end`]);
+//! [`restorable`] says which earlier lengths a set of a model's caches can return to and
+//! [`rewind`] returns them there, every layer alike: never a later state, never a zero state
+//! beside keys of a longer prefix.
 
 use mlx_rs::error::{Exception, Result};
 use mlx_rs::ops::indexing::TryIndexOp;

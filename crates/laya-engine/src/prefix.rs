@@ -134,10 +134,8 @@ impl PrefixStore {
         }
         let mut entry = self.entries.swap_remove(best);
         rewind(&mut entry.caches, len);
-        let logits = entry
-            .end
-            .filter(|(at, _)| *at == len && len == ids.len())
-            .map(|(_, l)| l);
+        // The whole prompt comes only with its logits (`Entry::reuse_for`).
+        let logits = entry.end.filter(|_| len == ids.len()).map(|(_, l)| l);
         Some(Reuse {
             reused: len,
             caches: entry.caches,

@@ -47,11 +47,8 @@ pub(crate) fn config(
             )))
         }
         Err(super::gguf::LoadError::MissingMetadata { .. }) => {
-            let every = u("full_attention_interval").unwrap_or(4);
-            if every <= 0 {
-                return Err(invalid(format!("full_attention_interval is {every}")));
-            }
-            (0..layers).map(|i| (i + 1) % every != 0).collect()
+            HybridConfig::every_nth_full(layers, u("full_attention_interval").unwrap_or(4))
+                .map_err(invalid)?
         }
         Err(e) => return Err(e.into()),
     };

@@ -376,13 +376,7 @@ fn hybrid_config(hf: &HfConfig, head_dim: i32) -> Result<HybridConfig, String> {
                 other => Err(format!("layer type `{other}` is not supported")),
             })
             .collect::<Result<Vec<_>, _>>()?,
-        None => {
-            let every = hf.full_attention_interval.unwrap_or(4);
-            if every <= 0 {
-                return Err(format!("full_attention_interval must be positive, is {every}"));
-            }
-            (0..layers).map(|i| (i + 1) % every != 0).collect()
-        }
+        None => HybridConfig::every_nth_full(layers, hf.full_attention_interval.unwrap_or(4))?,
     };
     let partial = hf
         .rope_parameters

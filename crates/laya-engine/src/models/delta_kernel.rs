@@ -131,6 +131,7 @@ pub(crate) fn recurrence(
     let g = same(g, &[b, t, hv], Dtype::Float32, "g")?;
     let state = same(state, &[b, hv, dv, dk], Dtype::Float32, "state")?;
     let inputs = [q.clone(), k, v, g, beta, state];
+    let kernel = kernel()?;
     let stream = Stream::new();
     let cfg = Config::new()?;
     // SAFETY: every handle passed is live for the call; `outputs` is created and freed here,
@@ -173,7 +174,7 @@ pub(crate) fn recurrence(
         let handles: Vec<mlx_sys::mlx_array> = inputs.iter().map(|a| a.as_ptr()).collect();
         let ins = mlx_sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len());
         let mut outs = mlx_sys::mlx_vector_array_new();
-        let rc = mlx_sys::mlx_fast_cuda_kernel_apply(&mut outs, kernel()?.0, ins, c, stream.as_ptr());
+        let rc = mlx_sys::mlx_fast_cuda_kernel_apply(&mut outs, kernel.0, ins, c, stream.as_ptr());
         mlx_sys::mlx_vector_array_free(ins);
         let result = (|| {
             check(rc)?;

@@ -23,6 +23,7 @@ mod qwen35;
 mod qwen3_moe;
 mod shape;
 
+pub use qwen35::text_model_name;
 pub use shape::{HybridShape, Shape};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +91,16 @@ pub struct HybridConfig {
 }
 
 impl HybridConfig {
+    /// The layers' kinds where a configuration names no list: every `every`-th of `layers` is
+    /// full attention, the others Gated DeltaNet layers (`true`), as Qwen3.5's configs
+    /// (`full_attention_interval`) and llama.cpp's GGUFs state them.
+    pub(crate) fn every_nth_full(layers: i32, every: i32) -> std::result::Result<Vec<bool>, String> {
+        if every <= 0 {
+            return Err(format!("full_attention_interval must be positive, is {every}"));
+        }
+        Ok((0..layers).map(|i| (i + 1) % every != 0).collect())
+    }
+
     /// Channels of the convolution: q, k and v side by side.
     pub(crate) fn conv_channels(&self) -> i32 {
         2 * self.linear_num_key_heads * self.linear_key_head_dim

@@ -44,6 +44,15 @@ use super::{
 };
 use crate::cache::{KvCache, Recurrent};
 
+/// A tensor's name without the prefixes a Qwen3.5 checkpoint nests its text model under
+/// (mlx-community's `language_model.`, Hugging Face's `model.language_model.`).
+pub fn text_model_name(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.strip_prefix("model.language_model.") {
+        Some(rest) => format!("model.{rest}").into(),
+        None => name.strip_prefix("language_model.").unwrap_or(name).into(),
+    }
+}
+
 /// Maps a Qwen3.5 checkpoint's tensors to the names and layout the model loads, as mlx-lm's
 /// `sanitize` does: the `language_model.` / `model.language_model.` prefixes go, vision and
 /// MTP tensors are dropped, and a Hugging Face checkpoint (conv1d stored `[C, 1, K]`) gets its
@@ -59,13 +68,7 @@ pub(super) fn sanitize(map: HashMap<String, Array>, cfg: &ModelConfig) -> Result
         {
             continue;
         }
-        let name = if let Some(rest) = name.strip_prefix("model.language_model.") {
-            format!("model.{rest}")
-        } else if let Some(rest) = name.strip_prefix("language_model.") {
-            rest.to_owned()
-        } else {
-            name
-        };
+        let name = text_model_name(&name).into_owned();
         // Hugging Face's Qwen3.5-MoE experts: gate and up rows in one tensor, no `.weight`.
         if let Some(mlp) = name.strip_suffix(".experts.gate_up_proj") {
             let [gate, up] = pair(a.split_equal(2, -2)?)?;
@@ -620,9 +623,10 @@ mod tests {
         }
     }
 
-    /// On CUDA, the kernel gives the token-by-token ops' outputs and state: the 27B's layer shape (16 key and 48 value heads of 128) and a small one,
-    /// f32 and bf16, from a zero and a random state. Elsewhere there is no kernel to test
-    /// (it says so): `scripts/gpu/cuda-ops.sh run` runs it on a GPU.
+    /// On CUDA, the kernel gives the token-by-token ops' outputs and state: the 27B's layer
+    /// shape (16 key and 48 value heads of 128) and a small one, f32 and bf16, from a random
+    /// state. Elsewhere there is no kernel to test (it says so): `scripts/gpu/cuda-ops.sh run`
+    /// runs it on a GPU.
     #[test]
     fn the_cuda_kernel_equals_the_ops() {
         let (_g, _b) = crate::testing::mlx();

@@ -42,13 +42,15 @@ pub struct HybridShape {
 }
 
 impl HybridShape {
-    fn is_linear(&self, layer: i32) -> bool {
-        (layer + 1) % self.full_attention_interval.max(1) != 0
+    /// Per layer, whether it is a DeltaNet layer.
+    fn linear_layers(&self, layers: i32) -> Vec<bool> {
+        HybridConfig::every_nth_full(layers, self.full_attention_interval.max(1))
+            .expect("a positive interval")
     }
 
     fn config(&self, layers: i32) -> HybridConfig {
         HybridConfig {
-            linear_layers: (0..layers).map(|l| self.is_linear(l)).collect(),
+            linear_layers: self.linear_layers(layers),
             linear_num_key_heads: self.key_heads,
             linear_num_value_heads: self.value_heads,
             linear_key_head_dim: self.key_dim,
@@ -101,9 +103,10 @@ impl Shape {
     /// Values the KV cache holds per token: keys and values of every attention layer's KV
     /// heads (a hybrid model's DeltaNet layers keep a state of fixed size instead).
     pub fn kv_values_per_token(&self) -> u64 {
-        let attention = (0..self.layers)
-            .filter(|&l| !self.hybrid.is_some_and(|h| h.is_linear(l)))
-            .count() as u64;
+        let linear = self
+            .hybrid
+            .map_or(0, |h| h.linear_layers(self.layers).iter().filter(|&&l| l).count());
+        let attention = (self.layers.max(0) as usize - linear) as u64;
         2 * attention * self.kv_heads.max(0) as u64 * self.head_dim.max(0) as u64
     }
 }

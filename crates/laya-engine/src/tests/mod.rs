@@ -114,14 +114,14 @@ pub(crate) fn llama_cpp_peer(script: &str, args: &[&str]) -> Option<PeerRun> {
     })
 }
 
-/// `model`'s logits at every position of `ids` against `peer`'s: the largest difference and
-/// the peer logits' standard deviation, printed under `what`.
+/// `model`'s logits at every position of `ids` against `peer`'s: the largest difference (printed
+/// under `what`, with the peer logits' standard deviation) and laya's logits.
 pub(crate) fn logits_against_peer(
     model: &crate::models::Model,
     ids: &[u32],
     peer: &PeerRun,
     what: &str,
-) -> (f32, f32) {
+) -> (f32, mlx_rs::Array) {
     use crate::models::test_util::{max_abs_diff, tokens};
     let got = model.forward_all(&tokens(ids), &mut model.new_caches()).unwrap();
     let want = mlx_rs::Array::from_slice(&peer.logits, got.shape());
@@ -131,7 +131,7 @@ pub(crate) fn logits_against_peer(
         "{what}: {} prompt positions, max |laya - llama.cpp| = {diff:e} (logits' std {spread})",
         ids.len()
     );
-    (diff, spread)
+    (diff, got)
 }
 
 /// `model`'s `n` greedy tokens after `ids`, a forward a token through its caches.
