@@ -969,7 +969,11 @@ mod tests {
             "{keys:?}"
         );
         let accept = run.accept.as_ref().expect("an accept");
-        assert!(accept.ahead && !accept.shown, "{accept:?}");
+        assert!(
+            accept.ahead && !accept.shown,
+            "{accept:?} {} {keys:?}",
+            run.requests
+        );
         // The schedule holds each keystroke and the accept, with the text after each.
         assert_eq!(steps.len(), keys.len() + 1);
         assert!(steps.last().unwrap().accept);

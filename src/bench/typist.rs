@@ -518,13 +518,18 @@ pub fn replay(
             next += 1;
         }
     }
-    // The explanations still on their way, and the server's counts.
+    // The explanations still on their way, and the server's counts: the server answers them
+    // in any order, so wait for all of them.
     let counts = wire.start("laya/requests", Value::Null)?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while let Some((id, msg)) = wire.next_answer(deadline)? {
+    let mut counted = false;
+    while !(counted && explains.is_empty()) {
+        let Some((id, msg)) = wire.next_answer(deadline)? else {
+            break;
+        };
         if id == counts {
             run.requests = msg["result"].clone();
-            break;
+            counted = true;
         }
         explained(&mut run, &mut explains, id, &msg);
     }
