@@ -15,7 +15,7 @@
 # below, it must equal what crates/mlx-sys/mlx-c pins). macOS: MLX builds from source (Metal).
 set -euo pipefail
 
-MLX_VERSION=0.32.2          # = GIT_TAG in crates/mlx-sys/mlx-c/CMakeLists.txt
+MLX_VERSION=0.32.4          # = GIT_TAG in crates/mlx-sys/mlx-c/CMakeLists.txt
 BACKEND=${LAYA_MLX_BACKEND:-auto}
 RUN_DEMO=1
 FETCH=(qwen2.5-coder-0.5b qwen2.5-coder-1.5b)
@@ -82,6 +82,8 @@ if [[ $OS == Linux ]]; then
   ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
   have python3 || need+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+  # MLX's CUDA headers, which laya's own GPU primitives include, include fmt's.
+  [[ $BACKEND == cpu || -f /usr/include/fmt/format.h ]] || need+=(libfmt-dev)
   if [[ ${#need[@]} -gt 0 ]]; then
     if have apt-get; then
       SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
@@ -114,6 +116,8 @@ if [[ $OS == Linux ]]; then
   fi
   got=$(awk '/#define MLX_VERSION_(MAJOR|MINOR|PATCH) /{printf "%s.", $3}' "$MLX_HOME/mlx/include/mlx/version.h")
   [[ ${got%.} == "$MLX_VERSION" ]] || die "$MLX_HOME holds MLX ${got%.}, not $MLX_VERSION; delete that folder and re-run"
+  # The CUDA headers laya's own GPU primitives compile against (crates/laya-engine/csrc).
+  [[ $BACKEND == cpu ]] || scripts/cuda-headers.sh "$BACKEND" "$CACHE" || die "the CUDA headers could not be installed (see above)"
 elif [[ $OS == Darwin ]]; then
   have cmake || die "cmake is needed to build MLX from source: brew install cmake"
   xcrun -f metal >/dev/null 2>&1 || say "warning: the Metal compiler was not found (install Xcode); MLX would fall back to the CPU"

@@ -31,6 +31,9 @@ pub fn fail(msg: &str) -> ! {
 fn main() {
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-changed=csrc");
+    // The pinned MLX version and the mlx-c sources compiled here.
+    println!("cargo:rerun-if-changed=mlx-c/CMakeLists.txt");
+    println!("cargo:rerun-if-changed=mlx-c/mlx/c");
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let mlx_c = manifest.join("mlx-c");
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();

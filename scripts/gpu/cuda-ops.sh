@@ -2,7 +2,7 @@
 # Builds the engine's MLX op tests against MLX's CUDA backend here, and runs them on a GPU machine.
 #
 #   scripts/gpu/cuda-ops.sh build [laya]
-#                                   # here (no GPU needed): installs mlx-cuda-13==0.32.2 (no NVIDIA
+#                                   # here (no GPU needed): installs mlx-cuda-13==0.32.4 (no NVIDIA
 #                                   # deps: the GPU machine has them), builds the engine's unit tests (crates/
 #                                   # laya-engine, whose mlx_ops:: it runs; not with `laya`) and the laya binary
 #                                   # into .device/ (debug info stripped) and packs the
@@ -21,7 +21,7 @@
 #                                   # qwen2.5-coder-32b qwen3-coder-30b-a3b) at PRECISIONS (q4,q6,q8), one process per shape;
 #                                   # rows to $OUT/bench-h200-SHAPE.jsonl as they come, joined into
 #                                   # $OUT/bench-h200.jsonl at the end ($OUT: /tmp if unset)
-#   scripts/gpu/cuda-ops.sh wheels  # here: mlx 0.32.2's Python bindings and mlx-lm 0.32.0 into .whl/
+#   scripts/gpu/cuda-ops.sh wheels  # here: mlx 0.32.4's Python bindings and mlx-lm 0.32.2 into .whl/
 #   scripts/gpu/cuda-ops.sh mlx-lm [ARGS...]
 #                                   # on the GPU machine: mlx-lm's Qwen3-MoE on random weights of the same
 #                                   # shape (scripts/gpu/bench_mlx_lm_moe.py ARGS; with
@@ -47,7 +47,7 @@
 # (default: found through python3's torch installation).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-MLX_VERSION=0.32.2
+MLX_VERSION=0.32.4
 CACHE="${LAYA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/laya}"
 CUDA_HOME_MLX="$CACHE/mlx/cuda13-$MLX_VERSION"
 OUTD=.device
@@ -86,6 +86,8 @@ build)
   if [[ ! -f "$CUDA_HOME_MLX/mlx/lib/libmlx.so" ]]; then
     python3 -m pip install --quiet --no-deps --only-binary=:all: --target "$CUDA_HOME_MLX" "mlx-cuda-13==$MLX_VERSION"
   fi
+  scripts/cuda-headers.sh cuda13 "$CACHE"
+  [[ -f /usr/include/fmt/format.h ]] || { echo "cuda-ops: install libfmt-dev (MLX's CUDA headers include fmt)" >&2; exit 1; }
   # libmlx.so's CUDA dependencies (cublasLt, cudnn, nccl, libcuda) exist only on the GPU
   # machine; let the linker leave them to the loader there.
   export LAYA_MLX_BACKEND=cuda13 CARGO_TARGET_DIR=target/cuda
@@ -163,16 +165,16 @@ bench)
   ;;
 wheels)
   # Here: the wheels `mlx-lm` needs there, into .whl/ (ignored by git; carry it): mlx's Python
-  # bindings of laya's MLX, and mlx-lm 0.32.0 (0.32.1 on passes gather_qmm an argument MLX
-  # 0.32.2 lacks; their Qwen3-MoE code is the same). The GPU machine's Python is 3.12.
+  # bindings of laya's MLX, and mlx-lm 0.32.2 (the newest; it passes gather_qmm the
+  # global_scale MLX 0.32.4 has). The GPU machine's Python is 3.12.
   rm -rf .whl
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    -d .whl "mlx==$MLX_VERSION" "mlx-lm==0.32.0"
+    -d .whl "mlx==$MLX_VERSION" "mlx-lm==0.32.2"
   ls -la .whl
   ;;
 mlx-lm)
-  # mlx-lm's own model on the same GPU (the peer row): mlx's Python bindings (the same 0.32.2)
+  # mlx-lm's own model on the same GPU (the peer row): mlx's Python bindings (the same MLX version)
   # and mlx-lm from the wheels `wheels` put in .whl/, their libmlx the carried one.
   shift
   setup_libs

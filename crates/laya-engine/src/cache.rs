@@ -192,8 +192,14 @@ impl KvCache {
         let len = keys.dim(2);
         if prev + len > self.capacity() as i32 {
             let grow = (len + STEP - 1) / STEP * STEP;
-            self.keys = Some(grown(self.keys.take(), keys, prev, grow)?);
-            self.values = Some(grown(self.values.take(), values, prev, grow)?);
+            self.keys = Some(grown(self.keys.take(), keys.shape(), keys.dtype(), prev, grow)?);
+            self.values = Some(grown(
+                self.values.take(),
+                values.shape(),
+                values.dtype(),
+                prev,
+                grow,
+            )?);
         }
         let end = prev + len;
         // One `SliceUpdate` each (mlx-rs's `try_index_mut` would reshape the update twice).
@@ -203,6 +209,57 @@ impl KvCache {
         *v_buf = slice_update(v_buf, values, &at)?;
         self.offset = end as usize;
         self.fetch()
+    }
+
+    /// As [`update_and_fetch`](Self::update_and_fetch) for `len` new positions of keys and
+    /// values `[b, kv_heads, len, head_dim]` of `dtype`, where `write` makes the new buffers:
+    /// it gets the buffers (grown to hold them) and the offset, and returns the buffers with
+    /// those positions written and views of the first `offset + len`. The cache lets go of
+    /// its buffers first, so that the write can reuse them (MLX donates a buffer nothing else
+    /// holds; a stored copy of the cache keeps its own).
+    pub(crate) fn update_in_place(
+        &mut self,
+        shape: [i32; 4],
+        dtype: mlx_rs::Dtype,
+        write: impl FnOnce(&Array, &Array, i32) -> Result<[Array; 4]>,
+    ) -> Result<(Array, Array)> {
+        if self.recurrent.is_some() {
+            return Err(Exception::custom(
+                "kv cache: keys and a recurrent state in one layer",
+            ));
+        }
+        if let Some(buf) = &self.keys {
+            let have = buf.shape();
+            if (have[0], have[1], have[3]) != (shape[0], shape[1], shape[3]) || buf.dtype() != dtype {
+                return Err(Exception::custom(format!(
+                    "kv cache holds [B, heads, _, head_dim] = {have:?} ({:?}), got {shape:?} ({dtype:?})",
+                    buf.dtype()
+                )));
+            }
+        }
+        let prev = self.offset as i32;
+        let len = shape[2];
+        if prev + len > self.capacity() as i32 {
+            let grow = (len + STEP - 1) / STEP * STEP;
+            self.keys = Some(grown(self.keys.take(), &shape, dtype, prev, grow)?);
+            self.values = Some(grown(self.values.take(), &shape, dtype, prev, grow)?);
+        }
+        let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) else {
+            unreachable!("buffers exist after growing");
+        };
+        match write(&k, &v, prev) {
+            Ok([k_buf, v_buf, keys, values]) => {
+                self.keys = Some(k_buf);
+                self.values = Some(v_buf);
+                self.offset = (prev + len) as usize;
+                Ok((keys, values))
+            }
+            Err(e) => {
+                self.keys = Some(k);
+                self.values = Some(v);
+                Err(e)
+            }
+        }
     }
 
     /// Drops the last `n` positions (at most `offset`); returns how many were dropped.
@@ -346,11 +403,11 @@ pub(crate) fn rewind(caches: &mut [KvCache], len: usize) -> usize {
     to
 }
 
-/// `buf` (valid up to `prev`) with `grow` more positions, in the dtype of `new`.
-fn grown(buf: Option<Array>, new: &Array, prev: i32, grow: i32) -> Result<Array> {
-    let mut shape = new.shape().to_vec();
+/// `buf` (valid up to `prev`) with `grow` more positions of new keys or values `shape` (`dtype`).
+fn grown(buf: Option<Array>, shape: &[i32], dtype: mlx_rs::Dtype, prev: i32, grow: i32) -> Result<Array> {
+    let mut shape = shape.to_vec();
     shape[2] = grow;
-    let extra = zeros_dtype(&shape, new.dtype())?;
+    let extra = zeros_dtype(&shape, dtype)?;
     match buf {
         None => Ok(extra),
         Some(buf) => {

@@ -21,6 +21,7 @@ mod qwen2;
 mod qwen3;
 mod qwen35;
 mod qwen3_moe;
+mod rope_kv;
 mod shape;
 
 pub use qwen35::text_model_name;
@@ -784,11 +785,35 @@ impl AttentionCore {
         )?)
     }
 
+    /// RoPE on `heads` `[B, H + 2 KV, L, D]` and its k and v written into the cache, as
+    /// laya's own primitive ([`rope_kv`]) where it is in use and fits: roped q and the
+    /// cache's keys and values so far, for [`attend_to`](Self::attend_to). `None`: the ops
+    /// path's to do.
+    fn rope_kv_in_place(&self, heads: &Array, cache: &mut KvCache) -> Result<Option<[Array; 3]>> {
+        if !rope_kv::in_use() || !rope_kv::fits(heads, self.rope_dims, self.head_dim) {
+            return Ok(None);
+        }
+        let (b, l, d) = (heads.dim(0), heads.dim(2), heads.dim(3));
+        let mut q = None;
+        let (keys, values) =
+            cache.update_in_place([b, self.n_kv_heads, l, d], heads.dtype(), |k, v, at| {
+                let w = rope_kv::write(heads, k, v, self.n_heads, self.n_kv_heads, at, self.rope_theta)?;
+                q = Some(w.q);
+                Ok([w.k_buf, w.v_buf, w.keys, w.values])
+            })?;
+        Ok(q.map(|q| [q, keys, values]))
+    }
+
     /// q `[B, H, L, D]`, k and v `[B, KV, L, D]` (RoPE applied) → `[B, L, H · D]`: append k/v
     /// to the cache, attend, merge the heads (at L = 1 a reshape: the same memory).
     fn attend(&self, q: &Array, k: &Array, v: &Array, cache: &mut KvCache) -> Result<Array> {
-        let (b, l) = (q.dim(0), q.dim(2));
         let (keys, values) = cache.update_and_fetch(k, v)?;
+        self.attend_to(q, keys, values)
+    }
+
+    /// q `[B, H, L, D]` over the cache's `keys` and `values` `[B, KV, offset + L, D]`.
+    fn attend_to(&self, q: &Array, keys: Array, values: Array) -> Result<Array> {
+        let (b, l) = (q.dim(0), q.dim(2));
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         // MLX's causal mask is aligned to the bottom right (query i sees keys up to
         // offset + i), so a chunk after a cached prefix needs no explicit mask; GQA is native.

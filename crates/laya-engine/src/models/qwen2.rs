@@ -42,6 +42,9 @@ impl Attention {
     pub(super) fn forward(&self, x: &Array, cache: &mut KvCache) -> Result<Array> {
         let core = &self.core;
         let heads = core.heads(&self.qkv.forward_joined(x)?)?;
+        if let Some([q, keys, values]) = core.rope_kv_in_place(&heads, cache)? {
+            return self.o_proj.forward(&core.attend_to(&q, keys, values)?);
+        }
         // q and k are adjacent heads: RoPE runs once over both.
         let (h, kv) = (core.n_heads, core.n_kv_heads);
         let [qk, v] = pair(core.split_heads(&heads, &[h + kv])?)?;
