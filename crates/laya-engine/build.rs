@@ -5,7 +5,7 @@
 //!
 //! On Linux it also compiles laya's own MLX primitives (`csrc/`) against the headers of the
 //! linked MLX, as mlx-sys compiles mlx-c, and sets `cfg(laya_primitives)`. A CUDA build
-//! (`DEP_MLX_BACKEND` cuda12/cuda13) compiles their GPU side too, which needs the CUDA
+//! (`LAYA_MLX_BACKEND` cuda12/cuda13) compiles their GPU side too, which needs the CUDA
 //! headers (`CUDA_INCLUDE`, else `$CUDA_HOME/include`, else where `scripts/setup.sh` puts
 //! them) and fmt's (`libfmt-dev`, which MLX's CUDA headers include). Elsewhere (macOS, where
 //! MLX is built from source) the ops path runs alone.
@@ -52,8 +52,10 @@ fn primitives(libdir: &Path) {
                 .expect("utf-8 path"),
         )
         .file(manifest.join("csrc/rope_kv.cpp"));
-    let backend = env::var("DEP_MLX_BACKEND").unwrap_or_default();
-    if backend.starts_with("cuda") {
+    if env::var("DEP_MLX_BACKEND").is_ok_and(|b| b.starts_with("cuda")) {
+        // mlx-sys says "cuda"; which CUDA is the backend's name (what setup.sh was given).
+        println!("cargo:rerun-if-env-changed=LAYA_MLX_BACKEND");
+        let backend = env::var("LAYA_MLX_BACKEND").unwrap_or_else(|_| "cuda13".into());
         let cuda = cuda_include(&backend).unwrap_or_else(|| {
             fail(&format!(
                 "the {backend} build compiles laya's CUDA primitives and needs the CUDA headers \

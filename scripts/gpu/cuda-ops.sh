@@ -10,7 +10,7 @@
 #                                   # (64 MiB a call)
 #   scripts/gpu/cuda-ops.sh run     # on the GPU machine, from the repo root: joins the parts into
 #                                   # /tmp/laya-cuda, points the loader at them and at the machine's
-#                                   # NVIDIA libraries, runs the tests (mlx_ops:: and the CUDA
+#                                   # NVIDIA libraries, runs the tests (mlx_ops::, laya's primitives and the CUDA
 #                                   # recurrence kernel's) with LAYA_DEVICE=gpu, then
 #                                   # the same binary on the CPU for reference
 #   scripts/gpu/cuda-ops.sh stage N # on the GPU machine: copy part N to /tmp/laya-cuda (for
@@ -128,7 +128,7 @@ run)
   smi=$!
   rc=0
   echo "== mlx_ops, LAYA_DEVICE=gpu"
-  LAYA_DEVICE=gpu "$OUTD/mlx_ops" mlx_ops:: qwen35::tests::the_cuda_kernel --test-threads=1 --nocapture 2>&1 || rc=$?
+  LAYA_DEVICE=gpu "$OUTD/mlx_ops" mlx_ops:: qwen35::tests::the_cuda_kernel models::rope_kv:: --test-threads=1 --nocapture 2>&1 || rc=$?
   kill "$smi" 2>/dev/null || true
   echo "== GPU compute processes seen during the GPU run:"
   sed 's/^/  /' /tmp/laya-cuda-apps.txt | sort | uniq -c

@@ -16,6 +16,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -252,6 +254,9 @@ struct Kernels {
   CUfunction f32 = nullptr, bf16 = nullptr, f16 = nullptr, copy = nullptr;
 };
 
+// Milliseconds the kernels took to compile and load (0 until they have).
+std::atomic<double> compile_ms{0.0};
+
 // The kernels for the device of `s`, compiled once for its architecture.
 const Kernels& kernels(mx::cu::Device& device) {
   static std::mutex mutex;
@@ -261,6 +266,7 @@ const Kernels& kernels(mx::cu::Device& device) {
   if (built) {
     return k;
   }
+  const auto start = std::chrono::steady_clock::now();
   const Cuda& c = cuda();
   void* prog = nullptr;
   if (c.create(&prog, kSource, "laya_rope_kv.cu", 0, nullptr, nullptr) != 0) {
@@ -301,6 +307,7 @@ const Kernels& kernels(mx::cu::Device& device) {
   k.f16 = get("laya_rope_kv_f16");
   k.copy = get("laya_copy_words");
   built = true;
+  compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return k;
 }
 
@@ -491,4 +498,14 @@ extern "C" int laya_rope_kv_write(
     return 1;
   }
   return 0;
+}
+
+// Milliseconds laya's CUDA kernels took to compile and load in this process (0: not yet, or
+// not a CUDA build).
+extern "C" double laya_primitives_compile_ms() {
+#ifdef LAYA_CUDA
+  return laya::compile_ms.load();
+#else
+  return 0.0;
+#endif
 }

@@ -134,6 +134,10 @@ pub struct Row {
     /// waiting for its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) decode_long_split: Option<(f64, f64)>,
+    /// Where laya's own primitives took the measured path (CUDA): the same decode after a
+    /// 128-token prompt on each path, side by side in one run (see [`PathsCompared`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) paths: Option<PathsCompared>,
     pub(crate) weight_bytes_per_token: u64,
     pub(crate) bandwidth_gbs: f64,
     pub(crate) floor_ms_per_token: f64,
@@ -152,6 +156,43 @@ pub struct Row {
     /// nothing (see [`keystroke`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) keystroke: Option<Keystroke>,
+}
+
+/// [`Row::paths`]: decode after a 128-token prompt with laya's own primitives and with MLX's
+/// ops alone, each as ms a token, of it building and waiting, and the ops of one step.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PathsCompared {
+    pub(crate) primitives: (f64, f64, f64, usize),
+    pub(crate) ops_only: (f64, f64, f64, usize),
+    /// ms the primitives' kernels took to compile at their first use in this process.
+    pub(crate) compile_ms: f64,
+}
+
+/// The decode of [`Row::paths`] on both paths, where laya's own primitives are in use here.
+fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>, MeasureError> {
+    use crate::models::rope_kv;
+    if !rope_kv::in_use() {
+        return Ok(None);
+    }
+    let run = |primitives: bool| -> Result<(f64, f64, f64, usize), MeasureError> {
+        rope_kv::force(Some(primitives));
+        let out = decode_ms_after(model, 128, tokens).and_then(|(ms, b, w)| {
+            let ops: usize = decode_step_ops(model)?.values().sum();
+            Ok((ms, b, w, ops))
+        });
+        rope_kv::force(None);
+        out
+    };
+    // Twice each, alternating, the second of each kept: the host's speed drifts within a run.
+    run(true)?;
+    run(false)?;
+    let primitives = run(true)?;
+    let ops_only = run(false)?;
+    Ok(Some(PathsCompared {
+        primitives,
+        ops_only,
+        compile_ms: rope_kv::compile_ms(),
+    }))
 }
 
 /// [`Row::keystroke`].
@@ -546,6 +587,7 @@ pub fn measure(
             let decode = decode_ms(&model, s.decode_tokens)?;
             let (long_ms, long_build, long_wait) = decode_ms_after(&model, LONG_CONTEXT, s.decode_tokens)?;
             let decode_step_ops = decode_step_ops(&model)?;
+            let paths = paths_compared(&model, s.decode_tokens)?;
             let cancel = cancel_to_free(&model)?;
             let draft_check = Some((DRAFT_MAX + 1, check_ms(&model, DRAFT_MAX + 1)?));
             let keystroke = Some(keystroke(&model)?);
@@ -563,6 +605,7 @@ pub fn measure(
                 decode_ms_per_token: decode,
                 decode_long: Some((LONG_CONTEXT, long_ms)),
                 decode_long_split: Some((long_build, long_wait)),
+                paths,
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
                 floor_ms_per_token: floor,
@@ -626,6 +669,20 @@ pub fn format_row(r: &Row) -> String {
             format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token{split}")
         })
         .unwrap_or_default();
+    let paths = r
+        .paths
+        .map(|p| {
+            let side = |(ms, b, w, ops): (f64, f64, f64, usize)| {
+                format!("{ms:.2} ms a token ({b:.2} building, {w:.2} waiting), {ops} ops a step")
+            };
+            format!(
+                "\n  decode with laya's primitives: {}\n  decode on MLX's ops alone:     {}\n  laya's kernels compiled at first use in {:.0} ms",
+                side(p.primitives),
+                side(p.ops_only),
+                p.compile_ms
+            )
+        })
+        .unwrap_or_default();
     let check = r
         .draft_check
         .map(|(positions, ms)| {
@@ -663,6 +720,7 @@ pub fn format_row(r: &Row) -> String {
     ) + &first
         + &ops
         + &long
+        + &paths
         + &cancel
         + &check
         + &keystroke

@@ -21,7 +21,7 @@ mod qwen2;
 mod qwen3;
 mod qwen35;
 mod qwen3_moe;
-mod rope_kv;
+pub(crate) mod rope_kv;
 mod shape;
 
 pub use qwen35::text_model_name;

@@ -37,8 +37,7 @@ pub(crate) fn in_use() -> bool {
 }
 
 /// Use the primitive (`Some(true)`), the ops (`Some(false)`) or the device's choice (`None`)
-/// on this thread.
-#[cfg(test)]
+/// on this thread: tests and `laya bench engine`'s side-by-side rows.
 pub(crate) fn force(path: Option<bool>) {
     FORCED.with(|f| f.set(path));
 }
@@ -77,6 +76,20 @@ extern "C" {
         error: *mut std::ffi::c_char,
         error_len: usize,
     ) -> i32;
+}
+
+#[cfg(laya_primitives)]
+extern "C" {
+    fn laya_primitives_compile_ms() -> f64;
+}
+
+/// Milliseconds the primitives' CUDA kernels took to compile and load in this process (0: not
+/// yet, or no CUDA here).
+pub(crate) fn compile_ms() -> f64 {
+    #[cfg(laya_primitives)]
+    return unsafe { laya_primitives_compile_ms() };
+    #[cfg(not(laya_primitives))]
+    0.0
 }
 
 /// `heads` `[B, H + 2 KV, L, D]` (q, then k, then v heads) with RoPE at positions from
