@@ -13,7 +13,11 @@ fn doctor_reports_mlx_and_names_the_fix_for_a_missing_model() {
         .env_remove("LAYA_DEVICE"));
     assert_eq!(code, 1, "{out}");
     // The version mlx-c pins (`GIT_TAG vX.Y.Z`), which the build links and doctor checks.
-    let cmake = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crates/mlx-sys/mlx-c/CMakeLists.txt")).unwrap();
+    let cmake = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/mlx-sys/mlx-c/CMakeLists.txt"
+    ))
+    .unwrap();
     let pinned = cmake
         .lines()
         .find_map(|l| l.trim().strip_prefix("GIT_TAG v"))

@@ -52,7 +52,12 @@ namespace {
 // backend's to do: `copy` gets (source, destination)).
 template <typename Copy>
 void donate_or_copy(const mx::array& in, mx::array& out, Copy copy) {
-  if (in.is_donatable() && in.flags().row_contiguous) {
+  if (!in.flags().row_contiguous) {
+    // The cache's buffers are made row-contiguous (zeros, concatenation): a copy of bytes
+    // is a copy of the array.
+    throw std::runtime_error("laya rope_kv: a KV buffer that is not row-contiguous");
+  }
+  if (in.is_donatable()) {
     out.copy_shared_buffer(in);
   } else {
     out.set_data(mx::allocator::malloc(out.nbytes()));
@@ -275,8 +280,8 @@ const Kernels& kernels(mx::cu::Device& device) {
   std::string arch = "--gpu-architecture=sm_" +
       std::to_string(device.compute_capability_major()) +
       std::to_string(device.compute_capability_minor());
-  const char* options[] = {arch.c_str(), "--std=c++17", "--use_fast_math=false"};
-  int rc = c.compile(prog, 3, options);
+  const char* options[] = {arch.c_str(), "--std=c++17"};
+  int rc = c.compile(prog, 2, options);
   if (rc != 0) {
     size_t n = 0;
     c.log_size(prog, &n);
@@ -332,14 +337,11 @@ class RopeKvWrite : public mx::Primitive {
     auto& enc = mx::cpu::get_command_encoder(stream());
     // The copies and the writes run as the stream's tasks, after the inputs are ready.
     for (int i : {1, 2}) {
-      if (in[i].is_donatable() && in[i].flags().row_contiguous) {
-        out[i].copy_shared_buffer(in[i]);
-      } else {
-        out[i].set_data(mx::allocator::malloc(out[i].nbytes()));
-        enc.dispatch([src = mx::array::unsafe_weak_copy(in[i]),
-                      dst = mx::array::unsafe_weak_copy(out[i]),
+      donate_or_copy(in[i], out[i], [&](const mx::array& src, mx::array& dst) {
+        enc.dispatch([src = mx::array::unsafe_weak_copy(src),
+                      dst = mx::array::unsafe_weak_copy(dst),
                       copy]() mutable { copy(src, dst); });
-      }
+      });
     }
     prefix_view(out[1], out[3]);
     prefix_view(out[2], out[4]);
@@ -383,9 +385,8 @@ class RopeKvWrite : public mx::Primitive {
 #ifdef LAYA_CUDA
     auto& enc = mx::cu::get_command_encoder(stream());
     const Kernels& k = kernels(enc.device());
-    for (const auto& a : in) {
-      enc.set_input_array(a);
-    }
+    // The encoder orders a node after the nodes that wrote the arrays set as its inputs since
+    // the node before it: so each node's inputs are set just before it.
     const auto& heads = in[0];
     auto& q = out[0];
     q.set_data(mx::allocator::malloc(q.nbytes()));
@@ -396,12 +397,17 @@ class RopeKvWrite : public mx::Primitive {
         void* d = mx::gpu_ptr<void>(dst);
         const unsigned threads = 256;
         const unsigned blocks = static_cast<unsigned>((words + threads - 1) / threads);
+        enc.set_input_array(src);
         enc.set_output_array(dst);
         enc.add_kernel_node(k.copy, dim3(blocks), dim3(threads), s, d, words);
       });
     }
     prefix_view(out[1], out[3]);
     prefix_view(out[2], out[4]);
+    // After the copies, if any: the write goes into the buffers they fill.
+    enc.set_input_array(heads);
+    enc.set_input_array(out[1]);
+    enc.set_input_array(out[2]);
     for (int i : {0, 1, 2}) {
       enc.set_output_array(out[i]);
     }

@@ -217,7 +217,8 @@ mod tests {
         same_steps(&f32_model, 1, tol(2e-5), "f32");
         same_steps(&f32_model, 2, tol(2e-5), "f32, two sequences");
         // bf16: the two paths round differently (the primitive rounds once, after RoPE in f32),
-        // so they may differ by as much as bf16 differs from f32, no more.
+        // so they may differ by as much as bf16 differs from f32, no more. (Where the device
+        // runs every model in bf16, the two models are one: the tolerance is then the f32 one.)
         let bf16 = Model::from_weights(cfg.clone(), cast(&to_device(&w), Dtype::Bfloat16), 64).unwrap();
         let (exact, _) = run(&f32_model, 1, false);
         let (rounded, _) = run(&bf16, 1, false);
@@ -226,8 +227,8 @@ mod tests {
             .zip(&rounded)
             .map(|(a, b)| max_abs_diff(a, &b.as_dtype(Dtype::Float32).unwrap()))
             .fold(0.0f32, f32::max);
-        assert!(noise > 0.0 && noise < 1.0, "bf16 against f32: {noise}");
-        same_steps(&bf16, 1, noise, "bf16");
+        assert!(noise < 1.0, "bf16 against f32: {noise}");
+        same_steps(&bf16, 1, noise.max(tol(2e-5)), "bf16");
         let (q4, _) = quantized_pair(&w, 64, 4);
         same_steps(&Model::from_weights(cfg, q4, 64).unwrap(), 1, tol(2e-5), "q4");
     }
