@@ -270,6 +270,9 @@ pub(crate) struct GenerateOutput {
     pub(crate) decode_build_time: Duration,
     /// … and waiting for their tokens to reach the host; the rest is the token callbacks.
     pub(crate) decode_wait_time: Duration,
+    /// Of `decode_build_time`: making the steps' graphs (the forward's ops and the sampler's),
+    /// before MLX evaluates them (the rest: MLX's eval queueing them on the device).
+    pub(crate) decode_graph_time: Duration,
     /// The last prompt position's logits (`[1, vocab]`), once the whole prompt has run.
     pub(crate) prompt_logits: Option<Array>,
 }
@@ -395,6 +398,7 @@ pub(crate) fn generate_from(
         decode_forwards: 0,
         decode_build_time: Duration::ZERO,
         decode_wait_time: Duration::ZERO,
+        decode_graph_time: Duration::ZERO,
         prompt_logits: None,
     };
     let logits = match ready {
@@ -476,6 +480,8 @@ pub(crate) fn generate_from(
         None => (sampler.sample(&logits)?, None),
     };
     let mut decode_start = None;
+    // Time making the steps' graphs, counted from the second token on (as `decode_build_time`).
+    let mut graph = Duration::ZERO;
     // Tokens read back so far (per row).
     let mut step = 0;
     loop {
@@ -484,7 +490,7 @@ pub(crate) fn generate_from(
         let mut next = None;
         let built = Instant::now();
         if overlap && steps_left && !cancel.is_cancelled() {
-            next = Some(decode_step(model, dc, &y, &mut sampler, score)?);
+            next = Some(decode_step(model, dc, &y, &mut sampler, score, &mut graph)?);
             fed += 1;
         }
         let waited = Instant::now();
@@ -500,6 +506,7 @@ pub(crate) fn generate_from(
         if decode_start.is_none() {
             out.first_token_time = start.elapsed();
             decode_start = Some(Instant::now());
+            graph = Duration::ZERO;
         } else {
             out.decode_build_time += waited - built;
             out.decode_wait_time += waited.elapsed();
@@ -526,13 +533,14 @@ pub(crate) fn generate_from(
             None => {
                 fed += 1;
                 let built = Instant::now();
-                let step = decode_step(model, dc, &y, &mut sampler, score)?;
+                let step = decode_step(model, dc, &y, &mut sampler, score, &mut graph)?;
                 out.decode_build_time += built.elapsed();
                 step
             }
         };
     }
     out.decode_forwards = fed;
+    out.decode_graph_time = graph;
     out.decode_time = decode_start.map_or(Duration::ZERO, |t| t.elapsed());
     if n == 1 {
         // Keep only a prefix of prompt ++ candidate: drop a fed stop token or a step
@@ -759,20 +767,24 @@ fn decode_step(
     y: &Array,
     sampler: &mut Sampler,
     score: bool,
+    graph: &mut Duration,
 ) -> Result<(Array, Option<Array>), GenerateError> {
     metered(|m| {
         m.decode_steps.fetch_add(1, Ordering::Relaxed);
     });
+    let made = Instant::now();
     let tokens = y.reshape(&[y.dim(0), 1])?.as_dtype(Dtype::Uint32)?;
     let logits = model.forward(&tokens, caches)?;
     let next = sampler.sample(&logits)?;
     if !score {
+        *graph += made.elapsed();
         async_eval([&next])?;
         return Ok((next, None));
     }
     let lp = log_softmax(&logits)?
         .take_along_axis(next.reshape(&[-1, 1])?.as_dtype(Dtype::Int32)?, -1)?
         .reshape(&[-1])?;
+    *graph += made.elapsed();
     async_eval([&next, &lp])?;
     Ok((next, Some(lp)))
 }

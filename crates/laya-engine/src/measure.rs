@@ -159,13 +159,24 @@ pub struct Row {
 }
 
 /// [`Row::paths`]: decode after a 128-token prompt with laya's own primitives and with MLX's
-/// ops alone, each as ms a token, of it building and waiting, and the ops of one step.
+/// ops alone.
 #[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PathsCompared {
-    pub(crate) primitives: (f64, f64, f64, usize),
-    pub(crate) ops_only: (f64, f64, f64, usize),
+    pub(crate) primitives: StepTimes,
+    pub(crate) ops_only: StepTimes,
     /// ms the primitives' kernels took to compile at their first use in this process.
     pub(crate) compile_ms: f64,
+}
+
+/// A decode step on the host: ms a token, of it building the step (of that, making its graph;
+/// the rest MLX's eval queueing it) and waiting for the token, and the ops of one step.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct StepTimes {
+    pub(crate) ms: f64,
+    pub(crate) build_ms: f64,
+    pub(crate) graph_ms: f64,
+    pub(crate) wait_ms: f64,
+    pub(crate) ops: usize,
 }
 
 /// The decode of [`Row::paths`] on both paths, where laya's own primitives are in use here.
@@ -174,11 +185,11 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
     if !rope_kv::in_use() {
         return Ok(None);
     }
-    let run = |primitives: bool| -> Result<(f64, f64, f64, usize), MeasureError> {
+    let run = |primitives: bool| -> Result<StepTimes, MeasureError> {
         rope_kv::force(Some(primitives));
-        let out = decode_ms_after(model, 128, tokens).and_then(|(ms, b, w)| {
-            let ops: usize = decode_step_ops(model)?.values().sum();
-            Ok((ms, b, w, ops))
+        let out = decode_times_after(model, 128, tokens).and_then(|mut t| {
+            t.ops = decode_step_ops(model)?.values().sum();
+            Ok(t)
         });
         rope_kv::force(None);
         out
@@ -524,6 +535,12 @@ fn decode_ms(model: &Model, tokens: usize) -> Result<f64, MeasureError> {
 /// Decode ms a token after a `prompt`-token prompt, and of it the ms building the forwards
 /// and waiting for their tokens.
 fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> Result<(f64, f64, f64), MeasureError> {
+    let t = decode_times_after(model, prompt, tokens)?;
+    Ok((t.ms, t.build_ms, t.wait_ms))
+}
+
+/// [`decode_ms_after`]'s decode, all its times (the ops left 0).
+fn decode_times_after(model: &Model, prompt: usize, tokens: usize) -> Result<StepTimes, MeasureError> {
     let mut caches = model.new_caches();
     let req = GenerateRequest::greedy(tokens);
     let out = generate(
@@ -537,11 +554,13 @@ fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> Result<(f64, 
     let n = out.candidates[0].len();
     ensure(n > 1, || format!("decode produced {n} tokens"))?;
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (n - 1) as f64;
-    Ok((
-        per(out.decode_time),
-        per(out.decode_build_time),
-        per(out.decode_wait_time),
-    ))
+    Ok(StepTimes {
+        ms: per(out.decode_time),
+        build_ms: per(out.decode_build_time),
+        graph_ms: per(out.decode_graph_time),
+        wait_ms: per(out.decode_wait_time),
+        ops: 0,
+    })
 }
 
 /// Each target at each precision, in order; `on_row` hears each row as it is measured.
@@ -672,8 +691,16 @@ pub fn format_row(r: &Row) -> String {
     let paths = r
         .paths
         .map(|p| {
-            let side = |(ms, b, w, ops): (f64, f64, f64, usize)| {
-                format!("{ms:.2} ms a token ({b:.2} building, {w:.2} waiting), {ops} ops a step")
+            let side = |t: StepTimes| {
+                format!(
+                    "{:.2} ms a token ({:.2} building: {:.2} the graph, {:.2} MLX's eval; {:.2} waiting), {} ops a step",
+                    t.ms,
+                    t.build_ms,
+                    t.graph_ms,
+                    t.build_ms - t.graph_ms,
+                    t.wait_ms,
+                    t.ops
+                )
             };
             format!(
                 "\n  decode with laya's primitives: {}\n  decode on MLX's ops alone:     {}\n  laya's kernels compiled at first use in {:.0} ms",
