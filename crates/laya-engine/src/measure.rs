@@ -134,6 +134,9 @@ pub struct Row {
     /// waiting for its token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) decode_long_split: Option<(f64, f64)>,
+    /// Of `decode_long_split`'s building: making the steps' graphs (the rest is MLX's eval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) decode_long_graph: Option<f64>,
     /// Where laya's own primitives took the measured path (CUDA): the same decode after a
     /// 128-token prompt on each path, side by side in one run (see [`PathsCompared`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -528,18 +531,11 @@ fn decode_step_ops(model: &Model) -> Result<std::collections::BTreeMap<String, u
 
 /// Mean time of a decode step after a 128-token prompt.
 fn decode_ms(model: &Model, tokens: usize) -> Result<f64, MeasureError> {
-    Ok(decode_ms_after(model, 128, tokens)?.0)
+    Ok(decode_times_after(model, 128, tokens)?.ms)
 }
 
-/// Mean time of a decode step after a prompt of `prompt` random tokens.
-/// Decode ms a token after a `prompt`-token prompt, and of it the ms building the forwards
-/// and waiting for their tokens.
-fn decode_ms_after(model: &Model, prompt: usize, tokens: usize) -> Result<(f64, f64, f64), MeasureError> {
-    let t = decode_times_after(model, prompt, tokens)?;
-    Ok((t.ms, t.build_ms, t.wait_ms))
-}
-
-/// [`decode_ms_after`]'s decode, all its times (the ops left 0).
+/// A decode of `tokens` after a prompt of `prompt` random tokens: ms a token, of it building
+/// the forwards (of that, making their graphs) and waiting for their tokens (the ops left 0).
 fn decode_times_after(model: &Model, prompt: usize, tokens: usize) -> Result<StepTimes, MeasureError> {
     let mut caches = model.new_caches();
     let req = GenerateRequest::greedy(tokens);
@@ -604,7 +600,7 @@ pub fn measure(
                 prefill.push((n, n as f64 / d.as_secs_f64()));
             }
             let decode = decode_ms(&model, s.decode_tokens)?;
-            let (long_ms, long_build, long_wait) = decode_ms_after(&model, LONG_CONTEXT, s.decode_tokens)?;
+            let long = decode_times_after(&model, LONG_CONTEXT, s.decode_tokens)?;
             let decode_step_ops = decode_step_ops(&model)?;
             let paths = paths_compared(&model, s.decode_tokens)?;
             let cancel = cancel_to_free(&model)?;
@@ -622,8 +618,9 @@ pub fn measure(
                 prefill_first_tok_s: prefill_first,
                 decode_step_ops,
                 decode_ms_per_token: decode,
-                decode_long: Some((LONG_CONTEXT, long_ms)),
-                decode_long_split: Some((long_build, long_wait)),
+                decode_long: Some((LONG_CONTEXT, long.ms)),
+                decode_long_split: Some((long.build_ms, long.wait_ms)),
+                decode_long_graph: Some(long.graph_ms),
                 paths,
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
@@ -681,9 +678,18 @@ pub fn format_row(r: &Row) -> String {
     let long = r
         .decode_long
         .map(|(n, ms)| {
+            let graph = r
+                .decode_long_graph
+                .map(|g| {
+                    format!(
+                        ": {g:.2} the graph, {:.2} MLX's eval;",
+                        r.decode_long_split.map_or(0.0, |(b, _)| b) - g
+                    )
+                })
+                .unwrap_or_else(|| ",".into());
             let split = r
                 .decode_long_split
-                .map(|(b, w)| format!(" ({b:.2} building, {w:.2} waiting)"))
+                .map(|(b, w)| format!(" ({b:.2} building{graph} {w:.2} waiting)"))
                 .unwrap_or_default();
             format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token{split}")
         })
