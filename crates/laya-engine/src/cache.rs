@@ -168,11 +168,6 @@ impl KvCache {
     /// Appends `keys`/`values` (`[B, kv_heads, L, head_dim]`) at `offset` and returns all
     /// keys and values so far, `[B, kv_heads, offset + L, head_dim]`.
     pub(crate) fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
-        if self.recurrent.is_some() {
-            return Err(Exception::custom(
-                "kv cache: keys and a recurrent state in one layer",
-            ));
-        }
         if keys.ndim() != 4 || keys.shape() != values.shape() {
             return Err(Exception::custom(format!(
                 "kv cache: keys {:?} and values {:?} must be the same [B, heads, L, head_dim]",
@@ -180,40 +175,19 @@ impl KvCache {
                 values.shape()
             )));
         }
-        if let Some(buf) = &self.keys {
-            let (have, got) = (buf.shape(), keys.shape());
-            if (have[0], have[1], have[3]) != (got[0], got[1], got[3]) {
-                return Err(Exception::custom(format!(
-                    "kv cache holds [B, heads, _, head_dim] = {have:?}, got {got:?}"
-                )));
-            }
-        }
-        let prev = self.offset as i32;
-        let len = keys.dim(2);
-        if prev + len > self.capacity() as i32 {
-            let grow = (len + STEP - 1) / STEP * STEP;
-            self.keys = Some(grown(self.keys.take(), keys.shape(), keys.dtype(), prev, grow)?);
-            self.values = Some(grown(
-                self.values.take(),
-                values.shape(),
-                values.dtype(),
-                prev,
-                grow,
-            )?);
-        }
-        let end = prev + len;
+        let prev = self.reserve(keys.shape(), (keys.dtype(), values.dtype()))?;
         // One `SliceUpdate` each (mlx-rs's `try_index_mut` would reshape the update twice).
         let at = [0, 0, prev, 0];
         let (k_buf, v_buf) = self.buffers_mut();
         *k_buf = slice_update(k_buf, keys, &at)?;
         *v_buf = slice_update(v_buf, values, &at)?;
-        self.offset = end as usize;
+        self.offset = (prev + keys.dim(2)) as usize;
         self.fetch()
     }
 
-    /// As [`update_and_fetch`](Self::update_and_fetch) for `len` new positions of keys and
-    /// values `[b, kv_heads, len, head_dim]` of `dtype`, where `write` makes the new buffers:
-    /// it gets the buffers (grown to hold them) and the offset, and returns the buffers with
+    /// As [`update_and_fetch`](Self::update_and_fetch) for new keys and values of `shape`
+    /// `[b, kv_heads, len, head_dim]` and `dtype`, where `write` makes the new buffers: it
+    /// gets the buffers (grown to hold them) and the offset, and returns the buffers with
     /// those positions written and views of the first `offset + len`. The cache lets go of
     /// its buffers first, so that the write can reuse them (MLX donates a buffer nothing else
     /// holds; a stored copy of the cache keeps its own).
@@ -223,27 +197,7 @@ impl KvCache {
         dtype: mlx_rs::Dtype,
         write: impl FnOnce(&Array, &Array, i32) -> Result<[Array; 4]>,
     ) -> Result<(Array, Array)> {
-        if self.recurrent.is_some() {
-            return Err(Exception::custom(
-                "kv cache: keys and a recurrent state in one layer",
-            ));
-        }
-        if let Some(buf) = &self.keys {
-            let have = buf.shape();
-            if (have[0], have[1], have[3]) != (shape[0], shape[1], shape[3]) || buf.dtype() != dtype {
-                return Err(Exception::custom(format!(
-                    "kv cache holds [B, heads, _, head_dim] = {have:?} ({:?}), got {shape:?} ({dtype:?})",
-                    buf.dtype()
-                )));
-            }
-        }
-        let prev = self.offset as i32;
-        let len = shape[2];
-        if prev + len > self.capacity() as i32 {
-            let grow = (len + STEP - 1) / STEP * STEP;
-            self.keys = Some(grown(self.keys.take(), &shape, dtype, prev, grow)?);
-            self.values = Some(grown(self.values.take(), &shape, dtype, prev, grow)?);
-        }
+        let prev = self.reserve(&shape, (dtype, dtype))?;
         let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) else {
             unreachable!("buffers exist after growing");
         };
@@ -251,7 +205,7 @@ impl KvCache {
             Ok([k_buf, v_buf, keys, values]) => {
                 self.keys = Some(k_buf);
                 self.values = Some(v_buf);
-                self.offset = (prev + len) as usize;
+                self.offset = (prev + shape[2]) as usize;
                 Ok((keys, values))
             }
             Err(e) => {
@@ -260,6 +214,32 @@ impl KvCache {
                 Err(e)
             }
         }
+    }
+
+    /// Makes room for new keys and values of `shape` `[B, kv_heads, L, head_dim]` (their
+    /// dtypes for buffers made here) after checking they belong in this layer's buffers; the
+    /// offset they go at.
+    fn reserve(&mut self, shape: &[i32], (k_dtype, v_dtype): (mlx_rs::Dtype, mlx_rs::Dtype)) -> Result<i32> {
+        if self.recurrent.is_some() {
+            return Err(Exception::custom(
+                "kv cache: keys and a recurrent state in one layer",
+            ));
+        }
+        if let Some(buf) = &self.keys {
+            let have = buf.shape();
+            if (have[0], have[1], have[3]) != (shape[0], shape[1], shape[3]) {
+                return Err(Exception::custom(format!(
+                    "kv cache holds [B, heads, _, head_dim] = {have:?}, got {shape:?}"
+                )));
+            }
+        }
+        let prev = self.offset as i32;
+        if prev + shape[2] > self.capacity() as i32 {
+            let grow = (shape[2] + STEP - 1) / STEP * STEP;
+            self.keys = Some(grown(self.keys.take(), shape, k_dtype, prev, grow)?);
+            self.values = Some(grown(self.values.take(), shape, v_dtype, prev, grow)?);
+        }
+        Ok(prev)
     }
 
     /// Drops the last `n` positions (at most `offset`); returns how many were dropped.

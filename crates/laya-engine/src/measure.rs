@@ -126,17 +126,11 @@ pub struct Row {
     #[serde(default)]
     pub(crate) decode_step_ops: std::collections::BTreeMap<String, usize>,
     pub decode_ms_per_token: f64,
-    /// Decode ms a token after a long prompt (its length first): what a completion at the end
-    /// of a file's window pays, attention over that many keys included.
+    /// Decode after a long prompt (its length first): what a completion at the end of a
+    /// file's window pays, attention over that many keys included; ms a token and where they
+    /// go on the host (the ops not counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) decode_long: Option<(usize, f64)>,
-    /// Of `decode_long`'s ms a token: building and queueing the forward on the host, and
-    /// waiting for its token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) decode_long_split: Option<(f64, f64)>,
-    /// Of `decode_long_split`'s building: making the steps' graphs (the rest is MLX's eval).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) decode_long_graph: Option<f64>,
+    pub(crate) decode_long: Option<(usize, StepTimes)>,
     /// Where laya's own primitives took the measured path (CUDA): the same decode after a
     /// 128-token prompt on each path, side by side in one run (see [`PathsCompared`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +174,18 @@ pub(crate) struct StepTimes {
     pub(crate) graph_ms: f64,
     pub(crate) wait_ms: f64,
     pub(crate) ops: usize,
+}
+
+/// `t`'s ms a token and where they go on the host.
+fn format_step(t: &StepTimes) -> String {
+    format!(
+        "{:.2} ms a token ({:.2} building: {:.2} the graph, {:.2} MLX's eval; {:.2} waiting)",
+        t.ms,
+        t.build_ms,
+        t.graph_ms,
+        t.build_ms - t.graph_ms,
+        t.wait_ms
+    )
 }
 
 /// The decode of [`Row::paths`] on both paths, where laya's own primitives are in use here.
@@ -618,9 +624,7 @@ pub fn measure(
                 prefill_first_tok_s: prefill_first,
                 decode_step_ops,
                 decode_ms_per_token: decode,
-                decode_long: Some((LONG_CONTEXT, long.ms)),
-                decode_long_split: Some((long.build_ms, long.wait_ms)),
-                decode_long_graph: Some(long.graph_ms),
+                decode_long: Some((LONG_CONTEXT, long)),
                 paths,
                 weight_bytes_per_token: bytes,
                 bandwidth_gbs: bandwidth,
@@ -677,41 +681,16 @@ pub fn format_row(r: &Row) -> String {
     };
     let long = r
         .decode_long
-        .map(|(n, ms)| {
-            let graph = r
-                .decode_long_graph
-                .map(|g| {
-                    format!(
-                        ": {g:.2} the graph, {:.2} MLX's eval;",
-                        r.decode_long_split.map_or(0.0, |(b, _)| b) - g
-                    )
-                })
-                .unwrap_or_else(|| ",".into());
-            let split = r
-                .decode_long_split
-                .map(|(b, w)| format!(" ({b:.2} building{graph} {w:.2} waiting)"))
-                .unwrap_or_default();
-            format!("\n  decode after a {n}-token prompt: {ms:.2} ms a token{split}")
-        })
+        .map(|(n, t)| format!("\n  decode after a {n}-token prompt: {}", format_step(&t)))
         .unwrap_or_default();
     let paths = r
         .paths
         .map(|p| {
-            let side = |t: StepTimes| {
-                format!(
-                    "{:.2} ms a token ({:.2} building: {:.2} the graph, {:.2} MLX's eval; {:.2} waiting), {} ops a step",
-                    t.ms,
-                    t.build_ms,
-                    t.graph_ms,
-                    t.build_ms - t.graph_ms,
-                    t.wait_ms,
-                    t.ops
-                )
-            };
+            let with_ops = |t: StepTimes| format!("{}, {} ops a step", format_step(&t), t.ops);
             format!(
                 "\n  decode with laya's primitives: {}\n  decode on MLX's ops alone:     {}\n  laya's kernels compiled at first use in {:.0} ms",
-                side(p.primitives),
-                side(p.ops_only),
+                with_ops(p.primitives),
+                with_ops(p.ops_only),
                 p.compile_ms
             )
         })
