@@ -14,15 +14,10 @@
 // The CUDA kernel is compiled at first use with NVRTC (the one MLX loaded) for the device's
 // architecture; the CPU evaluation is plain loops (tests compare both with the ops).
 
-#include <dlfcn.h>
-
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -35,12 +30,7 @@
 #include "mlx/c/private/stream.h"
 #include "mlx/primitives.h"
 
-#ifdef LAYA_CUDA
-#include <cuda.h>
-
-#include "mlx/backend/cuda/device.h"
-#include "mlx/backend/cuda/utils.h"
-#endif
+#include "laya_cuda.h"
 
 namespace mx = mlx::core;
 
@@ -201,118 +191,22 @@ extern "C" __global__ void laya_copy_words(const unsigned int* src, unsigned int
 }
 )";
 
-// NVRTC and the driver API, found in the process (MLX loaded both) or opened by name.
-struct Cuda {
-  using CreateProgram = int (*)(void**, const char*, const char*, int, const char* const*, const char* const*);
-  using CompileProgram = int (*)(void*, int, const char* const*);
-  using GetSize = int (*)(void*, size_t*);
-  using GetBytes = int (*)(void*, char*);
-  using DestroyProgram = int (*)(void**);
-  using ModuleLoadData = CUresult (*)(CUmodule*, const void*);
-  using ModuleGetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
-
-  CreateProgram create = nullptr;
-  CompileProgram compile = nullptr;
-  GetSize cubin_size = nullptr;
-  GetBytes cubin = nullptr;
-  GetSize log_size = nullptr;
-  GetBytes log = nullptr;
-  DestroyProgram destroy = nullptr;
-  ModuleLoadData load = nullptr;
-  ModuleGetFunction function = nullptr;
-};
-
-void* find(const char* symbol, std::initializer_list<const char*> libraries) {
-  if (void* f = dlsym(RTLD_DEFAULT, symbol)) {
-    return f;
-  }
-  for (const char* lib : libraries) {
-    if (void* h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
-      if (void* f = dlsym(h, symbol)) {
-        return f;
-      }
-    }
-  }
-  throw std::runtime_error(std::string("laya rope_kv: CUDA symbol not found: ") + symbol);
-}
-
-const Cuda& cuda() {
-  static Cuda c = [] {
-    Cuda c;
-    auto nvrtc = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-    c.create = reinterpret_cast<Cuda::CreateProgram>(find("nvrtcCreateProgram", nvrtc));
-    c.compile = reinterpret_cast<Cuda::CompileProgram>(find("nvrtcCompileProgram", nvrtc));
-    c.cubin_size = reinterpret_cast<Cuda::GetSize>(find("nvrtcGetCUBINSize", nvrtc));
-    c.cubin = reinterpret_cast<Cuda::GetBytes>(find("nvrtcGetCUBIN", nvrtc));
-    c.log_size = reinterpret_cast<Cuda::GetSize>(find("nvrtcGetProgramLogSize", nvrtc));
-    c.log = reinterpret_cast<Cuda::GetBytes>(find("nvrtcGetProgramLog", nvrtc));
-    c.destroy = reinterpret_cast<Cuda::DestroyProgram>(find("nvrtcDestroyProgram", nvrtc));
-    auto driver = {"libcuda.so.1", "libcuda.so"};
-    c.load = reinterpret_cast<Cuda::ModuleLoadData>(find("cuModuleLoadData", driver));
-    c.function = reinterpret_cast<Cuda::ModuleGetFunction>(find("cuModuleGetFunction", driver));
-    return c;
-  }();
-  return c;
-}
-
 struct Kernels {
   CUfunction f32 = nullptr, bf16 = nullptr, f16 = nullptr, copy = nullptr;
 };
 
-// Milliseconds the kernels took to compile and load (0 until they have).
-std::atomic<double> compile_ms{0.0};
-
-// The kernels for the device of `s`, compiled once for its architecture.
+// The kernels for `device`, compiled once for its architecture (a function-local static:
+// initialized once, other threads wait for it).
 const Kernels& kernels(mx::cu::Device& device) {
-  static std::mutex mutex;
-  static Kernels k;
-  static bool built = false;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (built) {
+  static const Kernels k = [&] {
+    CUmodule module = cuda::compile(kSource, "laya_rope_kv.cu", device);
+    Kernels k;
+    k.f32 = cuda::kernel(module, "laya_rope_kv_f32");
+    k.bf16 = cuda::kernel(module, "laya_rope_kv_bf16");
+    k.f16 = cuda::kernel(module, "laya_rope_kv_f16");
+    k.copy = cuda::kernel(module, "laya_copy_words");
     return k;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  const Cuda& c = cuda();
-  void* prog = nullptr;
-  if (c.create(&prog, kSource, "laya_rope_kv.cu", 0, nullptr, nullptr) != 0) {
-    throw std::runtime_error("laya rope_kv: nvrtcCreateProgram failed");
-  }
-  std::string arch = "--gpu-architecture=sm_" +
-      std::to_string(device.compute_capability_major()) +
-      std::to_string(device.compute_capability_minor());
-  const char* options[] = {arch.c_str(), "--std=c++17"};
-  int rc = c.compile(prog, 2, options);
-  if (rc != 0) {
-    size_t n = 0;
-    c.log_size(prog, &n);
-    std::string log(n, '\0');
-    c.log(prog, log.data());
-    c.destroy(&prog);
-    throw std::runtime_error("laya rope_kv: the kernel did not compile: " + log);
-  }
-  size_t n = 0;
-  c.cubin_size(prog, &n);
-  std::vector<char> cubin(n);
-  c.cubin(prog, cubin.data());
-  c.destroy(&prog);
-  device.make_current();
-  CUmodule module = nullptr;
-  if (c.load(&module, cubin.data()) != CUDA_SUCCESS) {
-    throw std::runtime_error("laya rope_kv: cuModuleLoadData failed");
-  }
-  auto get = [&](const char* name) {
-    CUfunction f = nullptr;
-    if (c.function(&f, module, name) != CUDA_SUCCESS) {
-      throw std::runtime_error(std::string("laya rope_kv: no kernel ") + name);
-    }
-    return f;
-  };
-  k.f32 = get("laya_rope_kv_f32");
-  k.bf16 = get("laya_rope_kv_bf16");
-  k.f16 = get("laya_rope_kv_f16");
-  k.copy = get("laya_copy_words");
-  built = true;
-  compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }();
   return k;
 }
 
@@ -510,7 +404,7 @@ extern "C" int laya_rope_kv_write(
 // not a CUDA build).
 extern "C" double laya_primitives_compile_ms() {
 #ifdef LAYA_CUDA
-  return laya::compile_ms.load();
+  return laya::cuda::compile_ms.load();
 #else
   return 0.0;
 #endif

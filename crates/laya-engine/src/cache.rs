@@ -383,6 +383,55 @@ pub(crate) fn rewind(caches: &mut [KvCache], len: usize) -> usize {
     to
 }
 
+/// [`KvCache::update_in_place`] for every layer of a model at once (laya's whole decode step):
+/// `write` gets each layer's buffers (k, then v, a layer), grown to hold new keys and values
+/// of `shape`, and the offset, and returns its result with the written buffers in the same
+/// order. On an error every cache holds what it held.
+pub(crate) fn update_all_in_place<R>(
+    caches: &mut [KvCache],
+    shape: [i32; 4],
+    dtype: mlx_rs::Dtype,
+    write: impl FnOnce(&[Array], i32) -> Result<(R, Vec<Array>)>,
+) -> Result<R> {
+    let offset = caches.first().map_or(0, KvCache::offset);
+    if caches.iter().any(|c| c.offset != offset) {
+        return Err(Exception::custom("kv cache: layers at different offsets"));
+    }
+    let mut bufs = Vec::with_capacity(2 * caches.len());
+    for c in caches.iter_mut() {
+        c.reserve(&shape, (dtype, dtype))?;
+    }
+    for c in caches.iter_mut() {
+        let (Some(k), Some(v)) = (c.keys.take(), c.values.take()) else {
+            unreachable!("buffers exist after growing");
+        };
+        bufs.extend([k, v]);
+    }
+    match write(&bufs, offset as i32) {
+        Ok((out, written)) if written.len() == bufs.len() => {
+            // The old handles go first: a buffer nothing else holds is written in place.
+            drop(bufs);
+            for (c, kv) in caches.iter_mut().zip(written.chunks_exact(2)) {
+                c.keys = Some(kv[0].clone());
+                c.values = Some(kv[1].clone());
+                c.offset = offset + shape[2] as usize;
+            }
+            Ok(out)
+        }
+        result => {
+            let mut old = bufs.into_iter();
+            for c in caches.iter_mut() {
+                c.keys = old.next();
+                c.values = old.next();
+            }
+            match result {
+                Err(e) => Err(e),
+                Ok(_) => Err(Exception::custom("kv cache: a write gave back too few buffers")),
+            }
+        }
+    }
+}
+
 /// `buf` (valid up to `prev`) with `grow` more positions of new keys or values `shape` (`dtype`).
 fn grown(buf: Option<Array>, shape: &[i32], dtype: mlx_rs::Dtype, prev: i32, grow: i32) -> Result<Array> {
     let mut shape = shape.to_vec();

@@ -23,11 +23,13 @@ mod qwen35;
 mod qwen3_moe;
 pub(crate) mod rope_kv;
 mod shape;
+pub(crate) mod step;
 
 pub use qwen35::text_model_name;
 pub use shape::{HybridShape, Shape};
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 use std::{cell::RefCell, collections::HashMap};
 
@@ -364,6 +366,9 @@ pub struct Model {
     /// Seconds a prompt token took in the last prompt chunk run (`f64` bits; 0: none yet):
     /// how long the next chunk will take, which sets how it is paced.
     prefill_secs_per_token: AtomicU64,
+    /// laya's own decode step of this model, made at the first step that asks for it; `None`
+    /// where the model is not one it runs ([`step`]).
+    step: OnceLock<Option<step::Plan>>,
 }
 
 impl Model {
@@ -427,6 +432,7 @@ impl Model {
             norm,
             lm_head,
             prefill_secs_per_token: AtomicU64::new(0),
+            step: OnceLock::new(),
         })
     }
 
@@ -499,8 +505,101 @@ impl Model {
     /// and values to the caches, and returns the logits of the last position, `[B, vocab]` f32.
     /// The result is lazy: nothing is computed until it (or a cache) is evaluated.
     pub fn forward(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        if let Some(logits) = self.decode_step(tokens, caches)? {
+            return Ok(logits);
+        }
         let h = self.hidden_states(tokens, caches)?;
         self.logits_of_last(h)
+    }
+
+    /// One token of one sequence as laya's own step ([`step`]) where it is in use and runs
+    /// this model: the logits, `[1, vocab]` f32. `None`: the ops' to do.
+    fn decode_step(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Option<Array>> {
+        if !step::in_use() || tokens.shape() != [1, 1] {
+            return Ok(None);
+        }
+        self.check_input(tokens, caches)?;
+        let Some(plan) = self.step_plan() else {
+            return Ok(None);
+        };
+        let shape = [1, self.cfg.num_key_value_heads, 1, self.cfg.head_dim];
+        let dtype = self.embed_tokens.float_dtype();
+        let logits = crate::cache::update_all_in_place(caches, shape, dtype, |bufs, at| {
+            plan.run(tokens, bufs, at)
+        })?;
+        Ok(Some(logits))
+    }
+
+    /// This model's step plan, made once; `None` where the step does not run it.
+    pub(crate) fn step_plan(&self) -> Option<&step::Plan> {
+        self.step
+            .get_or_init(|| {
+                let parts = self.step_parts()?;
+                step::Plan::new(&parts)
+                    .map_err(|e| tracing::debug!("the model decodes through MLX's ops: {}", e.what()))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// The arrays of a dense Qwen2/Qwen3 with quantized linears, in the step's order, or
+    /// `None` for other models (mixtures of experts, hybrids, dense or unstacked linears).
+    fn step_parts(&self) -> Option<step::Parts<'_>> {
+        fn linear<'a>(l: &'a Linear, out: &mut Vec<Option<&'a Array>>) -> Option<()> {
+            let Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                bias,
+                ..
+            } = l
+            else {
+                return None;
+            };
+            out.extend([Some(weight), Some(scales), Some(biases), bias.as_ref()]);
+            Some(())
+        }
+        let c = &self.cfg;
+        if c.moe.is_some() || c.hybrid.is_some() {
+            return None;
+        }
+        let mut a = vec![];
+        linear(&self.embed_tokens, &mut a)?;
+        for layer in &self.layers {
+            a.extend([
+                Some(&layer.input_layernorm.weight),
+                Some(&layer.post_attention_layernorm.weight),
+            ]);
+            let (qkv, o, norms) = match &layer.self_attn {
+                Attention::Qwen2(x) => x.step_parts(),
+                Attention::Qwen3(x) => x.step_parts(),
+                Attention::Gated(_) | Attention::DeltaNet(_) => return None,
+            };
+            a.extend([norms.map(|n| n[0]), norms.map(|n| n[1])]);
+            linear(qkv.single()?, &mut a)?;
+            linear(o, &mut a)?;
+            let FeedForward::Dense(mlp) = &layer.mlp else {
+                return None;
+            };
+            linear(mlp.gate_up.single()?, &mut a)?;
+            linear(&mlp.down_proj, &mut a)?;
+        }
+        a.push(Some(&self.norm.weight));
+        linear(self.lm_head.as_ref().unwrap_or(&self.embed_tokens), &mut a)?;
+        Some(step::Parts {
+            dims: [
+                c.hidden_size,
+                c.num_attention_heads,
+                c.num_key_value_heads,
+                c.head_dim,
+                c.intermediate_size,
+                c.vocab_size,
+                self.layers.len() as i32,
+            ],
+            eps: c.rms_norm_eps,
+            theta: c.rope_theta,
+            arrays: a,
+        })
     }
 
     /// The logits of the last position of hidden states `[B, L, hidden]`: `[B, vocab]` f32.
@@ -974,6 +1073,14 @@ impl Linear {
         }
     }
 
+    /// The float type of the activations this layer makes: its weight's, or its scales'.
+    fn float_dtype(&self) -> Dtype {
+        match self {
+            Linear::Dense { weight, .. } => weight.dtype(),
+            Linear::Quantized { scales, .. } => scales.dtype(),
+        }
+    }
+
     fn out_features(&self) -> i32 {
         match self {
             Linear::Dense { weight, .. } | Linear::Quantized { weight, .. } => weight.dim(0),
@@ -1117,6 +1224,14 @@ impl FusedLinear {
             }
         }
         self.parts.iter().map(|p| p.forward(x)).collect()
+    }
+
+    /// The one stacked layer, when the parts could be stacked.
+    fn single(&self) -> Option<&Linear> {
+        match &self.parts[..] {
+            [one] => Some(one),
+            _ => None,
+        }
     }
 
     /// The parts' outputs side by side, `[..., Σ out]`: the fused product itself, or the

@@ -53,6 +53,12 @@ impl Attention {
         self.o_proj.forward(&core.attend(&q, &k, &v, cache)?)
     }
 
+    /// What laya's decode step reads: the stacked q/k/v, the output projection and the
+    /// per-head q and k norms (Qwen3's).
+    pub(super) fn step_parts(&self) -> (&FusedLinear, &Linear, Option<[&Array; 2]>) {
+        (&self.qkv, &self.o_proj, Some([&self.q_norm.weight, &self.k_norm.weight]))
+    }
+
     pub(super) fn arrays(&self) -> Vec<&Array> {
         let mut v = self.qkv.arrays();
         v.extend([&self.q_norm.weight, &self.k_norm.weight]);

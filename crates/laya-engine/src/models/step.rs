@@ -1,0 +1,379 @@
+//! A whole decode step of a dense Qwen2/Qwen3 model as one MLX primitive of laya's own
+//! (`csrc/decode_step.cpp`): the embedding row, every layer and the head for one token of one
+//! sequence, with the keys and values written into the caches in place.
+//!
+//! On CUDA the step is one CUDA graph of laya's kernels, captured once a model and replayed
+//! every token, so the host's cost of a step no longer grows with the layer count (the ops
+//! path builds some 15 MLX ops a layer, each ~2.8 us of host time on an H100: docs/decisions.md,
+//! "A decode step's ops"). The ops stay the path for prompts, candidates, drafts, the CPU and
+//! Metal, and the reference: tests compare the two on the CPU (the primitive's CPU side, the
+//! same arithmetic in loops) and on every CUDA run (its kernels). Built on Linux only
+//! (`cfg(laya_primitives)`).
+
+use std::cell::Cell;
+
+use mlx_rs::error::{Exception, Result};
+use mlx_rs::Array;
+
+thread_local! {
+    /// A test's or a benchmark's choice of path on this thread, over the device's.
+    static FORCED: Cell<Option<bool>> = const { Cell::new(None) };
+    /// Steps run on this thread (tests check that the path they compare ran).
+    static MADE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many steps this thread has run through the primitive.
+#[cfg(test)]
+pub(crate) fn made() -> u64 {
+    MADE.with(|m| m.get())
+}
+
+/// Whether a decode step of one sequence runs as laya's step on this thread: on CUDA, in
+/// builds that have it.
+pub(crate) fn in_use() -> bool {
+    FORCED
+        .with(|f| f.get())
+        .unwrap_or_else(|| cfg!(laya_primitives) && super::delta_kernel::on_cuda())
+}
+
+/// The step (`Some(true)`), the ops (`Some(false)`) or the device's choice (`None`) on this
+/// thread: tests and `laya bench engine`'s side-by-side rows.
+pub(crate) fn force(path: Option<bool>) {
+    FORCED.with(|f| f.set(path));
+}
+
+/// What a plan is made of: the model's sizes and its arrays in the order the C side reads
+/// (`laya_step_plan_new`), `None` where an array is absent.
+pub(crate) struct Parts<'a> {
+    /// hidden, heads, KV heads, head size, intermediate size, vocabulary, layers.
+    pub dims: [i32; 7],
+    pub eps: f32,
+    pub theta: f32,
+    pub arrays: Vec<Option<&'a Array>>,
+}
+
+/// A model's step: its weights (held), and on a GPU its kernels, buffers and captured graph.
+pub(crate) struct Plan {
+    handle: *mut std::ffi::c_void,
+}
+
+// SAFETY: the plan is immutable after it is made but for its GPU side, which the C side makes
+// once under a mutex.
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+#[cfg(laya_primitives)]
+extern "C" {
+    fn laya_step_plan_new(
+        plan: *mut *mut std::ffi::c_void,
+        arrays: *const mlx_sys::mlx_array,
+        n: usize,
+        dims: *const i32,
+        eps: f32,
+        theta: f32,
+        error: *mut std::ffi::c_char,
+        error_len: usize,
+    ) -> i32;
+    fn laya_step_plan_free(plan: *mut std::ffi::c_void);
+    fn laya_step_plan_nodes(plan: *mut std::ffi::c_void) -> i32;
+    fn laya_step_run(
+        outs: *mut mlx_sys::mlx_array,
+        plan: *mut std::ffi::c_void,
+        tokens: mlx_sys::mlx_array,
+        bufs: *const mlx_sys::mlx_array,
+        n_bufs: usize,
+        offset: i32,
+        stream: mlx_sys::mlx_stream,
+        error: *mut std::ffi::c_char,
+        error_len: usize,
+    ) -> i32;
+}
+
+#[cfg(laya_primitives)]
+fn error_of(rc: i32, error: &[std::ffi::c_char]) -> Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    // SAFETY: the C side writes a NUL-terminated message into the buffer.
+    let msg = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
+    Err(Exception::custom(msg.to_string_lossy().into_owned()))
+}
+
+impl Plan {
+    /// The plan of a model made of `parts`; an error says which part laya's step cannot run
+    /// (a dense or unusual quantization, too many query heads a KV head, ...).
+    #[cfg(laya_primitives)]
+    pub(crate) fn new(parts: &Parts) -> Result<Plan> {
+        let arrays: Vec<mlx_sys::mlx_array> = parts
+            .arrays
+            .iter()
+            // SAFETY: an empty handle (no array) is what the C side reads as absent.
+            .map(|a| a.map_or_else(|| unsafe { mlx_sys::mlx_array_new() }, |a| a.as_ptr()))
+            .collect();
+        let mut error = [0 as std::ffi::c_char; 512];
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: the arrays outlive the call (the plan keeps its own references).
+        let rc = unsafe {
+            laya_step_plan_new(
+                &mut handle,
+                arrays.as_ptr(),
+                arrays.len(),
+                parts.dims.as_ptr(),
+                parts.eps,
+                parts.theta,
+                error.as_mut_ptr(),
+                error.len(),
+            )
+        };
+        error_of(rc, &error)?;
+        Ok(Plan { handle })
+    }
+
+    #[cfg(not(laya_primitives))]
+    pub(crate) fn new(_parts: &Parts) -> Result<Plan> {
+        Err(Exception::custom(
+            "laya's own primitives are not in this build (Linux builds have them)",
+        ))
+    }
+
+    /// Kernel nodes of the captured step once it is built on a GPU (0 before, and on the CPU).
+    pub(crate) fn nodes(&self) -> usize {
+        #[cfg(laya_primitives)]
+        // SAFETY: a live plan.
+        return unsafe { laya_step_plan_nodes(self.handle) }.max(0) as usize;
+        #[cfg(not(laya_primitives))]
+        0
+    }
+
+    /// One step of the token `tokens` (`[1, 1]`) at `offset`, over `bufs` (each layer's k and
+    /// v buffers `[1, KV, Cap, D]`, Cap > offset): the logits `[1, vocab]` f32 and the buffers
+    /// with position `offset` written.
+    #[cfg(laya_primitives)]
+    pub(crate) fn run(&self, tokens: &Array, bufs: &[Array], offset: i32) -> Result<(Array, Vec<Array>)> {
+        let stream = mlx_rs::Stream::new();
+        let handles: Vec<mlx_sys::mlx_array> = bufs.iter().map(|b| b.as_ptr()).collect();
+        let mut error = [0 as std::ffi::c_char; 512];
+        // SAFETY: `outs` has room for every output; the C side sets each on success.
+        let outs = unsafe {
+            let mut outs: Vec<mlx_sys::mlx_array> = (0..=bufs.len()).map(|_| mlx_sys::mlx_array_new()).collect();
+            let rc = laya_step_run(
+                outs.as_mut_ptr(),
+                self.handle,
+                tokens.as_ptr(),
+                handles.as_ptr(),
+                handles.len(),
+                offset,
+                stream.as_ptr(),
+                error.as_mut_ptr(),
+                error.len(),
+            );
+            let outs: Vec<Array> = outs.into_iter().map(|a| Array::from_ptr(a)).collect();
+            error_of(rc, &error)?;
+            outs
+        };
+        MADE.with(|m| m.set(m.get() + 1));
+        let mut outs = outs.into_iter();
+        let logits = outs.next().expect("the logits come first");
+        Ok((logits, outs.collect()))
+    }
+
+    #[cfg(not(laya_primitives))]
+    pub(crate) fn run(&self, _tokens: &Array, _bufs: &[Array], _offset: i32) -> Result<(Array, Vec<Array>)> {
+        Err(Exception::custom(
+            "laya's own primitives are not in this build (Linux builds have them)",
+        ))
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        #[cfg(laya_primitives)]
+        // SAFETY: the handle came from `laya_step_plan_new` and is freed once; a step still
+        // queued holds its own reference to the plan.
+        unsafe {
+            laya_step_plan_free(self.handle)
+        };
+    }
+}
+
+#[cfg(all(test, laya_primitives))]
+mod tests {
+    use mlx_rs::ops::indexing::argmax_axis;
+    use mlx_rs::Dtype;
+
+    use super::super::test_util::*;
+    use super::super::{rope_kv, Arch, Model};
+    use super::*;
+
+    /// A prompt of `prompt` tokens, then `steps` steps of one token (each the last step's
+    /// argmax), on laya's step or the ops: the logits of every step and the tokens picked.
+    fn run(model: &Model, prompt: usize, steps: usize, on: bool) -> (Vec<Array>, Vec<u32>) {
+        force(Some(on));
+        // The ops path without the RoPE primitive: the reference as the CPU and Metal run it.
+        rope_kv::force(Some(false));
+        let before = made();
+        let ids: Vec<u32> = (0..prompt as u32).map(|i| (i * 37 + 11) % 97).collect();
+        let mut caches = model.new_caches();
+        let mut logits = vec![model.forward(&tokens(&ids), &mut caches).unwrap()];
+        let mut picked = vec![];
+        for _ in 0..steps {
+            let next = argmax_axis(logits.last().unwrap(), -1, None)
+                .unwrap()
+                .as_dtype(Dtype::Uint32)
+                .unwrap();
+            picked.push(next.as_slice::<u32>()[0]);
+            logits.push(model.forward(&next.reshape(&[1, 1]).unwrap(), &mut caches).unwrap());
+        }
+        force(None);
+        rope_kv::force(None);
+        assert_eq!(made() - before, if on { steps as u64 } else { 0 }, "steps run by laya's step");
+        (logits, picked)
+    }
+
+    fn same_steps(model: &Model, prompt: usize, steps: usize, tolerance: f32, what: &str) {
+        let (ops, ops_ids) = run(model, prompt, steps, false);
+        let (own, own_ids) = run(model, prompt, steps, true);
+        for (i, (a, b)) in ops.iter().zip(&own).enumerate() {
+            assert_eq!(b.shape(), a.shape(), "{what}");
+            assert_eq!(b.dtype(), Dtype::Float32, "{what}");
+            let d = max_abs_diff(a, b);
+            assert!(d <= tolerance, "{what}, step {i}: max |Δlogit| {d} > {tolerance}");
+        }
+        assert_eq!(ops_ids, own_ids, "{what}: greedy tokens differ");
+    }
+
+    fn quantized(arch: Arch, bits: i32, group: i32, dtype: Dtype) -> Model {
+        let cfg = tiny_config(arch);
+        let (q, _) = quantized_pair(&random_weights(&cfg, 5 + bits as u64), group, bits);
+        // The floats (scales, biases, norms) in `dtype`; the packed weights stay integers.
+        let q = q
+            .into_iter()
+            .map(|(k, a)| match a.dtype() {
+                Dtype::Uint32 => (k, a),
+                _ => (k, a.as_dtype(dtype).unwrap()),
+            })
+            .collect();
+        Model::from_weights(cfg, q, group).unwrap()
+    }
+
+    /// The step gives the ops' logits at every step and the same greedy tokens: Qwen2 (biases)
+    /// and Qwen3 (per-head norms), 4, 6 and 8 bits, groups of 32 and 64.
+    #[test]
+    fn the_step_equals_the_ops() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            for (bits, group) in [(4, 64), (6, 32), (8, 64)] {
+                let model = quantized(arch, bits, group, Dtype::Float32);
+                same_steps(&model, 12, 8, tol(2e-4), &format!("{arch:?} q{bits} g{group}"));
+            }
+        }
+    }
+
+    /// In bf16 the step is as close to the f32 model as the ops are (it rounds where they
+    /// round but for a few sums it keeps in f32: the normed inputs of the products, attention's
+    /// scores and weights), and picks the ops' tokens.
+    #[test]
+    fn the_step_in_bf16_is_as_close_to_f32_as_the_ops() {
+        for arch in [Arch::Qwen2, Arch::Qwen3] {
+            let exact = quantized(arch, 8, 64, Dtype::Float32);
+            let rounded = quantized(arch, 8, 64, Dtype::Bfloat16);
+            let (reference, _) = run(&exact, 12, 6, false);
+            let (ops, ops_ids) = run(&rounded, 12, 6, false);
+            let (own, own_ids) = run(&rounded, 12, 6, true);
+            let off = |got: &[Array]| {
+                reference
+                    .iter()
+                    .zip(got)
+                    .map(|(a, b)| max_abs_diff(a, b))
+                    .fold(0.0f32, f32::max)
+            };
+            let (ops_off, own_off) = (off(&ops), off(&own));
+            assert!(ops_off > 0.0 && ops_off < 1.0, "{arch:?}: the ops in bf16 against f32: {ops_off}");
+            assert!(
+                own_off <= 1.25 * ops_off,
+                "{arch:?}: the step in bf16 is {own_off} off f32, the ops {ops_off}"
+            );
+            assert_eq!(ops_ids, own_ids, "{arch:?} bf16: greedy tokens differ");
+        }
+    }
+
+    /// Steps that cross the caches' growth (256 positions) write into the new buffers.
+    #[test]
+    fn steps_across_a_cache_growth() {
+        let model = quantized(Arch::Qwen2, 8, 64, Dtype::Float32);
+        same_steps(&model, 253, 6, tol(2e-4), "across 256");
+    }
+
+    /// A copy of the caches kept aside (as the prefix store keeps a document's) is left as it
+    /// was by later steps, and goes on to give the logits a fresh prompt gives.
+    #[test]
+    fn a_kept_copy_of_the_caches_is_left_as_it_was() {
+        let model = quantized(Arch::Qwen3, 4, 64, Dtype::Float32);
+        let ids = [3u32, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31];
+        force(Some(true));
+        let mut caches = model.new_caches();
+        model.forward(&tokens(&ids[..8]), &mut caches).unwrap();
+        let kept = caches.clone();
+        for t in [1u32, 2, 3, 4] {
+            model.forward(&tokens(&[t]), &mut caches).unwrap();
+        }
+        let mut kept = kept;
+        let resumed = model.forward(&tokens(&ids[8..]), &mut kept).unwrap();
+        force(Some(false));
+        let fresh = model.forward(&tokens(&ids), &mut model.new_caches()).unwrap();
+        force(None);
+        let d = max_abs_diff(&resumed, &fresh);
+        assert!(d <= tol(2e-4), "max |Δlogit| {d}");
+    }
+
+    /// Models the step does not run decode through the ops, and say why: dense weights,
+    /// 3 bits, a mixture of experts.
+    #[test]
+    fn other_models_decode_through_the_ops() {
+        let dense = tiny_model(Arch::Qwen2, 3);
+        assert!(dense.step_plan().is_none());
+        let (_, picked) = run(&dense, 6, 2, false);
+        force(Some(true));
+        let before = made();
+        let mut caches = dense.new_caches();
+        dense.forward(&tokens(&[1, 2, 3]), &mut caches).unwrap();
+        dense.forward(&tokens(&picked[..1]), &mut caches).unwrap();
+        force(None);
+        assert_eq!(made(), before, "a dense model ran laya's step");
+
+        let q3 = quantized(Arch::Qwen2, 3, 64, Dtype::Float32);
+        let e = Plan::new(&q3.step_parts().unwrap()).err().expect("3 bits");
+        assert!(e.what().contains("3 bits"), "{}", e.what());
+        assert!(q3.step_plan().is_none());
+        let cfg = tiny_config(Arch::Qwen3Moe);
+        let (q, _) = quantized_pair(&random_weights(&cfg, 1), 64, 4);
+        assert!(Model::from_weights(cfg, q, 64).unwrap().step_parts().is_none());
+    }
+
+    /// Bad inputs to a step are errors with their reason, and the caches are left whole.
+    #[test]
+    fn bad_steps_are_errors() {
+        let model = quantized(Arch::Qwen2, 8, 64, Dtype::Float32);
+        let plan = model.step_plan().expect("a plan");
+        let buf = Array::zeros::<f32>(&[1, 2, 4, 16]).unwrap();
+        let bufs = vec![buf.clone(); 4];
+        let e = plan.run(&tokens(&[1]), &bufs, 4).err().expect("past the capacity");
+        assert!(e.what().contains("Cap > offset"), "{}", e.what());
+        let e = plan.run(&tokens(&[1]), &bufs[..2], 0).err().expect("one layer's buffers");
+        assert!(e.what().contains("every layer"), "{}", e.what());
+        let e = plan.run(&tokens(&[1, 2]), &bufs, 0).err().expect("two tokens");
+        assert!(e.what().contains("one token"), "{}", e.what());
+        let half = vec![buf.as_dtype(Dtype::Bfloat16).unwrap(); 4];
+        let e = plan.run(&tokens(&[1]), &half, 0).err().expect("bf16 buffers");
+        assert!(e.what().contains("activations' type"), "{}", e.what());
+        assert!(plan.run(&tokens(&[1]), &bufs, 3).is_ok());
+        // The caches at different offsets: an error, and both as they were.
+        let mut caches = model.new_caches();
+        model.forward(&tokens(&[1, 2, 3]), &mut caches).unwrap();
+        caches[1].truncate_to(2);
+        force(Some(true));
+        let e = model.forward(&tokens(&[4]), &mut caches).err().expect("uneven caches");
+        force(None);
+        assert!(e.to_string().contains("different offsets"), "{e}");
+        assert_eq!((caches[0].offset(), caches[1].offset()), (3, 2));
+    }
+}
