@@ -128,7 +128,7 @@ run)
   smi=$!
   rc=0
   echo "== mlx_ops, LAYA_DEVICE=gpu"
-  LAYA_DEVICE=gpu "$OUTD/mlx_ops" mlx_ops:: qwen35::tests::the_cuda_kernel models::rope_kv:: --test-threads=1 --nocapture 2>&1 || rc=$?
+  LAYA_DEVICE=gpu "$OUTD/mlx_ops" mlx_ops:: qwen35::tests::the_cuda_kernel models::rope_kv:: models::step:: --test-threads=1 --nocapture 2>&1 || rc=$?
   kill "$smi" 2>/dev/null || true
   echo "== GPU compute processes seen during the GPU run:"
   sed 's/^/  /' /tmp/laya-cuda-apps.txt | sort | uniq -c

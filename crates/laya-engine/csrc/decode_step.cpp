@@ -269,6 +269,7 @@ typedef LAYA_T T;
 __device__ inline float rt(float v) { T t; st(&t, v); return ld(&t); }
 
 #define MAX_LAYERS 128
+#define NEG_INF (__int_as_float(0xff800000))
 #define MAX_G 8
 
 struct Params {
@@ -432,7 +433,7 @@ __device__ void attn_part(const Params* P, int layer, const float* q, float* par
       qr[g][e] = (g < G && d < D) ? q[(kvh * G + g) * D + d] * scale : 0.f;
       acc[g][e] = 0.f;
     }
-    m[g] = -INFINITY;
+    m[g] = NEG_INF;
     l[g] = 0.f;
   }
   for (int t = t0 + warp; t < t1; t += warps) {
@@ -470,10 +471,10 @@ __device__ void attn_part(const Params* P, int layer, const float* q, float* par
   __syncthreads();
   for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
     const int g = i / D, d = i % D;
-    float M = -INFINITY;
+    float M = NEG_INF;
     for (int w = 0; w < warps; ++w) M = fmaxf(M, sm[w][g]);
     float a = 0.f, den = 0.f;
-    if (M > -INFINITY) {
+    if (M > NEG_INF) {
       for (int w = 0; w < warps; ++w) {
         const float f = __expf(sm[w][g] - M);
         a += sa[w][g][d] * f;
@@ -491,12 +492,12 @@ extern "C" __global__ void laya_step_attn_join(const float* part, float* out, in
   const int head = blockIdx.x;
   const float* p = part + (long long)head * S * (D + 2);
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float M = -INFINITY;
+    float M = NEG_INF;
     for (int s = 0; s < S; ++s) M = fmaxf(M, p[s * (D + 2) + D]);
     float num = 0.f, den = 0.f;
     for (int s = 0; s < S; ++s) {
       const float* r = p + s * (D + 2);
-      if (r[D] > -INFINITY) {
+      if (r[D] > NEG_INF) {
         const float f = __expf(r[D] - M);
         num += r[d] * f;
         den += r[D + 1] * f;

@@ -155,10 +155,14 @@ pub struct Row {
     pub(crate) keystroke: Option<Keystroke>,
 }
 
-/// [`Row::paths`]: decode after a 128-token prompt with laya's own primitives and with MLX's
-/// ops alone.
+/// [`Row::paths`]: decode after a 128-token prompt with laya's whole step, with laya's RoPE/KV
+/// primitive in MLX's ops, and with MLX's ops alone.
 #[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PathsCompared {
+    /// laya's step (one captured graph a token) and its kernel nodes; `None` where the model
+    /// is not one it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) step: Option<(StepTimes, usize)>,
     pub(crate) primitives: StepTimes,
     pub(crate) ops_only: StepTimes,
     /// ms the primitives' kernels took to compile at their first use in this process.
@@ -188,29 +192,37 @@ fn format_step(t: &StepTimes) -> String {
     )
 }
 
-/// The decode of [`Row::paths`] on both paths, where laya's own primitives are in use here.
+/// The decode of [`Row::paths`] on each path, where laya's own primitives are in use here.
 fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>, MeasureError> {
-    use crate::models::rope_kv;
+    use crate::models::{rope_kv, step};
     if !rope_kv::in_use() {
         return Ok(None);
     }
-    let run = |primitives: bool| -> Result<StepTimes, MeasureError> {
+    let has_step = step::in_use() && model.step_plan().is_some();
+    // (the whole step, the RoPE/KV primitive)
+    let run = |whole: bool, primitives: bool| -> Result<StepTimes, MeasureError> {
+        step::force(Some(whole));
         rope_kv::force(Some(primitives));
         let out = decode_times_after(model, 128, tokens).and_then(|mut t| {
             t.ops = decode_step_ops(model)?.values().sum();
             Ok(t)
         });
+        step::force(None);
         rope_kv::force(None);
         out
     };
-    // Twice each, alternating, the second of each kept: the host's speed drifts within a run.
-    run(true)?;
-    run(false)?;
-    let primitives = run(true)?;
-    let ops_only = run(false)?;
+    // Twice each, in turn, the second of each kept: the host's speed drifts within a run.
+    let mut kept = (None, None, None);
+    for _ in 0..2 {
+        kept.0 = if has_step { Some(run(true, true)?) } else { None };
+        kept.1 = Some(run(false, true)?);
+        kept.2 = Some(run(false, false)?);
+    }
+    let nodes = model.step_plan().map_or(0, |p| p.nodes());
     Ok(Some(PathsCompared {
-        primitives,
-        ops_only,
+        step: kept.0.map(|t| (t, nodes)),
+        primitives: kept.1.expect("run"),
+        ops_only: kept.2.expect("run"),
         compile_ms: rope_kv::compile_ms(),
     }))
 }
@@ -687,8 +699,14 @@ pub fn format_row(r: &Row) -> String {
         .paths
         .map(|p| {
             let with_ops = |t: StepTimes| format!("{}, {} ops a step", format_step(&t), t.ops);
+            let step = p
+                .step
+                .map(|(t, nodes)| {
+                    format!("\n  decode with laya's step:       {} ({nodes} kernels in its graph)", with_ops(t))
+                })
+                .unwrap_or_default();
             format!(
-                "\n  decode with laya's primitives: {}\n  decode on MLX's ops alone:     {}\n  laya's kernels compiled at first use in {:.0} ms",
+                "{step}\n  decode with laya's primitives: {}\n  decode on MLX's ops alone:     {}\n  laya's kernels compiled at first use in {:.0} ms",
                 with_ops(p.primitives),
                 with_ops(p.ops_only),
                 p.compile_ms

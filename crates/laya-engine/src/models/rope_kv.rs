@@ -158,13 +158,16 @@ mod tests {
     use mlx_rs::Dtype;
 
     use super::super::test_util::*;
-    use super::super::{Arch, Model};
+    use super::super::{step, Arch, Model};
     use super::*;
 
     /// A prompt of 12 tokens, then 6 steps of one token (each the last step's argmax), for
     /// `batch` sequences, on the primitive or the ops: the logits of every step and the tokens.
     fn run(model: &Model, batch: i32, primitive: bool) -> (Vec<Array>, Vec<Vec<u32>>) {
         force(Some(primitive));
+        // Steps of one sequence through MLX's ops, not laya's whole step (which has no RoPE
+        // primitive of its own to count).
+        step::force(Some(false));
         let before = made();
         let prompt: Vec<u32> = (0..batch as u32)
             .flat_map(|b| [3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31].map(|t| (t + 7 * b) % 97))
@@ -188,6 +191,7 @@ mod tests {
             picked.push(ids);
         }
         force(None);
+        step::force(None);
         // Two layers, seven forwards: the path asked for is the one that ran.
         let want = if primitive { 14 } else { 0 };
         assert_eq!(made() - before, want, "primitives made");
@@ -241,6 +245,7 @@ mod tests {
         let model = tiny_model(Arch::Qwen2, 12);
         let ids = [3u32, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31];
         force(Some(true));
+        step::force(Some(false));
         let mut caches = model.new_caches();
         model.forward(&tokens(&ids[..8]), &mut caches).unwrap();
         let kept = caches.clone();
@@ -252,6 +257,7 @@ mod tests {
         force(Some(false));
         let fresh = model.forward(&tokens(&ids), &mut model.new_caches()).unwrap();
         force(None);
+        step::force(None);
         let d = max_abs_diff(&resumed, &fresh);
         assert!(d <= tol(2e-5), "max |Δlogit| {d}");
     }

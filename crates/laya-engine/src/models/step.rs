@@ -198,7 +198,9 @@ impl Drop for Plan {
 
 #[cfg(all(test, laya_primitives))]
 mod tests {
-    use mlx_rs::ops::indexing::argmax_axis;
+    use std::collections::HashMap;
+
+    use mlx_rs::ops::{self, indexing::argmax_axis};
     use mlx_rs::Dtype;
 
     use super::super::test_util::*;
@@ -230,30 +232,68 @@ mod tests {
         (logits, picked)
     }
 
-    fn same_steps(model: &Model, prompt: usize, steps: usize, tolerance: f32, what: &str) {
-        let (ops, ops_ids) = run(model, prompt, steps, false);
-        let (own, own_ids) = run(model, prompt, steps, true);
-        for (i, (a, b)) in ops.iter().zip(&own).enumerate() {
-            assert_eq!(b.shape(), a.shape(), "{what}");
-            assert_eq!(b.dtype(), Dtype::Float32, "{what}");
-            let d = max_abs_diff(a, b);
-            assert!(d <= tolerance, "{what}, step {i}: max |Δlogit| {d} > {tolerance}");
-        }
-        assert_eq!(ops_ids, own_ids, "{what}: greedy tokens differ");
-    }
-
-    fn quantized(arch: Arch, bits: i32, group: i32, dtype: Dtype) -> Model {
+    /// A tiny model quantized at `bits` in groups of `group`, its floats in `dtype` (where the
+    /// device keeps the loaded type), and the host's copy of the weights it runs (dequantized,
+    /// rounded as the model holds them) for [`reference_forward`].
+    fn quantized(arch: Arch, bits: i32, group: i32, dtype: Dtype) -> (Model, HostWeights) {
         let cfg = tiny_config(arch);
         let (q, _) = quantized_pair(&random_weights(&cfg, 5 + bits as u64), group, bits);
         // The floats (scales, biases, norms) in `dtype`; the packed weights stay integers.
-        let q = q
+        let q: HashMap<String, Array> = q
             .into_iter()
             .map(|(k, a)| match a.dtype() {
                 Dtype::Uint32 => (k, a),
                 _ => (k, a.as_dtype(dtype).unwrap()),
             })
             .collect();
-        Model::from_weights(cfg, q, group).unwrap()
+        let model = Model::from_weights(cfg, q.clone(), group).unwrap();
+        // What the model holds: the device may have changed the floats' type at load.
+        let held = model.embed_tokens.float_dtype();
+        let f = |a: &Array| a.as_dtype(held).unwrap().as_dtype(Dtype::Float32).unwrap();
+        let mut host = HostWeights::new();
+        for (k, a) in &q {
+            let dense = match a.dtype() {
+                Dtype::Uint32 => {
+                    let base = k.trim_end_matches(".weight");
+                    ops::dequantize(a, f(&q[&format!("{base}.scales")]), &f(&q[&format!("{base}.biases")]), group, bits)
+                        .unwrap()
+                }
+                _ if k.ends_with(".scales") || k.ends_with(".biases") => continue,
+                _ => f(a),
+            };
+            host.insert(k.clone(), (dense.as_slice::<f32>().to_vec(), dense.shape().to_vec()));
+        }
+        (model, host)
+    }
+
+    /// The step against the ops on `model` after a prompt of `prompt` tokens for `steps`
+    /// steps: the same greedy tokens; logits within `tolerance` of the ops' where the model
+    /// runs in f32; and at least as close to the host's f32 forward as the ops' are (the two
+    /// paths round at nearly the same places, but for a few sums the step keeps in f32: the
+    /// normed inputs of the products, attention's scores and weights).
+    fn same_steps(model: &Model, host: &HostWeights, prompt: usize, steps: usize, tolerance: f32, what: &str) {
+        let (ops, ops_ids) = run(model, prompt, steps, false);
+        let (own, own_ids) = run(model, prompt, steps, true);
+        assert_eq!(ops_ids, own_ids, "{what}: greedy tokens differ");
+        let exact = model.embed_tokens.float_dtype() == Dtype::Float32;
+        let ids: Vec<u32> = (0..prompt as u32)
+            .map(|i| (i * 37 + 11) % 97)
+            .chain(ops_ids.iter().copied())
+            .collect();
+        let reference = reference_forward(&model.cfg, host, &ids);
+        let (mut ops_off, mut own_off) = (0.0f32, 0.0f32);
+        for (i, (a, b)) in ops.iter().zip(&own).enumerate() {
+            assert_eq!((b.shape(), b.dtype()), (a.shape(), Dtype::Float32), "{what}");
+            let d = max_abs_diff(a, b);
+            assert!(!exact || d <= tolerance, "{what}, step {i}: max |Δlogit| {d} > {tolerance}");
+            let want = Array::from_slice(&reference[prompt - 1 + i], a.shape());
+            ops_off = ops_off.max(max_abs_diff(a, &want));
+            own_off = own_off.max(max_abs_diff(b, &want));
+        }
+        assert!(
+            own_off <= 1.25 * ops_off + tolerance,
+            "{what}: the step is {own_off} off the f32 forward, the ops {ops_off}"
+        );
     }
 
     /// The step gives the ops' logits at every step and the same greedy tokens: Qwen2 (biases)
@@ -262,52 +302,33 @@ mod tests {
     fn the_step_equals_the_ops() {
         for arch in [Arch::Qwen2, Arch::Qwen3] {
             for (bits, group) in [(4, 64), (6, 32), (8, 64)] {
-                let model = quantized(arch, bits, group, Dtype::Float32);
-                same_steps(&model, 12, 8, tol(2e-4), &format!("{arch:?} q{bits} g{group}"));
+                let (model, host) = quantized(arch, bits, group, Dtype::Float32);
+                same_steps(&model, &host, 12, 8, tol(2e-4), &format!("{arch:?} q{bits} g{group}"));
             }
         }
     }
 
-    /// In bf16 the step is as close to the f32 model as the ops are (it rounds where they
-    /// round but for a few sums it keeps in f32: the normed inputs of the products, attention's
-    /// scores and weights), and picks the ops' tokens.
+    /// In bf16 the step is as close to the f32 forward as the ops are, and picks their tokens.
     #[test]
     fn the_step_in_bf16_is_as_close_to_f32_as_the_ops() {
         for arch in [Arch::Qwen2, Arch::Qwen3] {
-            let exact = quantized(arch, 8, 64, Dtype::Float32);
-            let rounded = quantized(arch, 8, 64, Dtype::Bfloat16);
-            let (reference, _) = run(&exact, 12, 6, false);
-            let (ops, ops_ids) = run(&rounded, 12, 6, false);
-            let (own, own_ids) = run(&rounded, 12, 6, true);
-            let off = |got: &[Array]| {
-                reference
-                    .iter()
-                    .zip(got)
-                    .map(|(a, b)| max_abs_diff(a, b))
-                    .fold(0.0f32, f32::max)
-            };
-            let (ops_off, own_off) = (off(&ops), off(&own));
-            assert!(ops_off > 0.0 && ops_off < 1.0, "{arch:?}: the ops in bf16 against f32: {ops_off}");
-            assert!(
-                own_off <= 1.25 * ops_off,
-                "{arch:?}: the step in bf16 is {own_off} off f32, the ops {ops_off}"
-            );
-            assert_eq!(ops_ids, own_ids, "{arch:?} bf16: greedy tokens differ");
+            let (model, host) = quantized(arch, 8, 64, Dtype::Bfloat16);
+            same_steps(&model, &host, 12, 6, tol(2e-4), &format!("{arch:?} bf16"));
         }
     }
 
     /// Steps that cross the caches' growth (256 positions) write into the new buffers.
     #[test]
     fn steps_across_a_cache_growth() {
-        let model = quantized(Arch::Qwen2, 8, 64, Dtype::Float32);
-        same_steps(&model, 253, 6, tol(2e-4), "across 256");
+        let (model, host) = quantized(Arch::Qwen2, 8, 64, Dtype::Float32);
+        same_steps(&model, &host, 253, 6, tol(2e-4), "across 256");
     }
 
     /// A copy of the caches kept aside (as the prefix store keeps a document's) is left as it
     /// was by later steps, and goes on to give the logits a fresh prompt gives.
     #[test]
     fn a_kept_copy_of_the_caches_is_left_as_it_was() {
-        let model = quantized(Arch::Qwen3, 4, 64, Dtype::Float32);
+        let (model, _) = quantized(Arch::Qwen3, 4, 64, Dtype::Float32);
         let ids = [3u32, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31];
         force(Some(true));
         let mut caches = model.new_caches();
@@ -340,7 +361,7 @@ mod tests {
         force(None);
         assert_eq!(made(), before, "a dense model ran laya's step");
 
-        let q3 = quantized(Arch::Qwen2, 3, 64, Dtype::Float32);
+        let (q3, _) = quantized(Arch::Qwen2, 3, 64, Dtype::Float32);
         let e = Plan::new(&q3.step_parts().unwrap()).err().expect("3 bits");
         assert!(e.what().contains("3 bits"), "{}", e.what());
         assert!(q3.step_plan().is_none());
@@ -352,7 +373,7 @@ mod tests {
     /// Bad inputs to a step are errors with their reason, and the caches are left whole.
     #[test]
     fn bad_steps_are_errors() {
-        let model = quantized(Arch::Qwen2, 8, 64, Dtype::Float32);
+        let (model, _) = quantized(Arch::Qwen2, 8, 64, Dtype::Float32);
         let plan = model.step_plan().expect("a plan");
         let buf = Array::zeros::<f32>(&[1, 2, 4, 16]).unwrap();
         let bufs = vec![buf.clone(); 4];
