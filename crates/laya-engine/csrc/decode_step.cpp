@@ -295,38 +295,77 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
+// 16 floats from p (64-byte aligned) into v.
+__device__ inline void load16(const float* p, float* v) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 f = ((const float4*)p)[i];
+    v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
+  }
+}
+__device__ inline float lo16(const bf16*, unsigned u) { return __uint_as_float(u << 16); }
+__device__ inline float hi16(const bf16*, unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ inline float lo16(const f16*, unsigned u) { f16 h; h.bits = (unsigned short)(u & 0xffffu); return ld(&h); }
+__device__ inline float hi16(const f16*, unsigned u) { f16 h; h.bits = (unsigned short)(u >> 16); return ld(&h); }
+// 16 values of a 2-byte float type from p (32-byte aligned) into v.
+template <typename H>
+__device__ inline void load16(const H* p, float* v) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint4 u = ((const uint4*)p)[i];
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) { v[8 * i + 2 * j] = lo16(p, w[j]); v[8 * i + 2 * j + 1] = hi16(p, w[j]); }
+  }
+}
+
 // Row `row` of q times x (times nw elementwise when given; *ss then gets the warp's Σ x²),
-// summed over the warp: every lane returns the whole dot product.
+// summed over the warp: every lane returns the whole dot product. A lane reads a chunk of the
+// row at a time, 16 bytes of weights (48 at 6 bits: 64 values), and works through it 16
+// values (one group's share) at a time.
 template <int BITS>
 __device__ float row_dot(const QL& q, int row, const float* x, const T* nw, float* ss) {
-  constexpr int V = BITS == 6 ? 16 : 32 / BITS;
-  constexpr int W = BITS == 6 ? 3 : 1;
-  const int packs = q.in / V;
+  constexpr int WORDS = BITS == 6 ? 12 : 4;
+  constexpr int VALS = WORDS * 32 / BITS;
+  const int chunks = q.in / VALS;
   const int groups = q.in / q.gs;
-  const unsigned* wr = q.w + (long long)row * (q.in * BITS / 32);
+  const uint4* wr = (const uint4*)(q.w + (long long)row * (q.in * BITS / 32));
   const T* sr = q.s + (long long)row * groups;
   const T* br = q.b + (long long)row * groups;
   const int lane = threadIdx.x & 31;
   float acc = 0.f, sq = 0.f;
-  for (int p = lane; p < packs; p += 32) {
-    unsigned wd[W];
+#pragma unroll 2
+  for (int c = lane; c < chunks; c += 32) {
+    unsigned wd[WORDS];
 #pragma unroll
-    for (int i = 0; i < W; ++i) wd[i] = wr[p * W + i];
-    const int base = p * V;
-    float dq = 0.f, dx = 0.f;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int bit = k * BITS;
-      unsigned v = wd[bit >> 5] >> (bit & 31);
-      if ((bit & 31) + BITS > 32) v |= wd[(bit >> 5) + 1] << (32 - (bit & 31));
-      v &= (1u << BITS) - 1u;
-      float xv = x[base + k];
-      if (nw) { sq += xv * xv; xv *= ld(nw + base + k); }
-      dq += xv * (float)v;
-      dx += xv;
+    for (int i = 0; i < WORDS / 4; ++i) {
+      const uint4 u = wr[c * (WORDS / 4) + i];
+      wd[4 * i] = u.x; wd[4 * i + 1] = u.y; wd[4 * i + 2] = u.z; wd[4 * i + 3] = u.w;
     }
-    const int g = base / q.gs;
-    acc += ld(sr + g) * dq + ld(br + g) * dx;
+#pragma unroll
+    for (int sub = 0; sub < VALS / 16; ++sub) {
+      const int base = c * VALS + sub * 16;
+      float xv[16];
+      load16(x + base, xv);
+      if (nw) {
+        float w16[16];
+        load16(nw + base, w16);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) { sq += xv[k] * xv[k]; xv[k] *= w16[k]; }
+      }
+      float dq = 0.f, dx = 0.f;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int bit = (sub * 16 + k) * BITS;
+        unsigned v = wd[bit >> 5] >> (bit & 31);
+        if ((bit & 31) + BITS > 32) v |= wd[(bit >> 5) + 1] << (32 - (bit & 31));
+        v &= (1u << BITS) - 1u;
+        dq += xv[k] * (float)v;
+        dx += xv[k];
+      }
+      const int g = base / q.gs;
+      acc += ld(sr + g) * dq + ld(br + g) * dx;
+    }
   }
   acc = warp_sum(acc);
   if (nw) *ss = warp_sum(sq);
@@ -354,26 +393,16 @@ extern "C" __global__ void laya_step_embed(const Params* P, QL e, float* h) {
   h[i] = rt(ld(e.s + g) * (float)v + ld(e.b + g));
 }
 
-// One block a head of q, k and v: its rows of the normed input's product (+ bias), Qwen3's
-// per-head norm, RoPE at the step's position; q into qout (f32), k and v into the cache.
-template <int BITS>
-__device__ void attn_in(const Params* P, int layer, const float* h, const T* nw, float eps, QL q,
-                        const T* qn, const T* kn, int H, int KV, int D, float log2_theta,
-                        float* qout) {
+// One block a head of q, k and v (its D values of qkv): Qwen3's per-head norm, RoPE at the
+// step's position; q into qout (f32), k and v into the layer's cache.
+extern "C" __global__ void laya_step_rope(const Params* P, int layer, const float* qkv, const T* qn,
+                                          const T* kn, float eps, int H, int KV, int D,
+                                          float log2_theta, float* qout) {
   __shared__ float o[128];
   __shared__ float red[32];
   const int head = blockIdx.x;
   const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp; r < D; r += warps) {
-    const int row = head * D + r;
-    float ss = 0.f;
-    const float acc = row_dot<BITS>(q, row, h, nw, &ss);
-    if (lane == 0) {
-      float y = acc * rsqrtf(ss / q.in + eps);
-      if (q.bias) y += ld(q.bias + row);
-      o[r] = rt(y);
-    }
-  }
+  for (int j = threadIdx.x; j < D; j += blockDim.x) o[j] = qkv[head * D + j];
   __syncthreads();
   const T* hn = head < H ? qn : kn;
   if (head < H + KV && hn) {
@@ -508,7 +537,8 @@ extern "C" __global__ void laya_step_attn_join(const float* part, float* out, in
 }
 
 // One warp a row of q times x (x normed by nw when given). mode 0: y[row] += the product (the
-// residual); 1: the logits (f32, T's values); 2: SwiGLU of rows j and j + out/2 into y[j].
+// residual); 1: the logits (f32, T's values); 2: SwiGLU of rows j and j + out/2 into y[j];
+// 3: the product plus q's bias into y[row] (q, k and v before RoPE).
 template <int BITS>
 __device__ void qmv(const Params* P, const QL& q, const float* x, const T* nw, float eps, int mode,
                     float* y) {
@@ -528,17 +558,14 @@ __device__ void qmv(const Params* P, const QL& q, const float* x, const T* nw, f
   if ((threadIdx.x & 31) != 0) return;
   if (mode == 0) {
     y[row] = rt(y[row] + rt(acc));
-  } else {
+  } else if (mode == 1) {
     P->logits[row] = rt(acc * scale);
+  } else {
+    y[row] = rt(acc * scale + (q.bias ? ld(q.bias + row) : 0.f));
   }
 }
 
 #define LAYA_BITS(B)                                                                              \
-  extern "C" __global__ void laya_step_attn_in##B(const Params* P, int layer, const float* h,     \
-      const T* nw, float eps, QL q, const T* qn, const T* kn, int H, int KV, int D, float lt,     \
-      float* qout) {                                                                              \
-    attn_in<B>(P, layer, h, nw, eps, q, qn, kn, H, KV, D, lt, qout);                              \
-  }                                                                                               \
   extern "C" __global__ void laya_step_qmv##B(const Params* P, QL q, const float* x, const T* nw, \
       float eps, int mode, float* y) {                                                            \
     qmv<B>(P, q, x, nw, eps, mode, y);                                                            \
@@ -594,7 +621,7 @@ const void* ptr(const std::optional<mx::array>& a) {
 // The plan's GPU side: its kernels, fixed buffers and the captured step.
 struct Gpu {
   CUfunction set = nullptr;
-  CUdeviceptr params = 0, h = 0, q = 0, part = 0, attn = 0, act = 0;
+  CUdeviceptr params = 0, h = 0, qkv = 0, q = 0, part = 0, attn = 0, act = 0;
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   int nodes = 0;
@@ -608,7 +635,7 @@ struct Gpu {
     if (graph) {
       c.graph_destroy(graph);
     }
-    for (CUdeviceptr p : {params, h, q, part, attn, act}) {
+    for (CUdeviceptr p : {params, h, qkv, q, part, attn, act}) {
       if (p) {
         c.mem_free(p);
       }
@@ -649,6 +676,7 @@ void build(Plan& p, mx::cu::Device& device) {
   alloc(gpu->params, sizeof(Params));
   alloc(gpu->h, sizeof(float) * k.hidden);
   alloc(gpu->q, sizeof(float) * H * D);
+  alloc(gpu->qkv, sizeof(float) * (H + 2 * KV) * D);
   alloc(gpu->part, sizeof(float) * H * kSplits * (D + 2));
   alloc(gpu->attn, sizeof(float) * H * D);
   alloc(gpu->act, sizeof(float) * k.inter);
@@ -658,9 +686,11 @@ void build(Plan& p, mx::cu::Device& device) {
   const int E = D <= 32 ? 1 : D <= 64 ? 2 : 4;
   CUfunction part = bits("laya_step_attn_part", E);
   CUfunction join = cuda::kernel(module, "laya_step_attn_join");
+  CUfunction rope = cuda::kernel(module, "laya_step_rope");
   const void* P = reinterpret_cast<const void*>(gpu->params);
   float* hp = reinterpret_cast<float*>(gpu->h);
   float* qp = reinterpret_cast<float*>(gpu->q);
+  float* qkvp = reinterpret_cast<float*>(gpu->qkv);
   float* pp = reinterpret_cast<float*>(gpu->part);
   float* ap = reinterpret_cast<float*>(gpu->attn);
   float* act = reinterpret_cast<float*>(gpu->act);
@@ -673,9 +703,10 @@ void build(Plan& p, mx::cu::Device& device) {
                      P, ql(p.embed), hp);
   for (int l = 0; l < static_cast<int>(p.layers.size()); ++l) {
     Layer& L = p.layers[l];
-    nodes.emplace_back(bits("laya_step_attn_in", L.qkv.bits), dim3(H + 2 * KV), warps4, P, l,
-                       static_cast<const float*>(hp), ptr(L.in_norm), eps, ql(L.qkv),
-                       ptr(L.q_norm), ptr(L.k_norm), H, KV, D, lt, qp);
+    nodes.emplace_back(bits("laya_step_qmv", L.qkv.bits), rows((H + 2 * KV) * D), warps4, P,
+                       ql(L.qkv), static_cast<const float*>(hp), ptr(L.in_norm), eps, 3, qkvp);
+    nodes.emplace_back(rope, dim3(H + 2 * KV), warps4, P, l, static_cast<const float*>(qkvp),
+                       ptr(L.q_norm), ptr(L.k_norm), eps, H, KV, D, lt, qp);
     nodes.emplace_back(part, dim3(KV, S), warps4, P, l, static_cast<const float*>(qp), pp, H, KV,
                        D, S, scale);
     nodes.emplace_back(join, dim3(H), warps4, static_cast<const float*>(pp), ap, D, S);
@@ -688,6 +719,25 @@ void build(Plan& p, mx::cu::Device& device) {
   }
   nodes.emplace_back(bits("laya_step_qmv", p.head.bits), rows(k.vocab), warps4, P, ql(p.head),
                      static_cast<const float*>(hp), ptr(p.norm), eps, 1, static_cast<float*>(nullptr));
+  // The kernels read weights and norms 16 bytes at a time.
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  auto check_linear = [&](const QLin& q) {
+    if (!aligned(ql(q).w)) {
+      throw std::runtime_error("laya step: a weight not on a 16-byte boundary");
+    }
+  };
+  check_linear(p.head);
+  for (auto& L : p.layers) {
+    for (const QLin* q : {&L.qkv, &L.o, &L.gate_up, &L.down}) {
+      check_linear(*q);
+    }
+    if (!aligned(ptr(L.in_norm)) || !aligned(ptr(L.post_norm))) {
+      throw std::runtime_error("laya step: a norm weight not on a 16-byte boundary");
+    }
+  }
+  if (!aligned(ptr(p.norm))) {
+    throw std::runtime_error("laya step: a norm weight not on a 16-byte boundary");
+  }
   cuda::check(c.graph_create(&gpu->graph, 0), "cuGraphCreate");
   CUgraphNode prev = nullptr;
   for (auto& n : nodes) {
@@ -888,6 +938,11 @@ QLin linear(const std::vector<std::optional<mx::array>>& a, size_t i, int out, i
   if (q.scales.ndim() != 2 || q.scales.shape(0) != out || in % q.scales.shape(1) != 0 ||
       q.biases.shape() != q.scales.shape()) {
     bad(std::string(what) + ": scales and biases are not [out, in / group]");
+  }
+  // A lane of the kernels reads 16 bytes of a row at a time (48 at 6 bits): 16, 32 or 64 values.
+  const int chunk = (q.bits == 6 ? 12 : 4) * 32 / q.bits;
+  if (in % chunk != 0) {
+    bad(std::string(what) + ": rows of " + std::to_string(in) + " values (a multiple of " + std::to_string(chunk) + " at " + std::to_string(q.bits) + " bits)");
   }
   q.gs = in / q.scales.shape(1);
   if (q.gs != 32 && q.gs != 64 && q.gs != 128) {
