@@ -105,7 +105,15 @@ for l in sys.stdin:
   fi
   cargo build --release --locked --bin laya \
     || { echo "cuda-ops: cargo build of laya failed (see the errors above)" >&2; exit 1; }
-  rm -rf "$OUTD" && mkdir -p "$OUTD"
+  # libmlx's parts are kept when they are newer than the libmlx they pack (a rebuild of
+  # laya's code alone skips the ~3 minutes of packing).
+  keep=
+  [[ -f "$OUTD/$PART.aa" && "$OUTD/$PART.aa" -nt "$CUDA_HOME_MLX/mlx/lib/libmlx.so" ]] && keep=1
+  if [[ -n $keep ]]; then
+    find "$OUTD" -mindepth 1 -maxdepth 1 ! -name "$PART.*" -exec rm -rf {} +
+  else
+    rm -rf "$OUTD" && mkdir -p "$OUTD"
+  fi
   # Debug info is ~45 MB of the binary; symbols stay for backtraces.
   [[ -z "$bin" ]] || strip --strip-debug -o "$OUTD/mlx_ops" "$bin"
   strip --strip-debug -o "$OUTD/laya" "$CARGO_TARGET_DIR/release/laya"
@@ -114,7 +122,9 @@ for l in sys.stdin:
   # quantized matmul for M > 16 fails with "cannot open source file cute/..."), split under
   # the 64 MiB carry limit. xz, not zstd: the GPU machine has no zstd (seen), while xz or
   # python3's lzma module can unpack xz.
-  tar -C "$CUDA_HOME_MLX" -cf - mlx/lib/libmlx.so mlx/include mlx_cuda_13.libs | xz -9 -T2 | split -b 40m - "$OUTD/$PART."
+  [[ -n $keep ]] || tar -C "$CUDA_HOME_MLX" -cf - mlx/lib/libmlx.so mlx/include mlx_cuda_13.libs | xz -9 -T2 | split -b 40m - "$OUTD/$PART."
+  # The binaries compressed for carrying beside a part (`xz -d` or python3's lzma there).
+  for b in laya mlx_ops; do [[ ! -f "$OUTD/$b" ]] || xz -T2 -3 -c "$OUTD/$b" >"$OUTD/$b.xz"; done
   ls -la "$OUTD"
   ;;
 stage)

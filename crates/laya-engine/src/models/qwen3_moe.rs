@@ -147,7 +147,9 @@ impl SwitchGlu {
     /// expert.
     fn forward(&self, x: &Array, indices: &Array) -> Result<Array> {
         let (b, l, k, hidden) = (x.dim(0), x.dim(1), indices.dim(-1), x.dim(-1));
-        let y = if indices.size() >= BLOCKS_FROM {
+        let y = if indices.size() >= BLOCKS_FROM && sorted_rows() {
+            self.forward_sorted(x, indices)?
+        } else if indices.size() >= BLOCKS_FROM {
             let rows = block_rows(indices.size() as i32, self.down_proj.experts());
             self.forward_blocks(x, indices, rows)?
         } else {
@@ -178,6 +180,25 @@ impl SwitchGlu {
         let gate_up = self.gate_up.forward(&xb, None, &blocks.expert, true)?;
         let y = self.down(&gate_up, None, &blocks.expert, true)?;
         Ok(y.reshape(&[-1, hidden])?.take_axis(&blocks.pair_row, 0)?)
+    }
+
+    /// The (token, expert) pairs sorted by expert, one row each, as mlx-lm runs a prompt:
+    /// MLX's gathered product over ascending expert indices (on CUDA its `gather_qmm_rhs`
+    /// kernel) reads an expert's weights once for its run of rows. `[pairs, hidden]`, the
+    /// pairs in `indices`' order.
+    fn forward_sorted(&self, x: &Array, indices: &Array) -> Result<Array> {
+        let int = |a: Array| a.as_dtype(Dtype::Int32);
+        let (hidden, k) = (x.dim(-1), indices.dim(-1));
+        let flat = int(indices.flatten(None, None)?)?;
+        let order = int(ops::argsort_axis(&flat, 0)?)?;
+        let back = int(ops::argsort_axis(&order, 0)?)?;
+        let rows = x
+            .reshape(&[-1, 1, hidden])?
+            .take_axis(order.floor_divide(Array::from_int(k))?, 0)?;
+        let experts = flat.take_axis(&order, 0)?;
+        let gate_up = self.gate_up.forward(&rows, None, &experts, true)?;
+        let y = self.down(&gate_up, None, &experts, true)?;
+        Ok(y.reshape(&[-1, hidden])?.take_axis(&back, 0)?)
     }
 
     fn down(&self, gate_up: &Array, rows: Option<&Array>, indices: &Array, sorted: bool) -> Result<Array> {
@@ -214,8 +235,24 @@ fn row_indices(shape: &[i32]) -> (Array, Array) {
     })
 }
 
-/// From this many (token, expert) pairs on, they run in blocks of one expert each.
+/// From this many (token, expert) pairs on, they run grouped by expert: in blocks of one
+/// expert each, or sorted ([`sorted_rows`]).
 const BLOCKS_FROM: usize = 64;
+
+thread_local! {
+    /// A test's choice between sorted rows and blocks on this thread.
+    static SORTED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether a prompt chunk's pairs run as sorted rows rather than blocks: a test's choice on
+/// this thread, else `LAYA_MOE_ROWS=sorted` (a measurement's switch while the two are
+/// compared on a GPU; docs/decisions.md keeps one).
+fn sorted_rows() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    SORTED
+        .with(|s| s.get())
+        .unwrap_or_else(|| *ENV.get_or_init(|| std::env::var("LAYA_MOE_ROWS").is_ok_and(|v| v == "sorted")))
+}
 
 /// Rows a block: half the pairs an expert gets on average, as a power of two from 16 to 64
 /// (the tile heights of MLX's CUDA quantized product), so the padding (at most `rows - 1` rows
@@ -478,6 +515,32 @@ mod tests {
             let (d1, d2) = (max_abs_diff(&whole, &one_by_one), max_abs_diff(&whole, &chunked));
             eprintln!("{what}: whole vs one by one {d1:e}, vs chunks 33 + 7 {d2:e}");
             assert!(d1 <= tol(1e-4) && d2 <= tol(1e-4), "{what}: {d1} {d2}");
+        }
+    }
+
+    /// Sorted rows give the logits blocks give, for a dense and a quantized model, in one chunk
+    /// and across the threshold.
+    #[test]
+    fn sorted_rows_give_the_logits_of_blocks() {
+        let (_, cfg) = configs().into_iter().next().unwrap();
+        let w = random_weights(&cfg, 61);
+        let (q, _) = loader_quantized(&w, 64, 4);
+        for (what, model) in [
+            ("dense", Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap()),
+            ("q4", Model::from_weights(cfg.clone(), q, 64).unwrap()),
+        ] {
+            let ids = long_seq();
+            let run = |sorted: bool| {
+                SORTED.with(|s| s.set(Some(sorted)));
+                let out = [chunked(&model, &ids, &[40]), chunked(&model, &ids, &[33, 7])];
+                SORTED.with(|s| s.set(None));
+                out
+            };
+            let (blocks, sorted) = (run(false), run(true));
+            for (b, s) in blocks.iter().zip(&sorted) {
+                let d = max_abs_diff(b, s);
+                assert!(d <= tol(1e-4), "{what}: sorted rows against blocks: {d}");
+            }
         }
     }
 
