@@ -13,13 +13,14 @@
 // Inputs:  0 tokens [1, 1] (int32 or uint32); then per layer its k and v buffers
 //          [1, KV, Cap, D] (row-contiguous, Cap > offset).
 // Outputs: 0 logits [1, vocab] f32; then per layer the k and v buffers with position `offset`
-//          written: the input buffers themselves when nothing else holds them (MLX's
-//          donation), else copies.
+//          written: the input buffers themselves when the caller says nothing else holds them,
+//          else copies.
 //
 // Weights are the plan's (`laya_step_plan_new`): MLX affine-quantized (4, 6 or 8 bits; groups
 // of 32, 64 or 128), in the activations' float type. The ops path (crates/laya-engine/src/
 // models) stays the reference; tests compare the two.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -768,16 +769,21 @@ void build(Plan& p, mx::cu::Device& device) {
 
 #endif // LAYA_CUDA
 
-// The output for buffer `in`: `in` itself when donatable, else a fresh copy (`copy` gets
-// (source, destination)).
+// The output for buffer `in`: `in` itself when the caller says nothing else holds it (MLX's
+// is_donatable never passes for an input of a primitive with several outputs: each output
+// holds the inputs), else a fresh copy (`copy` gets (source, destination)).
+// KV buffers copied by steps evaluated on this thread (tests read it).
+thread_local uint64_t copies = 0;
+
 template <typename Copy>
-void donate_or_copy(const mx::array& in, mx::array& out, Copy copy) {
+void donate_or_copy(const mx::array& in, mx::array& out, bool in_place, Copy copy) {
   if (!in.flags().row_contiguous) {
     throw std::runtime_error("laya step: a KV buffer that is not row-contiguous");
   }
-  if (in.is_donatable()) {
+  if (in_place) {
     out.copy_shared_buffer(in);
   } else {
+    ++copies;
     out.set_data(mx::allocator::malloc(out.nbytes()));
     copy(in, out);
   }
@@ -785,13 +791,13 @@ void donate_or_copy(const mx::array& in, mx::array& out, Copy copy) {
 
 class DecodeStep : public mx::Primitive {
  public:
-  DecodeStep(mx::Stream s, std::shared_ptr<Plan> plan, int offset)
-      : mx::Primitive(s), plan_(std::move(plan)), offset_(offset) {}
+  DecodeStep(mx::Stream s, std::shared_ptr<Plan> plan, int offset, std::vector<uint8_t> in_place)
+      : mx::Primitive(s), plan_(std::move(plan)), offset_(offset), in_place_(std::move(in_place)) {}
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
     auto& enc = mx::cpu::get_command_encoder(stream());
     for (size_t i = 1; i < in.size(); ++i) {
-      donate_or_copy(in[i], out[i], [&](const mx::array& src, mx::array& dst) {
+      donate_or_copy(in[i], out[i], in_place_[(i - 1) / 2] != 0, [&](const mx::array& src, mx::array& dst) {
         enc.dispatch([src = mx::array::unsafe_weak_copy(src), dst = mx::array::unsafe_weak_copy(dst)]() mutable {
           std::memcpy(dst.data<char>(), src.data<char>(), src.nbytes());
         });
@@ -846,7 +852,7 @@ class DecodeStep : public mx::Primitive {
     Gpu& g = *p.gpu;
     // Copies of buffers something else holds (MLX's nodes, ordered before the step).
     for (size_t i = 1; i < in.size(); ++i) {
-      donate_or_copy(in[i], out[i], [&](const mx::array& src, mx::array& dst) {
+      donate_or_copy(in[i], out[i], in_place_[(i - 1) / 2] != 0, [&](const mx::array& src, mx::array& dst) {
         CUfunction copy = copy_kernel(enc.device());
         long long words = static_cast<long long>(src.nbytes() / 4);
         const void* s = mx::gpu_ptr<void>(src);
@@ -894,7 +900,7 @@ class DecodeStep : public mx::Primitive {
 
   bool is_equivalent(const mx::Primitive& other) const override {
     auto* o = dynamic_cast<const DecodeStep*>(&other);
-    return o && o->plan_ == plan_ && o->offset_ == offset_;
+    return o && o->plan_ == plan_ && o->offset_ == offset_ && o->in_place_ == in_place_;
   }
 
  private:
@@ -912,6 +918,8 @@ extern "C" __global__ void laya_copy_words(const unsigned int* src, unsigned int
 
   std::shared_ptr<Plan> plan_;
   int offset_;
+  // Per layer: whether its buffers may be written in place.
+  std::vector<uint8_t> in_place_;
 };
 
 // --- Building a plan from the model's arrays ----------------------------------------------
@@ -1045,6 +1053,11 @@ extern "C" int laya_step_plan_new(
   return 0;
 }
 
+// KV buffers the steps evaluated on this thread copied rather than wrote in place.
+extern "C" uint64_t laya_step_copies() {
+  return laya::step::copies;
+}
+
 extern "C" void laya_step_plan_free(void* plan) {
   delete static_cast<std::shared_ptr<Plan>*>(plan);
 }
@@ -1062,13 +1075,15 @@ extern "C" int laya_step_plan_nodes(void* plan) {
 }
 
 // One decode step: outs[0] the logits [1, vocab] f32, outs[1 + 2l], outs[2 + 2l] layer l's
-// k and v buffers with position `offset` written. `bufs` holds 2 L buffers, k then v a layer.
+// k and v buffers with position `offset` written. `bufs` holds 2 L buffers, k then v a layer;
+// `in_place` L flags: whether layer l's may be written in place (nothing else holds them).
 extern "C" int laya_step_run(
     mlx_array* outs,
     void* plan_handle,
     const mlx_array tokens_c,
     const mlx_array* bufs,
     size_t n_bufs,
+    const uint8_t* in_place,
     int offset,
     const mlx_stream s,
     char* error,
@@ -1101,7 +1116,8 @@ extern "C" int laya_step_run(
       dtypes.push_back(b.dtype());
     }
     auto& stream = mlx_stream_get_(s);
-    auto prim = std::make_shared<DecodeStep>(stream, plan, offset);
+    auto prim = std::make_shared<DecodeStep>(
+        stream, plan, offset, std::vector<uint8_t>(in_place, in_place + n_bufs / 2));
     auto arrays = mx::array::make_arrays(std::move(shapes), dtypes, prim, std::move(inputs));
     for (size_t i = 0; i < arrays.size(); ++i) {
       mlx_array_set_(outs[i], arrays[i]);

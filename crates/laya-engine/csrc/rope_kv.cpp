@@ -6,7 +6,7 @@
 //          strides), k_buf and v_buf [B, KV, Cap, D] (row-contiguous, Cap >= offset + L).
 // Outputs: 0 q [B, H, L, D], roped;
 //          1, 2 the k and v buffers with positions [offset, offset + L) written: the input
-//               buffers themselves when nothing else holds them (MLX's donation), else copies;
+//               buffers themselves when the caller says nothing else holds them, else copies;
 //          3, 4 views [B, KV, offset + L, D] of them (what attention reads).
 //
 // One primitive stands for the split, the RoPE, the two slice updates and the two slices of
@@ -38,16 +38,18 @@ namespace laya {
 
 namespace {
 
-// The output for buffer `in`: `in` itself when donatable, else a fresh copy (copy is the
-// backend's to do: `copy` gets (source, destination)).
+// The output for buffer `in`: `in` itself when the caller says nothing else holds it (MLX's
+// own test, is_donatable, never passes for an input of a primitive with several outputs: each
+// output holds the inputs), else a fresh copy (the backend's to do: `copy` gets (source,
+// destination)).
 template <typename Copy>
-void donate_or_copy(const mx::array& in, mx::array& out, Copy copy) {
+void donate_or_copy(const mx::array& in, mx::array& out, bool in_place, Copy copy) {
   if (!in.flags().row_contiguous) {
     // The cache's buffers are made row-contiguous (zeros, concatenation): a copy of bytes
     // is a copy of the array.
     throw std::runtime_error("laya rope_kv: a KV buffer that is not row-contiguous");
   }
-  if (in.is_donatable()) {
+  if (in_place) {
     out.copy_shared_buffer(in);
   } else {
     out.set_data(mx::allocator::malloc(out.nbytes()));
@@ -214,12 +216,13 @@ const Kernels& kernels(mx::cu::Device& device) {
 
 class RopeKvWrite : public mx::Primitive {
  public:
-  RopeKvWrite(mx::Stream s, int heads, int kv_heads, int offset, float theta)
+  RopeKvWrite(mx::Stream s, int heads, int kv_heads, int offset, float theta, bool in_place)
       : mx::Primitive(s),
         heads_(heads),
         kv_(kv_heads),
         offset_(offset),
-        log2_theta_(std::log2(theta)) {}
+        log2_theta_(std::log2(theta)),
+        in_place_(in_place) {}
 
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
     const auto& heads = in[0];
@@ -231,7 +234,7 @@ class RopeKvWrite : public mx::Primitive {
     auto& enc = mx::cpu::get_command_encoder(stream());
     // The copies and the writes run as the stream's tasks, after the inputs are ready.
     for (int i : {1, 2}) {
-      donate_or_copy(in[i], out[i], [&](const mx::array& src, mx::array& dst) {
+      donate_or_copy(in[i], out[i], in_place_, [&](const mx::array& src, mx::array& dst) {
         enc.dispatch([src = mx::array::unsafe_weak_copy(src),
                       dst = mx::array::unsafe_weak_copy(dst),
                       copy]() mutable { copy(src, dst); });
@@ -285,7 +288,7 @@ class RopeKvWrite : public mx::Primitive {
     auto& q = out[0];
     q.set_data(mx::allocator::malloc(q.nbytes()));
     for (int i : {1, 2}) {
-      donate_or_copy(in[i], out[i], [&](const mx::array& src, mx::array& dst) {
+      donate_or_copy(in[i], out[i], in_place_, [&](const mx::array& src, mx::array& dst) {
         long long words = static_cast<long long>(src.nbytes() / 4);
         const void* s = mx::gpu_ptr<void>(src);
         void* d = mx::gpu_ptr<void>(dst);
@@ -336,7 +339,7 @@ class RopeKvWrite : public mx::Primitive {
   bool is_equivalent(const mx::Primitive& other) const override {
     auto* o = dynamic_cast<const RopeKvWrite*>(&other);
     return o && o->heads_ == heads_ && o->kv_ == kv_ && o->offset_ == offset_ &&
-        o->log2_theta_ == log2_theta_;
+        o->log2_theta_ == log2_theta_ && o->in_place_ == in_place_;
   }
 
  private:
@@ -344,6 +347,7 @@ class RopeKvWrite : public mx::Primitive {
   int kv_;
   int offset_;
   float log2_theta_;
+  bool in_place_;
 };
 
 } // namespace
@@ -359,6 +363,7 @@ extern "C" int laya_rope_kv_write(
     int n_kv_heads,
     int offset,
     float theta,
+    int in_place,
     const mlx_stream s,
     char* error,
     size_t error_len) {
@@ -381,7 +386,7 @@ extern "C" int laya_rope_kv_write(
       throw std::invalid_argument("laya rope_kv: heads and buffers must share a float dtype (f32, bf16, f16)");
     }
     auto& stream = mlx_stream_get_(s);
-    auto prim = std::make_shared<laya::RopeKvWrite>(stream, n_heads, n_kv_heads, offset, theta);
+    auto prim = std::make_shared<laya::RopeKvWrite>(stream, n_heads, n_kv_heads, offset, theta, in_place != 0);
     mx::Shape view{B, n_kv_heads, offset + L, D};
     auto arrays = mx::array::make_arrays(
         {mx::Shape{B, n_heads, L, D}, k_buf.shape(), v_buf.shape(), view, view},

@@ -41,6 +41,11 @@ pub struct KvCache {
     /// The state at the end of the last prompt ([`KvCache::keep_end`]), until the next's:
     /// the same prompt again starts from it.
     end: Option<(usize, Recurrent)>,
+    /// Shared by the clones of this cache that hold the same key and value buffers: while no
+    /// other clone holds it, laya's primitives may write into the buffers in place (MLX's own
+    /// test for that, a buffer held by nothing else, never passes for an input of a primitive
+    /// with several outputs: each output holds the inputs).
+    owner: std::sync::Arc<()>,
 }
 
 /// Checkpoints a recurrent layer keeps at most (besides the state before its last update and
@@ -64,6 +69,11 @@ impl Recurrent {
 impl KvCache {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether no clone of this cache holds its buffers: a write may then go into them in place.
+    fn exclusive(&self) -> bool {
+        std::sync::Arc::strong_count(&self.owner) == 1
     }
 
     /// Positions held (the next token's position).
@@ -187,25 +197,29 @@ impl KvCache {
 
     /// As [`update_and_fetch`](Self::update_and_fetch) for new keys and values of `shape`
     /// `[b, kv_heads, len, head_dim]` and `dtype`, where `write` makes the new buffers: it
-    /// gets the buffers (grown to hold them) and the offset, and returns the buffers with
-    /// those positions written and views of the first `offset + len`. The cache lets go of
-    /// its buffers first, so that the write can reuse them (MLX donates a buffer nothing else
-    /// holds; a stored copy of the cache keeps its own).
+    /// gets the buffers (grown to hold them), the offset and whether it may write into them in
+    /// place (no clone of the cache holds them; else it writes into copies), and returns the
+    /// buffers with those positions written and views of the first `offset + len`.
     pub(crate) fn update_in_place(
         &mut self,
         shape: [i32; 4],
         dtype: mlx_rs::Dtype,
-        write: impl FnOnce(&Array, &Array, i32) -> Result<[Array; 4]>,
+        write: impl FnOnce(&Array, &Array, i32, bool) -> Result<[Array; 4]>,
     ) -> Result<(Array, Array)> {
         let prev = self.reserve(&shape, (dtype, dtype))?;
+        let in_place = self.exclusive();
         let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) else {
             unreachable!("buffers exist after growing");
         };
-        match write(&k, &v, prev) {
+        match write(&k, &v, prev, in_place) {
             Ok([k_buf, v_buf, keys, values]) => {
                 self.keys = Some(k_buf);
                 self.values = Some(v_buf);
                 self.offset = (prev + shape[2]) as usize;
+                if !in_place {
+                    // Copies, this cache's own.
+                    self.owner = std::sync::Arc::new(());
+                }
                 Ok((keys, values))
             }
             Err(e) => {
@@ -238,6 +252,8 @@ impl KvCache {
             let grow = (shape[2] + STEP - 1) / STEP * STEP;
             self.keys = Some(grown(self.keys.take(), shape, k_dtype, prev, grow)?);
             self.values = Some(grown(self.values.take(), shape, v_dtype, prev, grow)?);
+            // New buffers, this cache's own.
+            self.owner = std::sync::Arc::new(());
         }
         Ok(prev)
     }
@@ -330,6 +346,13 @@ impl KvCache {
             previous: None,
             kept: vec![],
             end: None,
+            // One row may be this cache's own buffers (an already contiguous array is not
+            // copied): shared then.
+            owner: if n == 1 {
+                self.owner.clone()
+            } else {
+                std::sync::Arc::new(())
+            },
         })
     }
 
@@ -385,13 +408,14 @@ pub(crate) fn rewind(caches: &mut [KvCache], len: usize) -> usize {
 
 /// [`KvCache::update_in_place`] for every layer of a model at once (laya's whole decode step):
 /// `write` gets each layer's buffers (k, then v, a layer), grown to hold new keys and values
-/// of `shape`, and the offset, and returns its result with the written buffers in the same
-/// order. On an error every cache holds what it held.
+/// of `shape`, the offset and whether each layer's may be written in place, and returns its
+/// result with the written buffers in the same order. On an error every cache holds what it
+/// held.
 pub(crate) fn update_all_in_place<R>(
     caches: &mut [KvCache],
     shape: [i32; 4],
     dtype: mlx_rs::Dtype,
-    write: impl FnOnce(&[Array], i32) -> Result<(R, Vec<Array>)>,
+    write: impl FnOnce(&[Array], i32, &[bool]) -> Result<(R, Vec<Array>)>,
 ) -> Result<R> {
     let offset = caches.first().map_or(0, KvCache::offset);
     if caches.iter().any(|c| c.offset != offset) {
@@ -401,20 +425,22 @@ pub(crate) fn update_all_in_place<R>(
     for c in caches.iter_mut() {
         c.reserve(&shape, (dtype, dtype))?;
     }
+    let in_place: Vec<bool> = caches.iter().map(KvCache::exclusive).collect();
     for c in caches.iter_mut() {
         let (Some(k), Some(v)) = (c.keys.take(), c.values.take()) else {
             unreachable!("buffers exist after growing");
         };
         bufs.extend([k, v]);
     }
-    match write(&bufs, offset as i32) {
+    match write(&bufs, offset as i32, &in_place) {
         Ok((out, written)) if written.len() == bufs.len() => {
-            // The old handles go first: a buffer nothing else holds is written in place.
-            drop(bufs);
-            for (c, kv) in caches.iter_mut().zip(written.chunks_exact(2)) {
+            for ((c, kv), own) in caches.iter_mut().zip(written.chunks_exact(2)).zip(&in_place) {
                 c.keys = Some(kv[0].clone());
                 c.values = Some(kv[1].clone());
                 c.offset = offset + shape[2] as usize;
+                if !own {
+                    c.owner = std::sync::Arc::new(());
+                }
             }
             Ok(out)
         }

@@ -524,8 +524,8 @@ impl Model {
         };
         let shape = [1, self.cfg.num_key_value_heads, 1, self.cfg.head_dim];
         let dtype = self.embed_tokens.float_dtype();
-        let logits = crate::cache::update_all_in_place(caches, shape, dtype, |bufs, at| {
-            plan.run(tokens, bufs, at)
+        let logits = crate::cache::update_all_in_place(caches, shape, dtype, |bufs, at, in_place| {
+            plan.run(tokens, bufs, at, in_place)
         })?;
         Ok(Some(logits))
     }
@@ -895,8 +895,8 @@ impl AttentionCore {
         let (b, l, d) = (heads.dim(0), heads.dim(2), heads.dim(3));
         let mut q = None;
         let (keys, values) =
-            cache.update_in_place([b, self.n_kv_heads, l, d], heads.dtype(), |k, v, at| {
-                let w = rope_kv::write(heads, k, v, self.n_heads, self.n_kv_heads, at, self.rope_theta)?;
+            cache.update_in_place([b, self.n_kv_heads, l, d], heads.dtype(), |k, v, at, in_place| {
+                let w = rope_kv::write(heads, k, v, self.n_heads, self.n_kv_heads, at, self.rope_theta, in_place)?;
                 q = Some(w.q);
                 Ok([w.k_buf, w.v_buf, w.keys, w.values])
             })?;

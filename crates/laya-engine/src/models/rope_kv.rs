@@ -72,6 +72,7 @@ extern "C" {
         n_kv_heads: i32,
         offset: i32,
         theta: f32,
+        in_place: i32,
         stream: mlx_sys::mlx_stream,
         error: *mut std::ffi::c_char,
         error_len: usize,
@@ -93,8 +94,10 @@ pub(crate) fn compile_ms() -> f64 {
 }
 
 /// `heads` `[B, H + 2 KV, L, D]` (q, then k, then v heads) with RoPE at positions from
-/// `offset`, k and v written into `k_buf` and `v_buf` `[B, KV, Cap, D]` there.
+/// `offset`, k and v written into `k_buf` and `v_buf` `[B, KV, Cap, D]` there: in place when
+/// `in_place` (nothing else holds them), else into copies.
 #[cfg(laya_primitives)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write(
     heads: &Array,
     k_buf: &Array,
@@ -103,6 +106,7 @@ pub(crate) fn write(
     n_kv_heads: i32,
     offset: i32,
     theta: f32,
+    in_place: bool,
 ) -> Result<Written> {
     let stream = mlx_rs::Stream::new();
     let mut error = [0 as std::ffi::c_char; 512];
@@ -117,6 +121,7 @@ pub(crate) fn write(
             n_kv_heads,
             offset,
             theta,
+            in_place as i32,
             stream.as_ptr(),
             error.as_mut_ptr(),
             error.len(),
@@ -138,6 +143,7 @@ pub(crate) fn write(
 }
 
 #[cfg(not(laya_primitives))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write(
     _heads: &Array,
     _k_buf: &Array,
@@ -146,6 +152,7 @@ pub(crate) fn write(
     _n_kv_heads: i32,
     _offset: i32,
     _theta: f32,
+    _in_place: bool,
 ) -> Result<Written> {
     Err(Exception::custom(
         "laya's own primitives are not in this build (Linux builds have them)",
@@ -268,18 +275,18 @@ mod tests {
         let heads = Array::zeros::<f32>(&[1, 8, 1, 16]).unwrap();
         let buf = Array::zeros::<f32>(&[1, 2, 4, 16]).unwrap();
         let small = Array::zeros::<f32>(&[1, 2, 2, 16]).unwrap();
-        let e = write(&heads, &buf, &buf, 4, 2, 4, 1e4)
+        let e = write(&heads, &buf, &buf, 4, 2, 4, 1e4, false)
             .err()
             .expect("past the capacity");
         assert!(e.what().contains("Cap >= offset + L"), "{}", e.what());
-        let e = write(&heads, &buf, &small, 4, 2, 0, 1e4)
+        let e = write(&heads, &buf, &small, 4, 2, 0, 1e4, false)
             .err()
             .expect("unequal buffers");
         assert!(e.what().contains("[B, KV, Cap, D]"), "{}", e.what());
-        let e = write(&heads, &buf, &buf, 3, 2, 0, 1e4)
+        let e = write(&heads, &buf, &buf, 3, 2, 0, 1e4, false)
             .err()
             .expect("wrong head count");
         assert!(e.what().contains("H + 2 KV"), "{}", e.what());
-        assert!(write(&heads, &buf, &buf, 4, 2, 3, 1e4).is_ok());
+        assert!(write(&heads, &buf, &buf, 4, 2, 3, 1e4, false).is_ok());
     }
 }

@@ -75,6 +75,8 @@ extern "C" {
         error_len: usize,
     ) -> i32;
     fn laya_step_plan_free(plan: *mut std::ffi::c_void);
+    #[cfg(test)]
+    fn laya_step_copies() -> u64;
     fn laya_step_plan_nodes(plan: *mut std::ffi::c_void) -> i32;
     fn laya_step_run(
         outs: *mut mlx_sys::mlx_array,
@@ -82,6 +84,7 @@ extern "C" {
         tokens: mlx_sys::mlx_array,
         bufs: *const mlx_sys::mlx_array,
         n_bufs: usize,
+        in_place: *const u8,
         offset: i32,
         stream: mlx_sys::mlx_stream,
         error: *mut std::ffi::c_char,
@@ -147,11 +150,22 @@ impl Plan {
 
     /// One step of the token `tokens` (`[1, 1]`) at `offset`, over `bufs` (each layer's k and
     /// v buffers `[1, KV, Cap, D]`, Cap > offset): the logits `[1, vocab]` f32 and the buffers
-    /// with position `offset` written.
+    /// with position `offset` written, in place for the layers `in_place` says nothing else
+    /// holds, else into copies.
     #[cfg(laya_primitives)]
-    pub(crate) fn run(&self, tokens: &Array, bufs: &[Array], offset: i32) -> Result<(Array, Vec<Array>)> {
+    pub(crate) fn run(
+        &self,
+        tokens: &Array,
+        bufs: &[Array],
+        offset: i32,
+        in_place: &[bool],
+    ) -> Result<(Array, Vec<Array>)> {
         let stream = mlx_rs::Stream::new();
         let handles: Vec<mlx_sys::mlx_array> = bufs.iter().map(|b| b.as_ptr()).collect();
+        if in_place.len() * 2 != bufs.len() {
+            return Err(Exception::custom("laya step: an in-place flag for every layer"));
+        }
+        let in_place: Vec<u8> = in_place.iter().map(|&b| b as u8).collect();
         let mut error = [0 as std::ffi::c_char; 512];
         // SAFETY: `outs` has room for every output; the C side sets each on success.
         let outs = unsafe {
@@ -162,6 +176,7 @@ impl Plan {
                 tokens.as_ptr(),
                 handles.as_ptr(),
                 handles.len(),
+                in_place.as_ptr(),
                 offset,
                 stream.as_ptr(),
                 error.as_mut_ptr(),
@@ -178,7 +193,13 @@ impl Plan {
     }
 
     #[cfg(not(laya_primitives))]
-    pub(crate) fn run(&self, _tokens: &Array, _bufs: &[Array], _offset: i32) -> Result<(Array, Vec<Array>)> {
+    pub(crate) fn run(
+        &self,
+        _tokens: &Array,
+        _bufs: &[Array],
+        _offset: i32,
+        _in_place: &[bool],
+    ) -> Result<(Array, Vec<Array>)> {
         Err(Exception::custom(
             "laya's own primitives are not in this build (Linux builds have them)",
         ))
@@ -201,6 +222,7 @@ mod tests {
     use std::collections::HashMap;
 
     use mlx_rs::ops::{self, indexing::argmax_axis};
+    use mlx_rs::transforms::eval;
     use mlx_rs::Dtype;
 
     use super::super::test_util::*;
@@ -324,8 +346,16 @@ mod tests {
         same_steps(&model, &host, 253, 6, tol(2e-4), "across 256");
     }
 
+    /// KV buffers copied by the steps evaluated on this thread.
+    fn copies() -> u64 {
+        // SAFETY: reads a counter.
+        unsafe { laya_step_copies() }
+    }
+
     /// A copy of the caches kept aside (as the prefix store keeps a document's) is left as it
-    /// was by later steps, and goes on to give the logits a fresh prompt gives.
+    /// was by later steps, and goes on to give the logits a fresh prompt gives. The first step
+    /// after the copy was made copies the buffers (2 a layer), the steps after it write into
+    /// the new buffers in place, as steps on caches nothing else holds do.
     #[test]
     fn a_kept_copy_of_the_caches_is_left_as_it_was() {
         let (model, _) = quantized(Arch::Qwen3, 4, 64, Dtype::Float32);
@@ -333,14 +363,21 @@ mod tests {
         force(Some(true));
         let mut caches = model.new_caches();
         model.forward(&tokens(&ids[..8]), &mut caches).unwrap();
+        let before = copies();
+        model.forward(&tokens(&[9]), &mut caches).unwrap();
+        eval(caches.iter().flat_map(|c| c.arrays())).unwrap();
+        assert_eq!(copies(), before, "a step on caches nothing else holds copied buffers");
         let kept = caches.clone();
         for t in [1u32, 2, 3, 4] {
             model.forward(&tokens(&[t]), &mut caches).unwrap();
+            eval(caches.iter().flat_map(|c| c.arrays())).unwrap();
         }
+        assert_eq!(copies(), before + 4, "copies: the first step after the clone's, of 4 buffers");
         let mut kept = kept;
         let resumed = model.forward(&tokens(&ids[8..]), &mut kept).unwrap();
         force(Some(false));
-        let fresh = model.forward(&tokens(&ids), &mut model.new_caches()).unwrap();
+        let whole: Vec<u32> = ids[..8].iter().chain(&[9]).chain(&ids[8..]).copied().collect();
+        let fresh = model.forward(&tokens(&whole), &mut model.new_caches()).unwrap();
         force(None);
         let d = max_abs_diff(&resumed, &fresh);
         assert!(d <= tol(2e-4), "max |Δlogit| {d}");
@@ -377,16 +414,16 @@ mod tests {
         let plan = model.step_plan().expect("a plan");
         let buf = Array::zeros::<f32>(&[1, 2, 4, 16]).unwrap();
         let bufs = vec![buf.clone(); 4];
-        let e = plan.run(&tokens(&[1]), &bufs, 4).err().expect("past the capacity");
+        let e = plan.run(&tokens(&[1]), &bufs, 4, &[false, false]).err().expect("past the capacity");
         assert!(e.what().contains("Cap > offset"), "{}", e.what());
-        let e = plan.run(&tokens(&[1]), &bufs[..2], 0).err().expect("one layer's buffers");
+        let e = plan.run(&tokens(&[1]), &bufs[..2], 0, &[false]).err().expect("one layer's buffers");
         assert!(e.what().contains("every layer"), "{}", e.what());
-        let e = plan.run(&tokens(&[1, 2]), &bufs, 0).err().expect("two tokens");
+        let e = plan.run(&tokens(&[1, 2]), &bufs, 0, &[false, false]).err().expect("two tokens");
         assert!(e.what().contains("one token"), "{}", e.what());
         let half = vec![buf.as_dtype(Dtype::Bfloat16).unwrap(); 4];
-        let e = plan.run(&tokens(&[1]), &half, 0).err().expect("bf16 buffers");
+        let e = plan.run(&tokens(&[1]), &half, 0, &[false, false]).err().expect("bf16 buffers");
         assert!(e.what().contains("activations' type"), "{}", e.what());
-        assert!(plan.run(&tokens(&[1]), &bufs, 3).is_ok());
+        assert!(plan.run(&tokens(&[1]), &bufs, 3, &[false, false]).is_ok());
         // The caches at different offsets: an error, and both as they were.
         let mut caches = model.new_caches();
         model.forward(&tokens(&[1, 2, 3]), &mut caches).unwrap();
