@@ -36,8 +36,9 @@ tests)
   for set in "models::step::" "models::rope_kv:: mlx_ops::"; do
     log=$out/tests-${set%%:*}.log
     # shellcheck disable=SC2086
-    x env LAYA_DEVICE=gpu timeout -s KILL "${TEST_LIMIT:-150}" .device/mlx_ops $set --test-threads=1 >"$log" 2>&1 \
-      || { rc=1; echo "== $set: exit $? (killed at the limit: 137)"; }
+    x env LAYA_DEVICE=gpu timeout -s KILL "${TEST_LIMIT:-150}" .device/mlx_ops $set --test-threads=1 >"$log" 2>&1
+    status=$?
+    [[ $status -eq 0 ]] || { rc=1; echo "== $set: exit $status (137: killed at the limit)"; }
     grep -E "^test |test result|panicked|Δ| off |rel err|laya" "$log"
   done
   exit $rc

@@ -20,6 +20,7 @@
 // of 32, 64 or 128), in the activations' float type. The ops path (crates/laya-engine/src/
 // models) stays the reference; tests compare the two.
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -619,6 +620,18 @@ const void* ptr(const std::optional<mx::array>& a) {
   return a ? mx::gpu_ptr<void>(const_cast<mx::array&>(*a)) : nullptr;
 }
 
+// Kernel parameters are passed by address: the node keeps a copy of each value.
+struct Node {
+  const char* name;
+  CUfunction f;
+  dim3 grid, block;
+  std::vector<std::vector<char>> args;
+  template <typename... A>
+  Node(const char* name, CUfunction f, dim3 grid, dim3 block, A... a) : name(name), f(f), grid(grid), block(block) {
+    (args.emplace_back(reinterpret_cast<const char*>(&a), reinterpret_cast<const char*>(&a) + sizeof(a)), ...);
+  }
+};
+
 // The plan's GPU side: its kernels, fixed buffers and the captured step.
 struct Gpu {
   CUfunction set = nullptr;
@@ -626,6 +639,8 @@ struct Gpu {
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   int nodes = 0;
+  // The graph's nodes, kept to replay them one by one under events (`laya_step_profile`).
+  std::vector<Node> list;
 
   ~Gpu() {
     const auto& c = cuda::api();
@@ -650,16 +665,6 @@ const char* type_name(mx::Dtype t) {
   return t == mx::float32 ? "float" : t == mx::bfloat16 ? "bf16" : "f16";
 }
 
-// Kernel parameters are passed by address: the node keeps a copy of each value.
-struct Node {
-  CUfunction f;
-  dim3 grid, block;
-  std::vector<std::vector<char>> args;
-  template <typename... A>
-  Node(CUfunction f, dim3 grid, dim3 block, A... a) : f(f), grid(grid), block(block) {
-    (args.emplace_back(reinterpret_cast<const char*>(&a), reinterpret_cast<const char*>(&a) + sizeof(a)), ...);
-  }
-};
 
 // The step's graph over the plan's fixed buffers: one chain of kernel nodes.
 void build(Plan& p, mx::cu::Device& device) {
@@ -700,25 +705,25 @@ void build(Plan& p, mx::cu::Device& device) {
   const dim3 warps4(128);
   auto rows = [](int n) { return dim3((n + 3) / 4); };
   std::vector<Node> nodes;
-  nodes.emplace_back(cuda::kernel(module, "laya_step_embed"), dim3((k.hidden + 127) / 128), warps4,
+  nodes.emplace_back("embed", cuda::kernel(module, "laya_step_embed"), dim3((k.hidden + 127) / 128), warps4,
                      P, ql(p.embed), hp);
   for (int l = 0; l < static_cast<int>(p.layers.size()); ++l) {
     Layer& L = p.layers[l];
-    nodes.emplace_back(bits("laya_step_qmv", L.qkv.bits), rows((H + 2 * KV) * D), warps4, P,
+    nodes.emplace_back("qkv", bits("laya_step_qmv", L.qkv.bits), rows((H + 2 * KV) * D), warps4, P,
                        ql(L.qkv), static_cast<const float*>(hp), ptr(L.in_norm), eps, 3, qkvp);
-    nodes.emplace_back(rope, dim3(H + 2 * KV), warps4, P, l, static_cast<const float*>(qkvp),
+    nodes.emplace_back("rope", rope, dim3(H + 2 * KV), warps4, P, l, static_cast<const float*>(qkvp),
                        ptr(L.q_norm), ptr(L.k_norm), eps, H, KV, D, lt, qp);
-    nodes.emplace_back(part, dim3(KV, S), warps4, P, l, static_cast<const float*>(qp), pp, H, KV,
+    nodes.emplace_back("attention", part, dim3(KV, S), warps4, P, l, static_cast<const float*>(qp), pp, H, KV,
                        D, S, scale);
-    nodes.emplace_back(join, dim3(H), warps4, static_cast<const float*>(pp), ap, D, S);
-    nodes.emplace_back(bits("laya_step_qmv", L.o.bits), rows(k.hidden), warps4, P, ql(L.o),
+    nodes.emplace_back("attention join", join, dim3(H), warps4, static_cast<const float*>(pp), ap, D, S);
+    nodes.emplace_back("o_proj", bits("laya_step_qmv", L.o.bits), rows(k.hidden), warps4, P, ql(L.o),
                        static_cast<const float*>(ap), static_cast<const void*>(nullptr), eps, 0, hp);
-    nodes.emplace_back(bits("laya_step_qmv", L.gate_up.bits), rows(k.inter), warps4, P,
+    nodes.emplace_back("gate_up", bits("laya_step_qmv", L.gate_up.bits), rows(k.inter), warps4, P,
                        ql(L.gate_up), static_cast<const float*>(hp), ptr(L.post_norm), eps, 2, act);
-    nodes.emplace_back(bits("laya_step_qmv", L.down.bits), rows(k.hidden), warps4, P, ql(L.down),
+    nodes.emplace_back("down_proj", bits("laya_step_qmv", L.down.bits), rows(k.hidden), warps4, P, ql(L.down),
                        static_cast<const float*>(act), static_cast<const void*>(nullptr), eps, 0, hp);
   }
-  nodes.emplace_back(bits("laya_step_qmv", p.head.bits), rows(k.vocab), warps4, P, ql(p.head),
+  nodes.emplace_back("head", bits("laya_step_qmv", p.head.bits), rows(k.vocab), warps4, P, ql(p.head),
                      static_cast<const float*>(hp), ptr(p.norm), eps, 1, static_cast<float*>(nullptr));
   // The kernels read weights and norms 16 bytes at a time.
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -762,6 +767,7 @@ void build(Plan& p, mx::cu::Device& device) {
     prev = node;
   }
   gpu->nodes = static_cast<int>(nodes.size());
+  gpu->list = std::move(nodes);
   device.make_current();
   cuda::check(c.graph_instantiate(&gpu->exec, gpu->graph, 0), "cuGraphInstantiate");
   p.gpu = std::move(gpu);
@@ -1060,6 +1066,79 @@ extern "C" uint64_t laya_step_copies() {
 
 extern "C" void laya_step_plan_free(void* plan) {
   delete static_cast<std::shared_ptr<Plan>*>(plan);
+}
+
+// Where a step's GPU time goes: the last step's kernels replayed one by one under events (the
+// caches of that step must still be alive; its token and logits are replaced by scratch
+// buffers), the ms of each kind of kernel summed, as "kind ms" lines in `out`.
+extern "C" int laya_step_profile(void* plan_handle, char* out, size_t out_len, char* error, size_t error_len) {
+  try {
+#ifdef LAYA_CUDA
+    auto& p = **static_cast<std::shared_ptr<Plan>*>(plan_handle);
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (!p.gpu) {
+      throw std::runtime_error("laya step: no step has run on a GPU");
+    }
+    const auto& c = laya::cuda::api();
+    laya::step::Gpu& g = *p.gpu;
+    laya::cuda::check(c.ctx_synchronize(), "cuCtxSynchronize");
+    CUdeviceptr token = 0, logits = 0;
+    laya::cuda::check(c.mem_alloc(&token, 16), "cuMemAlloc");
+    laya::cuda::check(c.memset_d8(token, 0, 16), "cuMemsetD8");
+    laya::cuda::check(c.mem_alloc(&logits, sizeof(float) * p.c.vocab), "cuMemAlloc");
+    void* ptrs[2] = {reinterpret_cast<void*>(token), reinterpret_cast<void*>(logits)};
+    laya::cuda::check(c.memcpy_htod(g.params, ptrs, sizeof(ptrs)), "cuMemcpyHtoD");
+    std::vector<CUevent> ev(g.list.size() + 1);
+    for (auto& e : ev) {
+      laya::cuda::check(c.event_create(&e, 0), "cuEventCreate");
+    }
+    laya::cuda::check(c.event_record(ev[0], nullptr), "cuEventRecord");
+    for (size_t i = 0; i < g.list.size(); ++i) {
+      auto& n = g.list[i];
+      std::vector<void*> args;
+      for (auto& a : n.args) {
+        args.push_back(a.data());
+      }
+      laya::cuda::check(c.launch(n.f, n.grid.x, n.grid.y, n.grid.z, n.block.x, n.block.y, n.block.z, 0,
+                           nullptr, args.data(), nullptr),
+                  "cuLaunchKernel");
+      laya::cuda::check(c.event_record(ev[i + 1], nullptr), "cuEventRecord");
+    }
+    laya::cuda::check(c.event_synchronize(ev.back()), "cuEventSynchronize");
+    std::vector<std::pair<std::string, double>> sums;
+    for (size_t i = 0; i < g.list.size(); ++i) {
+      float ms = 0.f;
+      laya::cuda::check(c.event_elapsed(&ms, ev[i], ev[i + 1]), "cuEventElapsedTime");
+      auto it = std::find_if(sums.begin(), sums.end(), [&](auto& s) { return s.first == g.list[i].name; });
+      if (it == sums.end()) {
+        sums.emplace_back(g.list[i].name, ms);
+      } else {
+        it->second += ms;
+      }
+    }
+    for (auto& e : ev) {
+      c.event_destroy(e);
+    }
+    c.mem_free(token);
+    c.mem_free(logits);
+    std::string text;
+    for (auto& [name, ms] : sums) {
+      text += name + " " + std::to_string(ms) + "\n";
+    }
+    std::snprintf(out, out_len, "%s", text.c_str());
+#else
+    (void)plan_handle;
+    (void)out;
+    (void)out_len;
+    throw std::runtime_error("laya step: profiling needs a CUDA build");
+#endif
+  } catch (std::exception& e) {
+    if (error && error_len) {
+      std::snprintf(error, error_len, "%s", e.what());
+    }
+    return 1;
+  }
+  return 0;
 }
 
 // The step's kernel nodes once the plan's graph is built on a GPU (0 before).

@@ -51,6 +51,13 @@ struct Api {
   CUresult (*graph_destroy)(CUgraph) = nullptr;
   CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
   CUresult (*ctx_synchronize)() = nullptr;
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*event_create)(CUevent*, unsigned) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;
+  CUresult (*event_synchronize)(CUevent) = nullptr;
+  CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*event_destroy)(CUevent) = nullptr;
+  CUresult (*memcpy_htod)(CUdeviceptr, const void*, size_t) = nullptr;
 };
 
 inline void* find(const char* symbol, std::initializer_list<const char*> libraries) {
@@ -95,6 +102,13 @@ inline const Api& api() {
     get(a.graph_destroy, "cuGraphDestroy", driver);
     get(a.graph_exec_destroy, "cuGraphExecDestroy", driver);
     get(a.ctx_synchronize, "cuCtxSynchronize", driver);
+    get(a.launch, "cuLaunchKernel", driver);
+    get(a.event_create, "cuEventCreate", driver);
+    get(a.event_record, "cuEventRecord", driver);
+    get(a.event_synchronize, "cuEventSynchronize", driver);
+    get(a.event_elapsed, "cuEventElapsedTime", driver);
+    get(a.event_destroy, "cuEventDestroy_v2", driver);
+    get(a.memcpy_htod, "cuMemcpyHtoD_v2", driver);
     return a;
   }();
   return a;

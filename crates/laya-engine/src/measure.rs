@@ -157,12 +157,16 @@ pub struct Row {
 
 /// [`Row::paths`]: decode after a 128-token prompt with laya's whole step, with laya's RoPE/KV
 /// primitive in MLX's ops, and with MLX's ops alone.
-#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PathsCompared {
     /// laya's step (one captured graph a token) and its kernel nodes; `None` where the model
     /// is not one it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) step: Option<(StepTimes, usize)>,
+    /// The step's GPU time by kind of kernel (ms a step, its kernels replayed one by one after
+    /// a 128-token prompt); empty where not measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) step_kernels: Vec<(String, f64)>,
     pub(crate) primitives: StepTimes,
     pub(crate) ops_only: StepTimes,
     /// ms the primitives' kernels took to compile at their first use in this process.
@@ -219,12 +223,35 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
         kept.2 = Some(run(false, false)?);
     }
     let nodes = model.step_plan().map_or(0, |p| p.nodes());
+    let step_kernels = if has_step { step_kernel_times(model)? } else { vec![] };
     Ok(Some(PathsCompared {
         step: kept.0.map(|t| (t, nodes)),
+        step_kernels,
         primitives: kept.1.expect("run"),
         ops_only: kept.2.expect("run"),
         compile_ms: rope_kv::compile_ms(),
     }))
+}
+
+/// The step's kernels by kind, replayed one by one after a 128-token prompt and 4 steps (the
+/// caches alive while they run).
+fn step_kernel_times(model: &Model) -> Result<Vec<(String, f64)>, MeasureError> {
+    use crate::models::step;
+    step::force(Some(true));
+    let mut caches = model.new_caches();
+    let mut run = || -> Result<Vec<(String, f64)>, MeasureError> {
+        let ids = random_ids(128, 3);
+        let mut logits = model.forward(&Array::from_slice(&ids, &[1, 128]), &mut caches)?;
+        for t in 0..4u32 {
+            logits = model.forward(&Array::from_slice(&[t], &[1, 1]), &mut caches)?;
+        }
+        mlx_rs::transforms::eval([&logits])?;
+        let plan = model.step_plan().ok_or_else(|| MeasureError::msg("the model has no step plan"))?;
+        Ok(plan.profile()?)
+    };
+    let out = run();
+    step::force(None);
+    out
 }
 
 /// [`Row::keystroke`].
@@ -697,14 +724,20 @@ pub fn format_row(r: &Row) -> String {
         .unwrap_or_default();
     let paths = r
         .paths
+        .as_ref()
         .map(|p| {
             let with_ops = |t: StepTimes| format!("{}, {} ops a step", format_step(&t), t.ops);
-            let step = p
+            let mut step = p
                 .step
                 .map(|(t, nodes)| {
                     format!("\n  decode with laya's step:       {} ({nodes} kernels in its graph)", with_ops(t))
                 })
                 .unwrap_or_default();
+            if !p.step_kernels.is_empty() {
+                let total: f64 = p.step_kernels.iter().map(|(_, ms)| ms).sum();
+                let parts: Vec<String> = p.step_kernels.iter().map(|(k, ms)| format!("{k} {ms:.3}")).collect();
+                step += &format!("\n  the step's kernels one by one: {total:.3} ms ({})", parts.join(", "));
+            }
             format!(
                 "{step}\n  decode with laya's primitives: {}\n  decode on MLX's ops alone:     {}\n  laya's kernels compiled at first use in {:.0} ms",
                 with_ops(p.primitives),

@@ -78,6 +78,13 @@ extern "C" {
     #[cfg(test)]
     fn laya_step_copies() -> u64;
     fn laya_step_plan_nodes(plan: *mut std::ffi::c_void) -> i32;
+    fn laya_step_profile(
+        plan: *mut std::ffi::c_void,
+        out: *mut std::ffi::c_char,
+        out_len: usize,
+        error: *mut std::ffi::c_char,
+        error_len: usize,
+    ) -> i32;
     fn laya_step_run(
         outs: *mut mlx_sys::mlx_array,
         plan: *mut std::ffi::c_void,
@@ -146,6 +153,31 @@ impl Plan {
         return unsafe { laya_step_plan_nodes(self.handle) }.max(0) as usize;
         #[cfg(not(laya_primitives))]
         0
+    }
+
+    /// Where a step's GPU time goes: the last step's kernels replayed one by one, ms by kind
+    /// of kernel (in the step's order). The caches of that step must still be alive.
+    #[cfg(laya_primitives)]
+    pub(crate) fn profile(&self) -> Result<Vec<(String, f64)>> {
+        let mut out = vec![0 as std::ffi::c_char; 4096];
+        let mut error = [0 as std::ffi::c_char; 512];
+        // SAFETY: both buffers outlive the call, which writes NUL-terminated text into them.
+        let rc = unsafe {
+            laya_step_profile(self.handle, out.as_mut_ptr(), out.len(), error.as_mut_ptr(), error.len())
+        };
+        error_of(rc, &error)?;
+        // SAFETY: NUL-terminated by the C side.
+        let text = unsafe { std::ffi::CStr::from_ptr(out.as_ptr()) }.to_string_lossy().into_owned();
+        Ok(text
+            .lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter_map(|(name, ms)| Some((name.to_owned(), ms.parse().ok()?)))
+            .collect())
+    }
+
+    #[cfg(not(laya_primitives))]
+    pub(crate) fn profile(&self) -> Result<Vec<(String, f64)>> {
+        Err(Exception::custom("laya's own primitives are not in this build"))
     }
 
     /// One step of the token `tokens` (`[1, 1]`) at `offset`, over `bufs` (each layer's k and
