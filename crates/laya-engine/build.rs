@@ -52,7 +52,8 @@ fn primitives(libdir: &Path) {
                 .expect("utf-8 path"),
         )
         .file(manifest.join("csrc/rope_kv.cpp"))
-        .file(manifest.join("csrc/decode_step.cpp"));
+        .file(manifest.join("csrc/decode_step.cpp"))
+        .file(manifest.join("csrc/own.cpp"));
     if env::var("DEP_MLX_BACKEND").is_ok_and(|b| b.starts_with("cuda")) {
         // mlx-sys says "cuda"; which CUDA is the backend's name (what setup.sh was given).
         println!("cargo:rerun-if-env-changed=LAYA_MLX_BACKEND");

@@ -42,6 +42,7 @@
 #include "mlx/primitives.h"
 #include "mlx/transforms.h"
 
+#include "kv_buffers.h"
 #include "laya_cuda.h"
 
 namespace mx = mlx::core;
@@ -775,26 +776,6 @@ void build(Plan& p, mx::cu::Device& device) {
 
 #endif // LAYA_CUDA
 
-// The output for buffer `in`: `in` itself when the caller says nothing else holds it (MLX's
-// is_donatable never passes for an input of a primitive with several outputs: each output
-// holds the inputs), else a fresh copy (`copy` gets (source, destination)).
-// KV buffers copied by steps evaluated on this thread (tests read it).
-thread_local uint64_t copies = 0;
-
-template <typename Copy>
-void donate_or_copy(const mx::array& in, mx::array& out, bool in_place, Copy copy) {
-  if (!in.flags().row_contiguous) {
-    throw std::runtime_error("laya step: a KV buffer that is not row-contiguous");
-  }
-  if (in_place) {
-    out.copy_shared_buffer(in);
-  } else {
-    ++copies;
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    copy(in, out);
-  }
-}
-
 class DecodeStep : public mx::Primitive {
  public:
   DecodeStep(mx::Stream s, std::shared_ptr<Plan> plan, int offset, std::vector<uint8_t> in_place)
@@ -803,11 +784,7 @@ class DecodeStep : public mx::Primitive {
   void eval_cpu(const std::vector<mx::array>& in, std::vector<mx::array>& out) override {
     auto& enc = mx::cpu::get_command_encoder(stream());
     for (size_t i = 1; i < in.size(); ++i) {
-      donate_or_copy(in[i], out[i], in_place_[(i - 1) / 2] != 0, [&](const mx::array& src, mx::array& dst) {
-        enc.dispatch([src = mx::array::unsafe_weak_copy(src), dst = mx::array::unsafe_weak_copy(dst)]() mutable {
-          std::memcpy(dst.data<char>(), src.data<char>(), src.nbytes());
-        });
-      });
+      kv_out_cpu(in[i], out[i], in_place_[(i - 1) / 2] != 0, enc, "laya step");
     }
     out[0].set_data(mx::allocator::malloc(out[0].nbytes()));
     for (const auto& a : in) {
@@ -858,17 +835,7 @@ class DecodeStep : public mx::Primitive {
     Gpu& g = *p.gpu;
     // Copies of buffers something else holds (MLX's nodes, ordered before the step).
     for (size_t i = 1; i < in.size(); ++i) {
-      donate_or_copy(in[i], out[i], in_place_[(i - 1) / 2] != 0, [&](const mx::array& src, mx::array& dst) {
-        CUfunction copy = copy_kernel(enc.device());
-        long long words = static_cast<long long>(src.nbytes() / 4);
-        const void* s = mx::gpu_ptr<void>(src);
-        void* d = mx::gpu_ptr<void>(dst);
-        const unsigned threads = 256;
-        const unsigned blocks = static_cast<unsigned>((words + threads - 1) / threads);
-        enc.set_input_array(src);
-        enc.set_output_array(dst);
-        enc.add_kernel_node(copy, dim3(blocks), dim3(threads), s, d, words);
-      });
+      kv_out_gpu(in[i], out[i], in_place_[(i - 1) / 2] != 0, enc, "laya step");
     }
     out[0].set_data(mx::allocator::malloc(out[0].nbytes()));
     Params host;
@@ -910,17 +877,6 @@ class DecodeStep : public mx::Primitive {
   }
 
  private:
-#ifdef LAYA_CUDA
-  static CUfunction copy_kernel(mx::cu::Device& device) {
-    static const char* src = R"(
-extern "C" __global__ void laya_copy_words(const unsigned int* src, unsigned int* dst, long long n) {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = src[i];
-})";
-    static CUfunction f = cuda::kernel(cuda::compile(src, "laya_copy_words.cu", device), "laya_copy_words");
-    return f;
-  }
-#endif
 
   std::shared_ptr<Plan> plan_;
   int offset_;
@@ -1057,11 +1013,6 @@ extern "C" int laya_step_plan_new(
     return 1;
   }
   return 0;
-}
-
-// KV buffers the steps evaluated on this thread copied rather than wrote in place.
-extern "C" uint64_t laya_step_copies() {
-  return laya::step::copies;
 }
 
 extern "C" void laya_step_plan_free(void* plan) {

@@ -30,6 +30,7 @@
 #include "mlx/c/private/stream.h"
 #include "mlx/primitives.h"
 
+#include "kv_buffers.h"
 #include "laya_cuda.h"
 
 namespace mx = mlx::core;
@@ -37,25 +38,6 @@ namespace mx = mlx::core;
 namespace laya {
 
 namespace {
-
-// The output for buffer `in`: `in` itself when the caller says nothing else holds it (MLX's
-// own test, is_donatable, never passes for an input of a primitive with several outputs: each
-// output holds the inputs), else a fresh copy (the backend's to do: `copy` gets (source,
-// destination)).
-template <typename Copy>
-void donate_or_copy(const mx::array& in, mx::array& out, bool in_place, Copy copy) {
-  if (!in.flags().row_contiguous) {
-    // The cache's buffers are made row-contiguous (zeros, concatenation): a copy of bytes
-    // is a copy of the array.
-    throw std::runtime_error("laya rope_kv: a KV buffer that is not row-contiguous");
-  }
-  if (in_place) {
-    out.copy_shared_buffer(in);
-  } else {
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    copy(in, out);
-  }
-}
 
 // `view` [B, KV, len, D] over the row-contiguous buffer `buf` [B, KV, Cap, D], as MLX's
 // slices are made (the same strides, the flags of what the view spans).
@@ -187,14 +169,10 @@ LAYA_ROPE_KV(laya_rope_kv_f32, float)
 LAYA_ROPE_KV(laya_rope_kv_bf16, bf16)
 LAYA_ROPE_KV(laya_rope_kv_f16, f16)
 
-extern "C" __global__ void laya_copy_words(const unsigned int* src, unsigned int* dst, long long n) {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = src[i];
-}
 )";
 
 struct Kernels {
-  CUfunction f32 = nullptr, bf16 = nullptr, f16 = nullptr, copy = nullptr;
+  CUfunction f32 = nullptr, bf16 = nullptr, f16 = nullptr;
 };
 
 // The kernels for `device`, compiled once for its architecture (a function-local static:
@@ -206,7 +184,6 @@ const Kernels& kernels(mx::cu::Device& device) {
     k.f32 = cuda::kernel(module, "laya_rope_kv_f32");
     k.bf16 = cuda::kernel(module, "laya_rope_kv_bf16");
     k.f16 = cuda::kernel(module, "laya_rope_kv_f16");
-    k.copy = cuda::kernel(module, "laya_copy_words");
     return k;
   }();
   return k;
@@ -228,17 +205,10 @@ class RopeKvWrite : public mx::Primitive {
     const auto& heads = in[0];
     auto& q = out[0];
     q.set_data(mx::allocator::malloc(q.nbytes()));
-    auto copy = [](const mx::array& src, mx::array& dst) {
-      std::memcpy(dst.data<char>(), src.data<char>(), src.nbytes());
-    };
     auto& enc = mx::cpu::get_command_encoder(stream());
-    // The copies and the writes run as the stream's tasks, after the inputs are ready.
+    // The copies, if any, and the write run as the stream's tasks, after the inputs are ready.
     for (int i : {1, 2}) {
-      donate_or_copy(in[i], out[i], in_place_, [&](const mx::array& src, mx::array& dst) {
-        enc.dispatch([src = mx::array::unsafe_weak_copy(src),
-                      dst = mx::array::unsafe_weak_copy(dst),
-                      copy]() mutable { copy(src, dst); });
-      });
+      kv_out_cpu(in[i], out[i], in_place_, enc, "laya rope_kv");
     }
     prefix_view(out[1], out[3]);
     prefix_view(out[2], out[4]);
@@ -288,16 +258,7 @@ class RopeKvWrite : public mx::Primitive {
     auto& q = out[0];
     q.set_data(mx::allocator::malloc(q.nbytes()));
     for (int i : {1, 2}) {
-      donate_or_copy(in[i], out[i], in_place_, [&](const mx::array& src, mx::array& dst) {
-        long long words = static_cast<long long>(src.nbytes() / 4);
-        const void* s = mx::gpu_ptr<void>(src);
-        void* d = mx::gpu_ptr<void>(dst);
-        const unsigned threads = 256;
-        const unsigned blocks = static_cast<unsigned>((words + threads - 1) / threads);
-        enc.set_input_array(src);
-        enc.set_output_array(dst);
-        enc.add_kernel_node(k.copy, dim3(blocks), dim3(threads), s, d, words);
-      });
+      kv_out_gpu(in[i], out[i], in_place_, enc, "laya rope_kv");
     }
     prefix_view(out[1], out[3]);
     prefix_view(out[2], out[4]);
@@ -403,14 +364,4 @@ extern "C" int laya_rope_kv_write(
     return 1;
   }
   return 0;
-}
-
-// Milliseconds laya's CUDA kernels took to compile and load in this process (0: not yet, or
-// not a CUDA build).
-extern "C" double laya_primitives_compile_ms() {
-#ifdef LAYA_CUDA
-  return laya::cuda::compile_ms.load();
-#else
-  return 0.0;
-#endif
 }

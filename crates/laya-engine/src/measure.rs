@@ -198,21 +198,22 @@ fn format_step(t: &StepTimes) -> String {
 
 /// The decode of [`Row::paths`] on each path, where laya's own primitives are in use here.
 fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>, MeasureError> {
-    use crate::models::{rope_kv, step};
-    if !rope_kv::in_use() {
+    use crate::models::own::{self, Own};
+    if !Own::RopeKv.in_use() {
         return Ok(None);
     }
-    let has_step = step::in_use() && model.step_plan().is_some();
+    // The step where it runs the model, in use by default or not yet.
+    let has_step = model.step_plan().is_some();
     // (the whole step, the RoPE/KV primitive)
     let run = |whole: bool, primitives: bool| -> Result<StepTimes, MeasureError> {
-        step::force(Some(whole));
-        rope_kv::force(Some(primitives));
+        Own::Step.force(Some(whole));
+        Own::RopeKv.force(Some(primitives));
         let out = decode_times_after(model, 128, tokens).and_then(|mut t| {
             t.ops = decode_step_ops(model)?.values().sum();
             Ok(t)
         });
-        step::force(None);
-        rope_kv::force(None);
+        Own::Step.force(None);
+        Own::RopeKv.force(None);
         out
     };
     // Twice each, in turn, the second of each kept: the host's speed drifts within a run.
@@ -229,15 +230,15 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
         step_kernels,
         primitives: kept.1.expect("run"),
         ops_only: kept.2.expect("run"),
-        compile_ms: rope_kv::compile_ms(),
+        compile_ms: own::compile_ms(),
     }))
 }
 
 /// The step's kernels by kind, replayed one by one after a 128-token prompt and 4 steps (the
 /// caches alive while they run).
 fn step_kernel_times(model: &Model) -> Result<Vec<(String, f64)>, MeasureError> {
-    use crate::models::step;
-    step::force(Some(true));
+    use crate::models::own::Own;
+    Own::Step.force(Some(true));
     let mut caches = model.new_caches();
     let mut run = || -> Result<Vec<(String, f64)>, MeasureError> {
         let ids = random_ids(128, 3);
@@ -250,7 +251,7 @@ fn step_kernel_times(model: &Model) -> Result<Vec<(String, f64)>, MeasureError> 
         Ok(plan.profile()?)
     };
     let out = run();
-    step::force(None);
+    Own::Step.force(None);
     out
 }
 

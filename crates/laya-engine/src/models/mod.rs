@@ -17,6 +17,7 @@
 //! two), because decode on a GPU is bound by the number of kernels per token.
 
 mod delta_kernel;
+pub(crate) mod own;
 mod qwen2;
 mod qwen3;
 mod qwen35;
@@ -515,7 +516,7 @@ impl Model {
     /// One token of one sequence as laya's own step ([`step`]) where it is in use and runs
     /// this model: the logits, `[1, vocab]` f32. `None`: the ops' to do.
     fn decode_step(&self, tokens: &Array, caches: &mut [KvCache]) -> Result<Option<Array>> {
-        if !step::in_use() || tokens.shape() != [1, 1] {
+        if !own::Own::Step.in_use() || tokens.shape() != [1, 1] {
             return Ok(None);
         }
         self.check_input(tokens, caches)?;
@@ -889,7 +890,7 @@ impl AttentionCore {
     /// cache's keys and values so far, for [`attend_to`](Self::attend_to). `None`: the ops
     /// path's to do.
     fn rope_kv_in_place(&self, heads: &Array, cache: &mut KvCache) -> Result<Option<[Array; 3]>> {
-        if !rope_kv::in_use() || !rope_kv::fits(heads, self.rope_dims, self.head_dim) {
+        if !own::Own::RopeKv.in_use() || !rope_kv::fits(heads, self.rope_dims, self.head_dim) {
             return Ok(None);
         }
         let (b, l, d) = (heads.dim(0), heads.dim(2), heads.dim(3));

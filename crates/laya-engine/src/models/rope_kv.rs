@@ -10,37 +10,8 @@
 //! and on every CUDA run (its GPU side). Built on Linux only (`cfg(laya_primitives)`, set by
 //! build.rs where the linked MLX's headers are at hand).
 
-use std::cell::Cell;
-
 use mlx_rs::error::{Exception, Result};
 use mlx_rs::{Array, Dtype};
-
-thread_local! {
-    /// A test's choice of path on this thread, over the device's.
-    static FORCED: Cell<Option<bool>> = const { Cell::new(None) };
-    /// Primitives made on this thread (tests check that a path they compare ran).
-    static MADE: Cell<u64> = const { Cell::new(0) };
-}
-
-/// How many primitives this thread has made.
-#[cfg(test)]
-pub(crate) fn made() -> u64 {
-    MADE.with(|m| m.get())
-}
-
-/// Whether the primitive takes a step's attention input on this thread: on CUDA, in builds
-/// that have it.
-pub(crate) fn in_use() -> bool {
-    FORCED
-        .with(|f| f.get())
-        .unwrap_or_else(|| cfg!(laya_primitives) && super::delta_kernel::on_cuda())
-}
-
-/// Use the primitive (`Some(true)`), the ops (`Some(false)`) or the device's choice (`None`)
-/// on this thread: tests and `laya bench engine`'s side-by-side rows.
-pub(crate) fn force(path: Option<bool>) {
-    FORCED.with(|f| f.set(path));
-}
 
 /// Whether the primitive can take these heads: a float dtype, an even head size, RoPE over
 /// all of it.
@@ -77,20 +48,6 @@ extern "C" {
         error: *mut std::ffi::c_char,
         error_len: usize,
     ) -> i32;
-}
-
-#[cfg(laya_primitives)]
-extern "C" {
-    fn laya_primitives_compile_ms() -> f64;
-}
-
-/// Milliseconds the primitives' CUDA kernels took to compile and load in this process (0: not
-/// yet, or no CUDA here).
-pub(crate) fn compile_ms() -> f64 {
-    #[cfg(laya_primitives)]
-    return unsafe { laya_primitives_compile_ms() };
-    #[cfg(not(laya_primitives))]
-    0.0
 }
 
 /// `heads` `[B, H + 2 KV, L, D]` (q, then k, then v heads) with RoPE at positions from
@@ -131,7 +88,7 @@ pub(crate) fn write(
             let msg = std::ffi::CStr::from_ptr(error.as_ptr()).to_string_lossy();
             return Err(Exception::custom(msg.into_owned()));
         }
-        MADE.with(|m| m.set(m.get() + 1));
+        super::own::Own::RopeKv.note_made();
         Ok(Written {
             q,
             k_buf,
@@ -165,17 +122,18 @@ mod tests {
     use mlx_rs::Dtype;
 
     use super::super::test_util::*;
-    use super::super::{step, Arch, Model};
+    use super::super::own::Own;
+    use super::super::{Arch, Model};
     use super::*;
 
     /// A prompt of 12 tokens, then 6 steps of one token (each the last step's argmax), for
     /// `batch` sequences, on the primitive or the ops: the logits of every step and the tokens.
     fn run(model: &Model, batch: i32, primitive: bool) -> (Vec<Array>, Vec<Vec<u32>>) {
-        force(Some(primitive));
+        Own::RopeKv.force(Some(primitive));
         // Steps of one sequence through MLX's ops, not laya's whole step (which has no RoPE
         // primitive of its own to count).
-        step::force(Some(false));
-        let before = made();
+        Own::Step.force(Some(false));
+        let before = Own::RopeKv.made();
         let prompt: Vec<u32> = (0..batch as u32)
             .flat_map(|b| [3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31].map(|t| (t + 7 * b) % 97))
             .collect();
@@ -197,11 +155,11 @@ mod tests {
             );
             picked.push(ids);
         }
-        force(None);
-        step::force(None);
+        Own::RopeKv.force(None);
+        Own::Step.force(None);
         // Two layers, seven forwards: the path asked for is the one that ran.
         let want = if primitive { 14 } else { 0 };
-        assert_eq!(made() - before, want, "primitives made");
+        assert_eq!(Own::RopeKv.made() - before, want, "primitives made");
         (logits, picked)
     }
 
@@ -251,8 +209,8 @@ mod tests {
     fn a_kept_copy_of_the_caches_is_left_as_it_was() {
         let model = tiny_model(Arch::Qwen2, 12);
         let ids = [3u32, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31];
-        force(Some(true));
-        step::force(Some(false));
+        Own::RopeKv.force(Some(true));
+        Own::Step.force(Some(false));
         let mut caches = model.new_caches();
         model.forward(&tokens(&ids[..8]), &mut caches).unwrap();
         let kept = caches.clone();
@@ -261,10 +219,10 @@ mod tests {
         }
         let mut kept = kept;
         let resumed = model.forward(&tokens(&ids[8..]), &mut kept).unwrap();
-        force(Some(false));
+        Own::RopeKv.force(Some(false));
         let fresh = model.forward(&tokens(&ids), &mut model.new_caches()).unwrap();
-        force(None);
-        step::force(None);
+        Own::RopeKv.force(None);
+        Own::Step.force(None);
         let d = max_abs_diff(&resumed, &fresh);
         assert!(d <= tol(2e-5), "max |Δlogit| {d}");
     }

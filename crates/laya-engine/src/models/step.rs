@@ -8,39 +8,12 @@
 //! "A decode step's ops"). The ops stay the path for prompts, candidates, drafts, the CPU and
 //! Metal, and the reference: tests compare the two on the CPU (the primitive's CPU side, the
 //! same arithmetic in loops) and on every CUDA run (its kernels). Built on Linux only
-//! (`cfg(laya_primitives)`).
-
-use std::cell::Cell;
+//! (`cfg(laya_primitives)`). Whether a thread takes it is [`super::own::Own::Step`]'s to say: the
+//! benchmark's rows and the tests ask for it; it becomes CUDA's default once its kernels'
+//! tests have passed on a GPU.
 
 use mlx_rs::error::{Exception, Result};
 use mlx_rs::Array;
-
-thread_local! {
-    /// A test's or a benchmark's choice of path on this thread, over the device's.
-    static FORCED: Cell<Option<bool>> = const { Cell::new(None) };
-    /// Steps run on this thread (tests check that the path they compare ran).
-    static MADE: Cell<u64> = const { Cell::new(0) };
-}
-
-/// How many steps this thread has run through the primitive.
-#[cfg(test)]
-pub(crate) fn made() -> u64 {
-    MADE.with(|m| m.get())
-}
-
-/// Whether a decode step of one sequence runs as laya's step on this thread: on CUDA, in
-/// builds that have it.
-pub(crate) fn in_use() -> bool {
-    FORCED
-        .with(|f| f.get())
-        .unwrap_or_else(|| cfg!(laya_primitives) && super::delta_kernel::on_cuda())
-}
-
-/// The step (`Some(true)`), the ops (`Some(false)`) or the device's choice (`None`) on this
-/// thread: tests and `laya bench engine`'s side-by-side rows.
-pub(crate) fn force(path: Option<bool>) {
-    FORCED.with(|f| f.set(path));
-}
 
 /// What a plan is made of: the model's sizes and its arrays in the order the C side reads
 /// (`laya_step_plan_new`), `None` where an array is absent.
@@ -76,7 +49,7 @@ extern "C" {
     ) -> i32;
     fn laya_step_plan_free(plan: *mut std::ffi::c_void);
     #[cfg(test)]
-    fn laya_step_copies() -> u64;
+    fn laya_kv_copies() -> u64;
     fn laya_step_plan_nodes(plan: *mut std::ffi::c_void) -> i32;
     fn laya_step_profile(
         plan: *mut std::ffi::c_void,
@@ -218,7 +191,7 @@ impl Plan {
             error_of(rc, &error)?;
             outs
         };
-        MADE.with(|m| m.set(m.get() + 1));
+        super::own::Own::Step.note_made();
         let mut outs = outs.into_iter();
         let logits = outs.next().expect("the logits come first");
         Ok((logits, outs.collect()))
@@ -258,16 +231,17 @@ mod tests {
     use mlx_rs::Dtype;
 
     use super::super::test_util::*;
-    use super::super::{rope_kv, Arch, Model};
+    use super::super::own::Own;
+    use super::super::{Arch, Model};
     use super::*;
 
     /// A prompt of `prompt` tokens, then `steps` steps of one token (each the last step's
     /// argmax), on laya's step or the ops: the logits of every step and the tokens picked.
     fn run(model: &Model, prompt: usize, steps: usize, on: bool) -> (Vec<Array>, Vec<u32>) {
-        force(Some(on));
+        Own::Step.force(Some(on));
         // The ops path without the RoPE primitive: the reference as the CPU and Metal run it.
-        rope_kv::force(Some(false));
-        let before = made();
+        Own::RopeKv.force(Some(false));
+        let before = Own::Step.made();
         let ids: Vec<u32> = (0..prompt as u32).map(|i| (i * 37 + 11) % 97).collect();
         let mut caches = model.new_caches();
         let mut logits = vec![model.forward(&tokens(&ids), &mut caches).unwrap()];
@@ -280,9 +254,9 @@ mod tests {
             picked.push(next.as_slice::<u32>()[0]);
             logits.push(model.forward(&next.reshape(&[1, 1]).unwrap(), &mut caches).unwrap());
         }
-        force(None);
-        rope_kv::force(None);
-        assert_eq!(made() - before, if on { steps as u64 } else { 0 }, "steps run by laya's step");
+        Own::Step.force(None);
+        Own::RopeKv.force(None);
+        assert_eq!(Own::Step.made() - before, if on { steps as u64 } else { 0 }, "steps run by laya's step");
         (logits, picked)
     }
 
@@ -381,7 +355,7 @@ mod tests {
     /// KV buffers copied by the steps evaluated on this thread.
     fn copies() -> u64 {
         // SAFETY: reads a counter.
-        unsafe { laya_step_copies() }
+        unsafe { laya_kv_copies() }
     }
 
     /// A copy of the caches kept aside (as the prefix store keeps a document's) is left as it
@@ -392,7 +366,7 @@ mod tests {
     fn a_kept_copy_of_the_caches_is_left_as_it_was() {
         let (model, _) = quantized(Arch::Qwen3, 4, 64, Dtype::Float32);
         let ids = [3u32, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31];
-        force(Some(true));
+        Own::Step.force(Some(true));
         let mut caches = model.new_caches();
         model.forward(&tokens(&ids[..8]), &mut caches).unwrap();
         let before = copies();
@@ -407,10 +381,10 @@ mod tests {
         assert_eq!(copies(), before + 4, "copies: the first step after the clone's, of 4 buffers");
         let mut kept = kept;
         let resumed = model.forward(&tokens(&ids[8..]), &mut kept).unwrap();
-        force(Some(false));
+        Own::Step.force(Some(false));
         let whole: Vec<u32> = ids[..8].iter().chain(&[9]).chain(&ids[8..]).copied().collect();
         let fresh = model.forward(&tokens(&whole), &mut model.new_caches()).unwrap();
-        force(None);
+        Own::Step.force(None);
         let d = max_abs_diff(&resumed, &fresh);
         assert!(d <= tol(2e-4), "max |Δlogit| {d}");
     }
@@ -422,13 +396,13 @@ mod tests {
         let dense = tiny_model(Arch::Qwen2, 3);
         assert!(dense.step_plan().is_none());
         let (_, picked) = run(&dense, 6, 2, false);
-        force(Some(true));
-        let before = made();
+        Own::Step.force(Some(true));
+        let before = Own::Step.made();
         let mut caches = dense.new_caches();
         dense.forward(&tokens(&[1, 2, 3]), &mut caches).unwrap();
         dense.forward(&tokens(&picked[..1]), &mut caches).unwrap();
-        force(None);
-        assert_eq!(made(), before, "a dense model ran laya's step");
+        Own::Step.force(None);
+        assert_eq!(Own::Step.made(), before, "a dense model ran laya's step");
 
         let (q3, _) = quantized(Arch::Qwen2, 3, 64, Dtype::Float32);
         let e = Plan::new(&q3.step_parts().unwrap()).err().expect("3 bits");
@@ -460,9 +434,9 @@ mod tests {
         let mut caches = model.new_caches();
         model.forward(&tokens(&[1, 2, 3]), &mut caches).unwrap();
         caches[1].truncate_to(2);
-        force(Some(true));
+        Own::Step.force(Some(true));
         let e = model.forward(&tokens(&[4]), &mut caches).err().expect("uneven caches");
-        force(None);
+        Own::Step.force(None);
         assert!(e.to_string().contains("different offsets"), "{e}");
         assert_eq!((caches[0].offset(), caches[1].offset()), (3, 2));
     }
