@@ -224,7 +224,11 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
         kept.2 = Some(run(false, false)?);
     }
     let nodes = model.step_plan().map_or(0, |p| p.nodes());
-    let step_kernels = if has_step { step_kernel_times(model)? } else { vec![] };
+    let step_kernels = if has_step {
+        step_kernel_times(model)?
+    } else {
+        vec![]
+    };
     Ok(Some(PathsCompared {
         step: kept.0.map(|t| (t, nodes)),
         step_kernels,
@@ -247,7 +251,9 @@ fn step_kernel_times(model: &Model) -> Result<Vec<(String, f64)>, MeasureError> 
             logits = model.forward(&Array::from_slice(&[t], &[1, 1]), &mut caches)?;
         }
         mlx_rs::transforms::eval([&logits])?;
-        let plan = model.step_plan().ok_or_else(|| MeasureError::msg("the model has no step plan"))?;
+        let plan = model
+            .step_plan()
+            .ok_or_else(|| MeasureError::msg("the model has no step plan"))?;
         Ok(plan.profile()?)
     };
     let out = run();

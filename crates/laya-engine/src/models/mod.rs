@@ -897,7 +897,16 @@ impl AttentionCore {
         let mut q = None;
         let (keys, values) =
             cache.update_in_place([b, self.n_kv_heads, l, d], heads.dtype(), |k, v, at, in_place| {
-                let w = rope_kv::write(heads, k, v, self.n_heads, self.n_kv_heads, at, self.rope_theta, in_place)?;
+                let w = rope_kv::write(
+                    heads,
+                    k,
+                    v,
+                    self.n_heads,
+                    self.n_kv_heads,
+                    at,
+                    self.rope_theta,
+                    in_place,
+                )?;
                 q = Some(w.q);
                 Ok([w.k_buf, w.v_buf, w.keys, w.values])
             })?;

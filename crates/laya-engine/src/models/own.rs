@@ -24,9 +24,9 @@ impl Own {
     /// Whether this thread uses the primitive: as forced, else on CUDA in builds that have
     /// it. The step waits for its first checks on a GPU before it is the default there.
     pub(crate) fn in_use(self) -> bool {
-        FORCED.with(|f| f.get()[self as usize]).unwrap_or_else(|| {
-            cfg!(laya_primitives) && self == Own::RopeKv && super::delta_kernel::on_cuda()
-        })
+        FORCED
+            .with(|f| f.get()[self as usize])
+            .unwrap_or_else(|| cfg!(laya_primitives) && self == Own::RopeKv && super::delta_kernel::on_cuda())
     }
 
     /// The primitive (`Some(true)`), the ops (`Some(false)`) or the device's choice (`None`)

@@ -56,7 +56,11 @@ impl Attention {
     /// What laya's decode step reads: the stacked q/k/v, the output projection and the
     /// per-head q and k norms (Qwen3's).
     pub(super) fn step_parts(&self) -> (&FusedLinear, &Linear, Option<[&Array; 2]>) {
-        (&self.qkv, &self.o_proj, Some([&self.q_norm.weight, &self.k_norm.weight]))
+        (
+            &self.qkv,
+            &self.o_proj,
+            Some([&self.q_norm.weight, &self.k_norm.weight]),
+        )
     }
 
     pub(super) fn arrays(&self) -> Vec<&Array> {

@@ -526,7 +526,10 @@ mod tests {
         let w = random_weights(&cfg, 61);
         let (q, _) = loader_quantized(&w, 64, 4);
         for (what, model) in [
-            ("dense", Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap()),
+            (
+                "dense",
+                Model::from_weights(cfg.clone(), to_device(&w), 64).unwrap(),
+            ),
             ("q4", Model::from_weights(cfg.clone(), q, 64).unwrap()),
         ] {
             let ids = long_seq();

@@ -121,8 +121,8 @@ mod tests {
     use mlx_rs::ops::indexing::argmax_axis;
     use mlx_rs::Dtype;
 
-    use super::super::test_util::*;
     use super::super::own::Own;
+    use super::super::test_util::*;
     use super::super::{Arch, Model};
     use super::*;
 

@@ -136,11 +136,19 @@ impl Plan {
         let mut error = [0 as std::ffi::c_char; 512];
         // SAFETY: both buffers outlive the call, which writes NUL-terminated text into them.
         let rc = unsafe {
-            laya_step_profile(self.handle, out.as_mut_ptr(), out.len(), error.as_mut_ptr(), error.len())
+            laya_step_profile(
+                self.handle,
+                out.as_mut_ptr(),
+                out.len(),
+                error.as_mut_ptr(),
+                error.len(),
+            )
         };
         error_of(rc, &error)?;
         // SAFETY: NUL-terminated by the C side.
-        let text = unsafe { std::ffi::CStr::from_ptr(out.as_ptr()) }.to_string_lossy().into_owned();
+        let text = unsafe { std::ffi::CStr::from_ptr(out.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         Ok(text
             .lines()
             .filter_map(|l| l.rsplit_once(' '))
@@ -174,7 +182,8 @@ impl Plan {
         let mut error = [0 as std::ffi::c_char; 512];
         // SAFETY: `outs` has room for every output; the C side sets each on success.
         let outs = unsafe {
-            let mut outs: Vec<mlx_sys::mlx_array> = (0..=bufs.len()).map(|_| mlx_sys::mlx_array_new()).collect();
+            let mut outs: Vec<mlx_sys::mlx_array> =
+                (0..=bufs.len()).map(|_| mlx_sys::mlx_array_new()).collect();
             let rc = laya_step_run(
                 outs.as_mut_ptr(),
                 self.handle,
@@ -230,8 +239,8 @@ mod tests {
     use mlx_rs::transforms::eval;
     use mlx_rs::Dtype;
 
-    use super::super::test_util::*;
     use super::super::own::Own;
+    use super::super::test_util::*;
     use super::super::{Arch, Model};
     use super::*;
 
@@ -252,11 +261,19 @@ mod tests {
                 .as_dtype(Dtype::Uint32)
                 .unwrap();
             picked.push(next.as_slice::<u32>()[0]);
-            logits.push(model.forward(&next.reshape(&[1, 1]).unwrap(), &mut caches).unwrap());
+            logits.push(
+                model
+                    .forward(&next.reshape(&[1, 1]).unwrap(), &mut caches)
+                    .unwrap(),
+            );
         }
         Own::Step.force(None);
         Own::RopeKv.force(None);
-        assert_eq!(Own::Step.made() - before, if on { steps as u64 } else { 0 }, "steps run by laya's step");
+        assert_eq!(
+            Own::Step.made() - before,
+            if on { steps as u64 } else { 0 },
+            "steps run by laya's step"
+        );
         (logits, picked)
     }
 
@@ -283,13 +300,22 @@ mod tests {
             let dense = match a.dtype() {
                 Dtype::Uint32 => {
                     let base = k.trim_end_matches(".weight");
-                    ops::dequantize(a, f(&q[&format!("{base}.scales")]), &f(&q[&format!("{base}.biases")]), group, bits)
-                        .unwrap()
+                    ops::dequantize(
+                        a,
+                        f(&q[&format!("{base}.scales")]),
+                        &f(&q[&format!("{base}.biases")]),
+                        group,
+                        bits,
+                    )
+                    .unwrap()
                 }
                 _ if k.ends_with(".scales") || k.ends_with(".biases") => continue,
                 _ => f(a),
             };
-            host.insert(k.clone(), (dense.as_slice::<f32>().to_vec(), dense.shape().to_vec()));
+            host.insert(
+                k.clone(),
+                (dense.as_slice::<f32>().to_vec(), dense.shape().to_vec()),
+            );
         }
         (model, host)
     }
@@ -299,7 +325,14 @@ mod tests {
     /// runs in f32; and at least as close to the host's f32 forward as the ops' are (the two
     /// paths round at nearly the same places, but for a few sums the step keeps in f32: the
     /// normed inputs of the products, attention's scores and weights).
-    fn same_steps(model: &Model, host: &HostWeights, prompt: usize, steps: usize, tolerance: f32, what: &str) {
+    fn same_steps(
+        model: &Model,
+        host: &HostWeights,
+        prompt: usize,
+        steps: usize,
+        tolerance: f32,
+        what: &str,
+    ) {
         let (ops, ops_ids) = run(model, prompt, steps, false);
         let (own, own_ids) = run(model, prompt, steps, true);
         assert_eq!(ops_ids, own_ids, "{what}: greedy tokens differ");
@@ -313,7 +346,10 @@ mod tests {
         for (i, (a, b)) in ops.iter().zip(&own).enumerate() {
             assert_eq!((b.shape(), b.dtype()), (a.shape(), Dtype::Float32), "{what}");
             let d = max_abs_diff(a, b);
-            assert!(!exact || d <= tolerance, "{what}, step {i}: max |Δlogit| {d} > {tolerance}");
+            assert!(
+                !exact || d <= tolerance,
+                "{what}, step {i}: max |Δlogit| {d} > {tolerance}"
+            );
             let want = Array::from_slice(&reference[prompt - 1 + i], a.shape());
             ops_off = ops_off.max(max_abs_diff(a, &want));
             own_off = own_off.max(max_abs_diff(b, &want));
@@ -331,7 +367,14 @@ mod tests {
         for arch in [Arch::Qwen2, Arch::Qwen3] {
             for (bits, group) in [(4, 64), (6, 32), (8, 64)] {
                 let (model, host) = quantized(arch, bits, group, Dtype::Float32);
-                same_steps(&model, &host, 12, 8, tol(2e-4), &format!("{arch:?} q{bits} g{group}"));
+                same_steps(
+                    &model,
+                    &host,
+                    12,
+                    8,
+                    tol(2e-4),
+                    &format!("{arch:?} q{bits} g{group}"),
+                );
             }
         }
     }
@@ -372,13 +415,21 @@ mod tests {
         let before = copies();
         model.forward(&tokens(&[9]), &mut caches).unwrap();
         eval(caches.iter().flat_map(|c| c.arrays())).unwrap();
-        assert_eq!(copies(), before, "a step on caches nothing else holds copied buffers");
+        assert_eq!(
+            copies(),
+            before,
+            "a step on caches nothing else holds copied buffers"
+        );
         let kept = caches.clone();
         for t in [1u32, 2, 3, 4] {
             model.forward(&tokens(&[t]), &mut caches).unwrap();
             eval(caches.iter().flat_map(|c| c.arrays())).unwrap();
         }
-        assert_eq!(copies(), before + 4, "copies: the first step after the clone's, of 4 buffers");
+        assert_eq!(
+            copies(),
+            before + 4,
+            "copies: the first step after the clone's, of 4 buffers"
+        );
         let mut kept = kept;
         let resumed = model.forward(&tokens(&ids[8..]), &mut kept).unwrap();
         Own::Step.force(Some(false));
@@ -420,14 +471,26 @@ mod tests {
         let plan = model.step_plan().expect("a plan");
         let buf = Array::zeros::<f32>(&[1, 2, 4, 16]).unwrap();
         let bufs = vec![buf.clone(); 4];
-        let e = plan.run(&tokens(&[1]), &bufs, 4, &[false, false]).err().expect("past the capacity");
+        let e = plan
+            .run(&tokens(&[1]), &bufs, 4, &[false, false])
+            .err()
+            .expect("past the capacity");
         assert!(e.what().contains("Cap > offset"), "{}", e.what());
-        let e = plan.run(&tokens(&[1]), &bufs[..2], 0, &[false]).err().expect("one layer's buffers");
+        let e = plan
+            .run(&tokens(&[1]), &bufs[..2], 0, &[false])
+            .err()
+            .expect("one layer's buffers");
         assert!(e.what().contains("every layer"), "{}", e.what());
-        let e = plan.run(&tokens(&[1, 2]), &bufs, 0, &[false, false]).err().expect("two tokens");
+        let e = plan
+            .run(&tokens(&[1, 2]), &bufs, 0, &[false, false])
+            .err()
+            .expect("two tokens");
         assert!(e.what().contains("one token"), "{}", e.what());
         let half = vec![buf.as_dtype(Dtype::Bfloat16).unwrap(); 4];
-        let e = plan.run(&tokens(&[1]), &half, 0, &[false, false]).err().expect("bf16 buffers");
+        let e = plan
+            .run(&tokens(&[1]), &half, 0, &[false, false])
+            .err()
+            .expect("bf16 buffers");
         assert!(e.what().contains("activations' type"), "{}", e.what());
         assert!(plan.run(&tokens(&[1]), &bufs, 3, &[false, false]).is_ok());
         // The caches at different offsets: an error, and both as they were.
@@ -435,7 +498,10 @@ mod tests {
         model.forward(&tokens(&[1, 2, 3]), &mut caches).unwrap();
         caches[1].truncate_to(2);
         Own::Step.force(Some(true));
-        let e = model.forward(&tokens(&[4]), &mut caches).err().expect("uneven caches");
+        let e = model
+            .forward(&tokens(&[4]), &mut caches)
+            .err()
+            .expect("uneven caches");
         Own::Step.force(None);
         assert!(e.to_string().contains("different offsets"), "{e}");
         assert_eq!((caches[0].offset(), caches[1].offset()), (3, 2));
