@@ -163,6 +163,10 @@ pub(crate) struct PathsCompared {
     /// is not one it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) step: Option<(StepTimes, usize)>,
+    /// The step after a [`LONG_CONTEXT`]-token prompt (its attention reads 12 times the
+    /// positions); `None` where the step does not run the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) step_long: Option<StepTimes>,
     /// The step's GPU time by kind of kernel (ms a step, its kernels replayed one by one after
     /// a 128-token prompt); empty where not measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -205,10 +209,10 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
     // The step where it runs the model, in use by default or not yet.
     let has_step = model.step_plan().is_some();
     // (the whole step, the RoPE/KV primitive)
-    let run = |whole: bool, primitives: bool| -> Result<StepTimes, MeasureError> {
+    let run_after = |prompt: usize, whole: bool, primitives: bool| -> Result<StepTimes, MeasureError> {
         Own::Step.force(Some(whole));
         Own::RopeKv.force(Some(primitives));
-        let out = decode_times_after(model, 128, tokens).and_then(|mut t| {
+        let out = decode_times_after(model, prompt, tokens).and_then(|mut t| {
             t.ops = decode_step_ops(model)?.values().sum();
             Ok(t)
         });
@@ -216,6 +220,7 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
         Own::RopeKv.force(None);
         out
     };
+    let run = |whole: bool, primitives: bool| run_after(128, whole, primitives);
     // Twice each, in turn, the second of each kept: the host's speed drifts within a run.
     let mut kept = (None, None, None);
     for _ in 0..2 {
@@ -224,6 +229,11 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
         kept.2 = Some(run(false, false)?);
     }
     let nodes = model.step_plan().map_or(0, |p| p.nodes());
+    let step_long = if has_step {
+        Some(run_after(LONG_CONTEXT, true, true)?)
+    } else {
+        None
+    };
     let step_kernels = if has_step {
         step_kernel_times(model)?
     } else {
@@ -231,6 +241,7 @@ fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>,
     };
     Ok(Some(PathsCompared {
         step: kept.0.map(|t| (t, nodes)),
+        step_long,
         step_kernels,
         primitives: kept.1.expect("run"),
         ops_only: kept.2.expect("run"),
@@ -740,6 +751,9 @@ pub fn format_row(r: &Row) -> String {
                     format!("\n  decode with laya's step:       {} ({nodes} kernels in its graph)", with_ops(t))
                 })
                 .unwrap_or_default();
+            if let Some(t) = p.step_long {
+                step += &format!("\n  laya's step after a {LONG_CONTEXT}-token prompt: {}", format_step(&t));
+            }
             if !p.step_kernels.is_empty() {
                 let total: f64 = p.step_kernels.iter().map(|(_, ms)| ms).sum();
                 let parts: Vec<String> = p.step_kernels.iter().map(|(k, ms)| format!("{k} {ms:.3}")).collect();
