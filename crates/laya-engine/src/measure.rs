@@ -203,7 +203,7 @@ fn format_step(t: &StepTimes) -> String {
 /// The decode of [`Row::paths`] on each path, where laya's own primitives are in use here.
 fn paths_compared(model: &Model, tokens: usize) -> Result<Option<PathsCompared>, MeasureError> {
     use crate::models::own::{self, Own};
-    if !Own::RopeKv.in_use() {
+    if !own::available() {
         return Ok(None);
     }
     // The step where it runs the model, in use by default or not yet.

@@ -20,13 +20,27 @@ thread_local! {
     static MADE: Cell<[u64; 2]> = const { Cell::new([0; 2]) };
 }
 
+/// Whether the primitives can run here: on CUDA, in builds that have them.
+pub(crate) fn available() -> bool {
+    cfg!(laya_primitives) && super::delta_kernel::on_cuda()
+}
+
 impl Own {
-    /// Whether this thread uses the primitive: as forced, else on CUDA in builds that have
-    /// it. The step waits for its first checks on a GPU before it is the default there.
+    /// Whether this thread uses the primitive: as forced, else where [`available`] and its
+    /// tests have passed on a GPU. Neither is CUDA's default yet: the step's kernels have not
+    /// run their tests there, and the K/V writes in place (and the RoPE primitive's copy
+    /// ordering) are newer than its last GPU run (docs/decisions.md).
     pub(crate) fn in_use(self) -> bool {
         FORCED
             .with(|f| f.get()[self as usize])
-            .unwrap_or_else(|| cfg!(laya_primitives) && self == Own::RopeKv && super::delta_kernel::on_cuda())
+            .unwrap_or_else(|| available() && self.checked_on_a_gpu())
+    }
+
+    /// Whether this build's primitive has passed its tests on a GPU.
+    fn checked_on_a_gpu(self) -> bool {
+        match self {
+            Own::RopeKv | Own::Step => false,
+        }
     }
 
     /// The primitive (`Some(true)`), the ops (`Some(false)`) or the device's choice (`None`)
