@@ -206,28 +206,10 @@ impl KvCache {
         dtype: mlx_rs::Dtype,
         write: impl FnOnce(&Array, &Array, i32, bool) -> Result<[Array; 4]>,
     ) -> Result<(Array, Array)> {
-        let prev = self.reserve(&shape, (dtype, dtype))?;
-        let in_place = self.exclusive();
-        let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) else {
-            unreachable!("buffers exist after growing");
-        };
-        match write(&k, &v, prev, in_place) {
-            Ok([k_buf, v_buf, keys, values]) => {
-                self.keys = Some(k_buf);
-                self.values = Some(v_buf);
-                self.offset = (prev + shape[2]) as usize;
-                if !in_place {
-                    // Copies, this cache's own.
-                    self.owner = std::sync::Arc::new(());
-                }
-                Ok((keys, values))
-            }
-            Err(e) => {
-                self.keys = Some(k);
-                self.values = Some(v);
-                Err(e)
-            }
-        }
+        update_all_in_place(std::slice::from_mut(self), shape, dtype, |bufs, at, in_place| {
+            let [k_buf, v_buf, keys, values] = write(&bufs[0], &bufs[1], at, in_place[0])?;
+            Ok(((keys, values), vec![k_buf, v_buf]))
+        })
     }
 
     /// Makes room for new keys and values of `shape` `[B, kv_heads, L, head_dim]` (their
@@ -406,7 +388,8 @@ pub(crate) fn rewind(caches: &mut [KvCache], len: usize) -> usize {
     to
 }
 
-/// [`KvCache::update_in_place`] for every layer of a model at once (laya's whole decode step):
+/// [`KvCache::update_in_place`] for every layer of a model at once (laya's whole decode step;
+/// one layer's update is this over one cache):
 /// `write` gets each layer's buffers (k, then v, a layer), grown to hold new keys and values
 /// of `shape`, the offset and whether each layer's may be written in place, and returns its
 /// result with the written buffers in the same order. On an error every cache holds what it
