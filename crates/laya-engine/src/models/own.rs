@@ -69,6 +69,20 @@ impl Own {
     }
 }
 
+/// A C function's return code as a result: 0 is success; else its NUL-terminated message in
+/// `error`.
+#[cfg(laya_primitives)]
+pub(crate) fn error_of(rc: i32, error: &[std::ffi::c_char]) -> mlx_rs::error::Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    // SAFETY: the C side writes a NUL-terminated message into the buffer.
+    let msg = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
+    Err(mlx_rs::error::Exception::custom(
+        msg.to_string_lossy().into_owned(),
+    ))
+}
+
 #[cfg(laya_primitives)]
 extern "C" {
     fn laya_primitives_compile_ms() -> f64;

@@ -10,7 +10,7 @@
 //! and on every CUDA run (its GPU side). Built on Linux only (`cfg(laya_primitives)`, set by
 //! build.rs where the linked MLX's headers are at hand).
 
-use mlx_rs::error::{Exception, Result};
+use mlx_rs::error::Result;
 use mlx_rs::{Array, Dtype};
 
 /// Whether the primitive can take these heads: a float dtype, an even head size, RoPE over
@@ -84,10 +84,7 @@ pub(crate) fn write(
             error.len(),
         );
         let [q, k_buf, v_buf, keys, values] = outs.map(|a| Array::from_ptr(a));
-        if rc != 0 {
-            let msg = std::ffi::CStr::from_ptr(error.as_ptr()).to_string_lossy();
-            return Err(Exception::custom(msg.into_owned()));
-        }
+        super::own::error_of(rc, &error)?;
         super::own::Own::RopeKv.note_made();
         Ok(Written {
             q,
@@ -111,7 +108,7 @@ pub(crate) fn write(
     _theta: f32,
     _in_place: bool,
 ) -> Result<Written> {
-    Err(Exception::custom(
+    Err(mlx_rs::error::Exception::custom(
         "laya's own primitives are not in this build (Linux builds have them)",
     ))
 }

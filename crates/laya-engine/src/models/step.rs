@@ -72,16 +72,6 @@ extern "C" {
     ) -> i32;
 }
 
-#[cfg(laya_primitives)]
-fn error_of(rc: i32, error: &[std::ffi::c_char]) -> Result<()> {
-    if rc == 0 {
-        return Ok(());
-    }
-    // SAFETY: the C side writes a NUL-terminated message into the buffer.
-    let msg = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
-    Err(Exception::custom(msg.to_string_lossy().into_owned()))
-}
-
 impl Plan {
     /// The plan of a model made of `parts`; an error says which part laya's step cannot run
     /// (a dense or unusual quantization, too many query heads a KV head, ...).
@@ -108,7 +98,7 @@ impl Plan {
                 error.len(),
             )
         };
-        error_of(rc, &error)?;
+        super::own::error_of(rc, &error)?;
         Ok(Plan { handle })
     }
 
@@ -144,7 +134,7 @@ impl Plan {
                 error.len(),
             )
         };
-        error_of(rc, &error)?;
+        super::own::error_of(rc, &error)?;
         // SAFETY: NUL-terminated by the C side.
         let text = unsafe { std::ffi::CStr::from_ptr(out.as_ptr()) }
             .to_string_lossy()
@@ -197,7 +187,7 @@ impl Plan {
                 error.len(),
             );
             let outs: Vec<Array> = outs.into_iter().map(|a| Array::from_ptr(a)).collect();
-            error_of(rc, &error)?;
+            super::own::error_of(rc, &error)?;
             outs
         };
         super::own::Own::Step.note_made();
